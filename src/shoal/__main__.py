@@ -1,0 +1,3 @@
+from shoal.cli.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,95 @@
+"""`shoal agent`: discover the node, join the cluster, run its work."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import signal
+import socket
+import sys
+from pathlib import Path
+
+
+def parse_size_mb(text: str) -> int:
+    """'2T', '512G', '4096M', '4096' (MiB) -> MiB, as slurm.conf's RealMemory takes sizes."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*", text, re.IGNORECASE)
+    if not m:
+        raise ValueError(f"invalid size {text!r}: expected a number with an optional K, M, G or T suffix")
+    value = float(m.group(1)) * {"": 1, "K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 ** 2}[m.group(2).upper()]
+    if value < 1:
+        raise ValueError(f"invalid size {text!r}: must be at least 1 MiB")
+    return int(value)
+
+
+def parse_labels(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"invalid --label {item!r}: expected key=value")
+        out[key] = value
+    return out
+
+
+def run(args) -> int:
+    from shoal.agent.daemon import Agent, AgentConfig
+    from shoal.agent.gpus import (FakeGPUConfigError, GPUDiscoveryError, discover_gpus_or_none,
+                                  fake_nvml_from_file, fake_nvml_from_flags)
+    from shoal.agent.host import discover_host
+    from shoal.agent.labels import LabelError, gpu_labels, merge_labels
+    from shoal.agent.gpus import GPUInventory
+
+    logging.basicConfig(level=os.environ.get("SHOAL_LOG_LEVEL", "INFO"),
+                        format=f"%(asctime)s %(levelname)s agent[{args.name or '-'}]: %(message)s")
+    name = args.name or socket.gethostname().split(".")[0]
+    try:
+        if args.hostname:
+            socket.sethostname(name)  # only inside a UTS namespace (shoal up does that as root)
+        fake = None
+        if args.fake_gpus_file:
+            fake = fake_nvml_from_file(args.fake_gpus_file, seed=name)
+        elif args.fake_gpus is not None:
+            fake = fake_nvml_from_flags(args.fake_gpus, args.gpu_model, seed=name)
+        inventory = discover_gpus_or_none(fake) or GPUInventory()
+        memory = parse_size_mb(args.memory) if args.memory else None
+        host = discover_host(cpus=args.cpus, memory_mb=memory)
+        labels = gpu_labels(inventory.gpus, inventory.driver_version, inventory.cuda_version,
+                            compute_capability=inventory.compute_capabilities[0] if inventory.compute_capabilities else None) \
+            if inventory.gpus else {}
+        labels = merge_labels(labels, parse_labels(args.label))
+        join = args.join_token
+        if args.join_token_file:
+            join = Path(args.join_token_file).read_text(encoding="utf-8").strip()
+        if not join:
+            raise ValueError("a join token is required: --join-token or --join-token-file")
+    except (ValueError, FakeGPUConfigError, GPUDiscoveryError, LabelError, OSError) as e:
+        print(f"shoal agent: error: {e}", file=sys.stderr)
+        return 2
+    workdir = Path(args.workdir or f"/var/lib/shoal/{name}").resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    features = sorted(set(args.feature or []) | _gpu_features(inventory.gpus))
+    cfg = AgentConfig(name=name, server=args.server, join_token=join, address=args.address, port=args.port,
+                      workdir=workdir, host=host, inventory=inventory, labels=labels, features=features)
+    try:
+        agent = Agent(cfg)
+    except OSError as e:
+        print(f"shoal agent: error: cannot listen on {args.address}:{args.port}: {e.strerror}", file=sys.stderr)
+        return 2
+
+    def _term(signum, frame):
+        agent.runtime.kill_all()
+        agent.shutdown()
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, _term)
+    signal.signal(signal.SIGINT, _term)
+    agent.serve()
+    return 0
+
+
+def _gpu_features(gpus) -> set[str]:
+    """A node's GPU type is also a feature, so `--constraint=h100` works as on Slurm sites."""
+    from shoal.agent.labels import gpu_type
+
+    return {gpu_type(g.product) for g in gpus}

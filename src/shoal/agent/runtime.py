@@ -1,0 +1,223 @@
+"""Process supervision on a node: batch scripts and step tasks, grouped by job run.
+
+Every process starts in its own session (process group), so a signal or a kill reaches
+everything it forked. A run's processes are killed as Slurm does: SIGCONT + SIGTERM,
+then SIGKILL after KillWait.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from shoal.model.filename import expand_pattern
+
+log = logging.getLogger("shoal.agent")
+
+
+@dataclass
+class Proc:
+    popen: subprocess.Popen
+    kind: str  # "batch" | "step"
+    step_id: int | None = None
+
+    @property
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+
+@dataclass
+class Run:
+    key: str
+    job_id: int
+    run: int
+    procs: list[Proc] = field(default_factory=list)
+    batch_started: bool = False
+    killing_since: float | None = None
+    killed_hard: bool = False
+
+    def alive(self) -> bool:
+        return any(p.alive for p in self.procs)
+
+
+def set_gpu_env(env: dict[str, str], gpus: list[int]) -> None:
+    """CUDA_VISIBLE_DEVICES lists the GPUs' NVML indices (no device cgroup renumbers them here)."""
+    if gpus:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
+        env["GPU_DEVICE_ORDINAL"] = env["CUDA_VISIBLE_DEVICES"]
+    else:
+        env.pop("CUDA_VISIBLE_DEVICES", None)
+        env.pop("GPU_DEVICE_ORDINAL", None)
+
+
+def _killpg(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+class Runtime:
+    """All runs on this node. Thread-safe: the work loop, step server and reaper share it."""
+
+    def __init__(self, node: str, workdir: Path, on_exit) -> None:
+        self.node = node
+        self.workdir = workdir
+        self.on_exit = on_exit  # callback(run: Run, exit_code, signal, when)
+        self.runs: dict[str, Run] = {}
+        self.lock = threading.RLock()
+
+    def get(self, key: str) -> Run | None:
+        with self.lock:
+            return self.runs.get(key)
+
+    def ensure(self, key: str, job_id: int, run: int) -> Run:
+        with self.lock:
+            r = self.runs.get(key)
+            if r is None:
+                r = self.runs[key] = Run(key, job_id, run)
+            return r
+
+    def alive_keys(self) -> list[str]:
+        with self.lock:
+            return [k for k, r in self.runs.items() if r.alive()]
+
+    # ---------------------------------------------------------------- batch
+
+    def start_batch(self, entry: dict, extra_env: dict[str, str]) -> None:
+        run = self.ensure(entry["key"], entry["job_id"], entry["run"])
+        with self.lock:
+            if run.batch_started or run.killing_since is not None:
+                return
+            run.batch_started = True
+        b = entry["batch"]
+        jobdir = self.workdir / "jobs" / entry["key"]
+        jobdir.mkdir(parents=True, exist_ok=True)
+        script = jobdir / "script"
+        script.write_text(b["script"], encoding="utf-8")
+        script.chmod(0o700)
+        env = dict(b["environment"])
+        env.update(b["slurm_env"])
+        env.update(extra_env)
+        env.update({
+            "SLURMD_NODENAME": self.node,
+            "SLURM_NODEID": "0",
+            "SLURM_PROCID": "0",
+            "SLURM_LOCALID": "0",
+            "SLURM_TOPOLOGY_ADDR": self.node,
+            "SLURM_GPUS_ON_NODE": str(len(entry["gpus"])),
+            "SLURM_CPUS_ON_NODE": str(entry["cpus"]),
+            "SLURM_JOB_GPUS": ",".join(str(g) for g in entry["gpus"]),
+            "ENVIRONMENT": "BATCH",
+        })
+        set_gpu_env(env, entry["gpus"])
+        names = dict(job_id=entry["job_id"], job_name=b["job_name"], user=entry["user"], node=self.node,
+                     array_job_id=b.get("array_job_id"), array_task_id=b.get("array_task_id"))
+        cwd = b["workdir"]
+        notes = []
+        if not os.path.isdir(cwd):
+            notes.append(f"slurmstepd: error: couldn't chdir to `{cwd}': No such file or directory: going to /tmp instead\n")
+            cwd = "/tmp"
+        mode = "a" if b.get("open_mode") == "append" else "w"
+        try:
+            out_path = self._path(b["stdout"], cwd, names)
+            out = open(out_path, mode + "b")
+            err = subprocess.STDOUT
+            if b.get("stderr"):
+                err_path = self._path(b["stderr"], cwd, names)
+                err = out if err_path == out_path else open(err_path, mode + "b")
+            stdin = open(self._path(b["stdin"], cwd, names), "rb") if b.get("stdin") else subprocess.DEVNULL
+        except OSError as e:
+            log.error("job %s: cannot open its output: %s", entry["key"], e)
+            self.on_exit(run, 1, 0, time.time())
+            return
+        for n in notes:
+            out.write(n.encode())
+        out.flush()
+        try:
+            popen = subprocess.Popen([str(script), *b.get("argv", [])], cwd=cwd, env=env, stdin=stdin,
+                                     stdout=out, stderr=err, start_new_session=True, close_fds=True)
+        except OSError as e:
+            out.write(f"slurmstepd: error: execve(): {script}: {e.strerror}\n".encode())
+            out.close()
+            self.on_exit(run, 1, 0, time.time())
+            return
+        finally:
+            for f in (out, err, stdin):
+                if hasattr(f, "close"):
+                    f.close()
+        with self.lock:
+            run.procs.append(Proc(popen, "batch"))
+        threading.Thread(target=self._wait_batch, args=(run, popen), daemon=True,
+                         name=f"batch-{entry['key']}").start()
+
+    def _path(self, pattern: str, cwd: str, names: dict) -> str:
+        p = expand_pattern(pattern, **names)
+        return p if p.startswith("/") else os.path.join(cwd, p)
+
+    def _wait_batch(self, run: Run, popen: subprocess.Popen) -> None:
+        rc = popen.wait()
+        when = time.time()
+        exit_code, sig = (0, -rc) if rc < 0 else (rc, 0)
+        self.on_exit(run, exit_code, sig, when)
+
+    # ---------------------------------------------------------------- steps
+
+    def add_step_proc(self, run: Run, popen: subprocess.Popen, step_id: int) -> None:
+        with self.lock:
+            run.procs.append(Proc(popen, "step", step_id))
+
+    # ---------------------------------------------------------------- kill / signal
+
+    def kill(self, key: str, kill_wait: float, now: float) -> None:
+        """Begin (or continue) ending a run: TERM at once, KILL after kill_wait."""
+        with self.lock:
+            run = self.runs.get(key)
+            if run is None:
+                return
+            if run.killing_since is None:
+                run.killing_since = now
+                for p in run.procs:
+                    if p.alive:
+                        _killpg(p.popen.pid, signal.SIGCONT)
+                        _killpg(p.popen.pid, signal.SIGTERM)
+            elif not run.killed_hard and now - run.killing_since >= kill_wait:
+                run.killed_hard = True
+                for p in run.procs:
+                    if p.alive:
+                        _killpg(p.popen.pid, signal.SIGKILL)
+
+    def signal(self, key: str, signum: int, target: str) -> None:
+        with self.lock:
+            run = self.runs.get(key)
+            procs = list(run.procs) if run else []
+        for p in procs:
+            if not p.alive:
+                continue
+            if target == "batch_shell" and p.kind == "batch":
+                try:
+                    os.kill(p.popen.pid, signum)
+                except ProcessLookupError:
+                    pass
+            elif (target == "batch" and p.kind == "batch") or (target == "steps" and p.kind == "step") \
+                    or target == "full":
+                _killpg(p.popen.pid, signum)
+
+    def forget_dead(self, keep: set[str]) -> None:
+        """Drop bookkeeping of runs that have no live process and that the server no longer lists."""
+        with self.lock:
+            for k in [k for k, r in self.runs.items() if k not in keep and not r.alive()]:
+                del self.runs[k]
+
+    def kill_all(self) -> None:
+        with self.lock:
+            for run in self.runs.values():
+                for p in run.procs:
+                    if p.alive:
+                        _killpg(p.popen.pid, signal.SIGKILL)

@@ -1,0 +1,171 @@
+"""The agent's own HTTP endpoint: srun connects here to launch a step's tasks on this node.
+
+As with srun and slurmd, the client talks to each node directly; the server only signs the
+launch (an HMAC with this node's step key), so output streams node-to-client without
+passing through the control plane. The reply is NDJSON, one object per output chunk:
+``{"t": procid, "o": text}`` (stdout) or ``{"t": procid, "e": text}`` (stderr), then
+``{"exit": {procid: [exit_code, signal]}}``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import os
+import selectors
+import socket
+import subprocess
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from shoal.agent.runtime import Runtime, _killpg, set_gpu_env
+
+log = logging.getLogger("shoal.agent.steps")
+
+MAX_BODY = 8 * 1024 * 1024
+
+
+class StepServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], agent) -> None:
+        self.agent = agent
+        super().__init__(address, _Handler)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.0"
+    server: StepServer
+
+    def log_message(self, fmt, *args):  # quiet: the agent log says what matters
+        log.debug(fmt, *args)
+
+    def do_GET(self):
+        if self.path == "/healthz":
+            self._json(200, {"ok": True, "node": self.server.agent.name})
+        else:
+            self._json(404, {"detail": "not found"})
+
+    def do_POST(self):
+        if self.path != "/v1/steps":
+            return self._json(404, {"detail": "not found"})
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > MAX_BODY:
+            return self._json(413, {"detail": "step request too large"})
+        try:
+            req = json.loads(self.rfile.read(length))
+        except ValueError:
+            return self._json(400, {"detail": "step request is not JSON"})
+        agent = self.server.agent
+        err = _check(agent, req)
+        if err:
+            return self._json(403, {"detail": err})
+        run = agent.runtime.get(req["key"])
+        if run is None or run.killing_since is not None:
+            return self._json(409, {"detail": f"job {req['job_id']} is not running on {agent.name}"})
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-ndjson")
+        self.end_headers()
+        _run_step(agent.runtime, run, req, self.connection, self.wfile, agent.name)
+
+    def _json(self, status: int, doc: dict) -> None:
+        body = json.dumps(doc).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def _check(agent, req: dict) -> str | None:
+    try:
+        msg = f"{req['job_id']}.{req['run']}.{req['step_id']}"
+        want = hmac.new(agent.step_key.encode(), msg.encode(), hashlib.sha256).hexdigest()
+        if not hmac.compare_digest(want, str(req["credential"])):
+            return "invalid step credential"
+    except (KeyError, TypeError, AttributeError):
+        return "malformed step request"
+    return None
+
+
+def _run_step(runtime: Runtime, run, req: dict, conn: socket.socket, wfile, node: str) -> None:
+    sel = selectors.DefaultSelector()
+    procs: dict[int, subprocess.Popen] = {}
+    exits: dict[int, list[int]] = {}
+    lock = threading.Lock()
+
+    def emit(doc: dict) -> bool:
+        try:
+            with lock:
+                wfile.write(json.dumps(doc).encode() + b"\n")
+                wfile.flush()
+            return True
+        except OSError:
+            return False
+
+    for task in req["tasks"]:
+        env = dict(req["env"])
+        env.update({
+            "SLURM_PROCID": str(task["procid"]),
+            "SLURM_LOCALID": str(task["localid"]),
+            "SLURM_NODEID": str(req["nodeid"]),
+            "SLURMD_NODENAME": node,
+            "SLURM_TOPOLOGY_ADDR": node,
+            "SLURM_GPUS_ON_NODE": str(len(task["gpus"])),
+            "PMI_RANK": str(task["procid"]),
+            "PMI_SIZE": env.get("SLURM_NTASKS", "1"),
+        })
+        set_gpu_env(env, task["gpus"])
+        try:
+            p = subprocess.Popen(req["argv"], cwd=req.get("cwd") or "/", env=env, stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                                 close_fds=True)
+        except OSError as e:
+            emit({"t": task["procid"], "e": f"slurmstepd: error: execve(): {req['argv'][0]}: {e.strerror}\n"})
+            exits[task["procid"]] = [2, 0]
+            continue
+        runtime.add_step_proc(run, p, req["step_id"])
+        procs[task["procid"]] = p
+        os.set_blocking(p.stdout.fileno(), False)
+        os.set_blocking(p.stderr.fileno(), False)
+        sel.register(p.stdout, selectors.EVENT_READ, (task["procid"], "o"))
+        sel.register(p.stderr, selectors.EVENT_READ, (task["procid"], "e"))
+    sel.register(conn, selectors.EVENT_READ, None)  # readable = the client went away
+    open_pipes = 2 * len(procs)
+    client_gone = False
+    while open_pipes > 0:
+        for key, _ in sel.select(timeout=1.0):
+            if key.data is None:
+                try:
+                    gone = conn.recv(1, socket.MSG_PEEK) == b""
+                except OSError:
+                    gone = True
+                if gone:
+                    client_gone = True
+                    sel.unregister(conn)
+                    for p in procs.values():
+                        _killpg(p.pid, 9)
+                continue
+            procid, stream = key.data
+            try:
+                data = os.read(key.fileobj.fileno(), 65536)
+            except BlockingIOError:
+                continue
+            if not data:
+                sel.unregister(key.fileobj)
+                key.fileobj.close()
+                open_pipes -= 1
+                continue
+            if not client_gone:
+                emit({"t": procid, stream: data.decode("utf-8", errors="replace")})
+    sel.close()
+    for procid, p in procs.items():
+        rc = p.wait()
+        exits[procid] = [0, -rc] if rc < 0 else [rc, 0]
+    if not client_gone:
+        emit({"exit": {str(k): v for k, v in sorted(exits.items())}})
+    time.sleep(0)

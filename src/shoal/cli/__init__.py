@@ -1,0 +1,1 @@
+"""`shoal` and the Slurm-compatible commands. Stdlib only on the start-up path."""

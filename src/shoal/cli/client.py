@@ -1,0 +1,218 @@
+"""The client side of the API: where the server is, who we are, and a small HTTP/1.1 client.
+
+The Slurm-compatible commands are run in tight loops by users' scripts, so this module
+imports only the standard library's cheapest parts: ``http.client`` alone costs ~30 ms
+(it pulls in the email package), so requests are written on a plain socket instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+from urllib.parse import quote, urlencode, urlsplit
+
+DEFAULT_CONFIG = "~/.config/shoal/config.yaml"
+
+
+class ClientError(Exception):
+    """A request the server refused, or a server that could not be reached. Carries the message to print."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
+
+
+def config_path() -> str:
+    return os.path.expanduser(os.environ.get("SHOAL_CONFIG") or DEFAULT_CONFIG)
+
+
+def load_config() -> dict:
+    """Read the client configuration: $SHOAL_CONFIG or ~/.config/shoal/config.yaml.
+
+    `shoal up` writes it as JSON (a subset of YAML, so it stays a valid .yaml file and
+    reads without importing a YAML parser); a hand-written YAML file also works.
+    Environment variables SHOAL_SERVER and SHOAL_TOKEN override the file.
+    """
+    conf: dict = {}
+    path = config_path()
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        text = ""
+    except OSError as e:
+        raise ClientError(f"cannot read client configuration {path}: {e.strerror}") from None
+    if text.strip():
+        try:
+            conf = json.loads(text)
+        except ValueError:
+            import yaml  # only for hand-written files
+
+            try:
+                conf = yaml.safe_load(text) or {}
+            except yaml.YAMLError as e:
+                raise ClientError(f"client configuration {path} is not valid YAML: {e}") from None
+        if not isinstance(conf, dict):
+            raise ClientError(f"client configuration {path} must be a mapping with 'server' and 'token'")
+    if os.environ.get("SHOAL_SERVER"):
+        conf["server"] = os.environ["SHOAL_SERVER"]
+    if os.environ.get("SHOAL_TOKEN"):
+        conf["token"] = os.environ["SHOAL_TOKEN"]
+    if not conf.get("server"):
+        raise ClientError(
+            f"no Shoal server configured: start a local cluster with 'shoal up', "
+            f"or write 'server' and 'token' to {path} (or set SHOAL_SERVER and SHOAL_TOKEN)"
+        )
+    return conf
+
+
+class Client:
+    """JSON over HTTP to the Shoal server, authenticated with a bearer token."""
+
+    def __init__(self, server: str, token: str | None = None, timeout: float = 30.0):
+        parts = urlsplit(server if "://" in server else "http://" + server)
+        self.scheme = parts.scheme
+        self.host = parts.hostname or "127.0.0.1"
+        self.port = parts.port or (443 if parts.scheme == "https" else 80)
+        self.base = parts.path.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+        self.server = server
+        # A job's own credential lets srun create steps inside its allocation.
+        self.job_token = os.environ.get("SHOAL_JOB_TOKEN")
+
+    @classmethod
+    def from_config(cls) -> "Client":
+        conf = load_config()
+        return cls(conf["server"], conf.get("token"))
+
+    def get(self, path: str, params: dict | None = None, timeout: float | None = None):
+        if params:
+            clean = {k: v for k, v in params.items() if v is not None}
+            if clean:
+                path = f"{path}?{urlencode(clean, doseq=True)}"
+        return self.request("GET", path, timeout=timeout)
+
+    def post(self, path: str, body: dict | None = None, timeout: float | None = None):
+        return self.request("POST", path, body if body is not None else {}, timeout=timeout)
+
+    def patch(self, path: str, body: dict):
+        return self.request("PATCH", path, body)
+
+    def delete(self, path: str):
+        return self.request("DELETE", path)
+
+    def request(self, method: str, path: str, body: dict | None = None, timeout: float | None = None):
+        payload = b"" if body is None else json.dumps(body).encode()
+        headers = [
+            f"{method} {self.base}{path} HTTP/1.1",
+            f"Host: {self.host}:{self.port}",
+            "Connection: close",
+            "Accept: application/json",
+            f"User-Agent: shoal-cli/{os.path.basename(sys.argv[0] or 'shoal')}",
+        ]
+        if self.token:
+            headers.append(f"Authorization: Bearer {self.token}")
+        if self.job_token:
+            headers.append(f"X-Shoal-Job-Token: {self.job_token}")
+        user = _login_name()
+        if user:
+            headers.append(f"X-Shoal-User: {quote(user)}")
+        if body is not None:
+            headers.append("Content-Type: application/json")
+        headers.append(f"Content-Length: {len(payload)}")
+        raw = ("\r\n".join(headers) + "\r\n\r\n").encode() + payload
+        status, data = self._roundtrip(raw, timeout or self.timeout)
+        try:
+            doc = json.loads(data) if data else None
+        except ValueError:
+            doc = None
+        if status >= 400:
+            detail = doc.get("detail") if isinstance(doc, dict) else None
+            if isinstance(detail, list):  # validation errors: name the field
+                detail = "; ".join(_field_error(d) for d in detail)
+            raise ClientError(str(detail or data.decode(errors="replace") or f"HTTP {status}"), status)
+        return doc
+
+    def _roundtrip(self, raw: bytes, timeout: float) -> tuple[int, bytes]:
+        try:
+            sock = socket.create_connection((self.host, self.port), timeout=timeout)
+        except OSError as e:
+            raise ClientError(
+                f"cannot reach the Shoal server at {self.server}: {e.strerror or e} "
+                f"(is the cluster up? try 'shoal up')"
+            ) from None
+        if self.scheme == "https":
+            import ssl
+
+            sock = ssl.create_default_context(cafile=os.environ.get("SHOAL_CA")).wrap_socket(
+                sock, server_hostname=self.host
+            )
+        try:
+            sock.sendall(raw)
+            chunks = []
+            while True:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+        except socket.timeout:
+            raise ClientError(f"the Shoal server at {self.server} did not answer within {timeout:g}s") from None
+        except OSError as e:
+            raise ClientError(f"connection to the Shoal server at {self.server} failed: {e}") from None
+        finally:
+            sock.close()
+        return _parse_response(b"".join(chunks))
+
+
+def _parse_response(data: bytes) -> tuple[int, bytes]:
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    try:
+        status = int(lines[0].split()[1])
+    except (IndexError, ValueError):
+        raise ClientError("the server sent a malformed HTTP response") from None
+    headers = {}
+    for line in lines[1:]:
+        k, _, v = line.partition(b":")
+        headers[k.strip().lower()] = v.strip()
+    if headers.get(b"transfer-encoding", b"").lower() == b"chunked":
+        body = _dechunk(body)
+    elif b"content-length" in headers:
+        body = body[: int(headers[b"content-length"])]
+    return status, body
+
+
+def _dechunk(body: bytes) -> bytes:
+    out = []
+    while body:
+        size_line, _, rest = body.partition(b"\r\n")
+        size = int(size_line.split(b";")[0], 16)
+        if size == 0:
+            break
+        out.append(rest[:size])
+        body = rest[size + 2 :]
+    return b"".join(out)
+
+
+def _field_error(d: dict) -> str:
+    loc = ".".join(str(p) for p in d.get("loc", ()) if p not in ("body",))
+    return f"{loc}: {d.get('msg')}" if loc else str(d.get("msg"))
+
+
+def _login_name() -> str:
+    try:
+        import pwd
+
+        return pwd.getpwuid(os.getuid()).pw_name
+    except (KeyError, ImportError):
+        return os.environ.get("USER", "")
+
+
+def fail(message: str, code: int = 1):
+    """Print a command's error the way Slurm's commands do, and exit."""
+    prog = os.path.basename(sys.argv[0]) or "shoal"
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    raise SystemExit(code)

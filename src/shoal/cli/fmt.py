@@ -1,0 +1,219 @@
+"""Slurm's output-format engine: ``%[.][width]X`` strings for squeue/sinfo -o, squeue -O.
+
+A format is literal text and field specifications. ``%.10i`` right-justifies the job id
+in ten columns, ``%10i`` left-justifies it, ``%i`` prints it as it is, ``%#P`` sizes the
+column to its widest value. Padding and cutting follow Slurm's ``_print_str``: with a
+width, a left-justified value is always cut to the width; a right-justified one is cut
+only for fields that Slurm cuts (not node lists, not durations). ``%%`` is a literal
+``%``. Rendering is pure: fields are (header, getter) pairs over plain dicts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+AUTO_MIN_WIDTH = 9
+"""The narrowest a ``%#X`` column gets, as sinfo's MIN_PART_FIELD_SIZE/MIN_NODE_FIELD_SIZE."""
+
+LONG_FORMAT_WIDTH = 20
+"""The width of a ``-O/--Format`` field given without ``:size``, as in Slurm."""
+
+Getter = Callable[[Mapping[str, Any], float], Any]
+
+
+class FormatError(ValueError):
+    """A format string naming a field the command does not have."""
+
+
+@dataclass(frozen=True)
+class Field:
+    """One column a command can print: its header and how to read its value from a row.
+
+    ``cut`` says whether a right-justified value is cut to the width (Slurm cuts most
+    fields, never node lists or times); ``cut_header`` the same for the header.
+    """
+
+    header: str
+    get: Getter
+    cut: bool = True
+    cut_header: bool = True
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One field of a parsed format, or literal text when ``field`` is None."""
+
+    field: Field | None
+    width: int = 0
+    right: bool = False
+    auto: bool = False
+    text: str = ""
+
+
+def parse_format(fmt: str, fields: Mapping[str, Field], kind: str = "job") -> list[Spec]:
+    """Split ``%.18i %.9P`` into specs; an unknown letter raises FormatError naming it."""
+    specs: list[Spec] = []
+    literal: list[str] = []
+    i, n = 0, len(fmt)
+    while i < n:
+        c = fmt[i]
+        if c != "%":
+            literal.append(c)
+            i += 1
+            continue
+        if i + 1 < n and fmt[i + 1] == "%":
+            literal.append("%")
+            i += 2
+            continue
+        if literal:
+            specs.append(Spec(None, text="".join(literal)))
+            literal = []
+        i += 1
+        right = auto = False
+        if i < n and fmt[i] == ".":
+            right = True
+            i += 1
+        if i < n and fmt[i] == "#":
+            auto = True
+            i += 1
+        start = i
+        while i < n and fmt[i].isdigit():
+            i += 1
+        width = int(fmt[start:i]) if i > start else 0
+        if i >= n:
+            raise FormatError(f"Invalid {kind} format specification: '%' at the end of '{fmt}' names no field")
+        letter = fmt[i]
+        i += 1
+        if letter not in fields:
+            raise FormatError(
+                f"Invalid {kind} format specification: {letter} "
+                f"(valid field letters: {''.join(sorted(fields))})"
+            )
+        specs.append(Spec(fields[letter], width, right, auto))
+    if literal:
+        specs.append(Spec(None, text="".join(literal)))
+    return specs
+
+
+def parse_long_format(fmt: str, fields: Mapping[str, Field], kind: str = "job") -> list[Spec]:
+    """squeue -O ``name[:[.]size][suffix],...``: default width 20, left-justified."""
+    specs: list[Spec] = []
+    for item in fmt.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        name, colon, rest = item.partition(":")
+        field = fields.get(name.lower())
+        if field is None:
+            raise FormatError(
+                f"Invalid {kind} format specification: {name} "
+                f"(valid names: {', '.join(sorted(fields))})"
+            )
+        width, right, suffix = LONG_FORMAT_WIDTH, False, ""
+        if colon:
+            if rest.startswith("."):
+                right, rest = True, rest[1:]
+            digits = len(rest) - len(rest.lstrip("0123456789"))
+            width = int(rest[:digits]) if digits else 0
+            suffix = rest[digits:]
+        specs.append(Spec(field, width, right))
+        if suffix:
+            specs.append(Spec(None, text=suffix))
+    return specs
+
+
+def pad(value: str, width: int, right: bool, cut: bool) -> str:
+    """Slurm's _print_str: ``%{width}s`` (cut when ``cut``) or ``%.{width}s`` then spaces."""
+    if not width:
+        return value
+    if right:
+        text = value.rjust(width)
+        return text[:width] if cut else text
+    return value[:width].ljust(width)
+
+
+def text(value: Any) -> str:
+    """A value as Slurm's printf would show it: None is ``(null)``."""
+    if value is None:
+        return "(null)"
+    return str(value)
+
+
+def render(specs: Sequence[Spec], rows: Iterable[Mapping[str, Any]], now: float,
+           header: bool = True) -> str:
+    """The table: an optional header line, then one line per row, each ending in a newline."""
+    rows = list(rows)
+    values = [[text(s.field.get(row, now)) if s.field else s.text for s in specs] for row in rows]
+    widths = []
+    for k, s in enumerate(specs):
+        if s.auto:
+            widths.append(max([AUTO_MIN_WIDTH, *(len(v[k]) for v in values)]))
+        else:
+            widths.append(s.width)
+    lines = []
+    if header:
+        lines.append("".join(
+            pad(s.field.header, widths[k], s.right, s.field.cut_header) if s.field else s.text
+            for k, s in enumerate(specs)
+        ))
+    for v in values:
+        lines.append("".join(
+            pad(v[k], widths[k], s.right, s.field.cut) if s.field else s.text
+            for k, s in enumerate(specs)
+        ))
+    return "".join(line + "\n" for line in lines)
+
+
+def format_hms(seconds: float | int | None, unlimited: str = "UNLIMITED") -> str:
+    """Slurm's secs2time_str, used by sacct and scontrol: ``00:05:03``, ``1-02:03:04``.
+
+    (squeue and sinfo print ``5:03`` instead: that is timefmt.format_duration.)
+    """
+    if seconds is None:
+        return unlimited
+    total = max(0, int(seconds))
+    days, rem = divmod(total, 86400)
+    hours, rem = divmod(rem, 3600)
+    minutes, secs = divmod(rem, 60)
+    if days:
+        return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
+    return f"{hours:02d}:{minutes:02d}:{secs:02d}"
+
+
+def split_list(values: Iterable[str] | None) -> list[str]:
+    """``-u a,b -u c`` to ``[a, b, c]``: Slurm's comma lists, repeatable options merged."""
+    out: list[str] = []
+    for value in values or ():
+        out.extend(p.strip() for p in value.split(",") if p.strip())
+    return out
+
+
+def emit(output: str) -> None:
+    """Write a command's output; a reader that went away (``| head -1``) is not an error."""
+    import sys
+
+    try:
+        sys.stdout.write(output)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        import os
+
+        # Python would complain again when it flushes stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def argument_parser(prog: str, description: str):
+    """An argparse parser whose errors read ``<prog>: error: ...`` and exit 1, as Slurm's do.
+
+    It has no -h: Slurm's commands use -h for --noheader, and add --help themselves.
+    """
+    import argparse
+
+    class _Parser(argparse.ArgumentParser):
+        def error(self, message: str):  # type: ignore[override]
+            from shoal.cli.client import fail
+
+            fail(message)
+
+    return _Parser(prog=prog, description=description, add_help=False)

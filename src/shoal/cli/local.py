@@ -1,0 +1,303 @@
+"""`shoal up` / `shoal down`: a whole cluster on one machine.
+
+A server and N agent processes, each agent a separate node with its own name, its own
+127.0.0.x address, its own work directory and its own fake GPUs. As root, each agent runs
+in its own UTS namespace with the node's hostname, and /etc/hosts maps the node names to
+their addresses, so `hostname` and `MASTER_ADDR=$(scontrol show hostname ... | head -1)`
+behave as on a real cluster. The nodes share this machine's filesystem, as a cluster with
+a shared filesystem does.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from shoal.cli.client import Client, ClientError, config_path
+
+HOSTS_FILE = "/etc/hosts"
+
+
+def state_dir(arg: str | None) -> Path:
+    base = arg or os.environ.get("SHOAL_STATE_DIR") or os.path.join(
+        os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "shoal", "local")
+    return Path(base).resolve()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][0] != "Z"
+    except OSError:
+        return True
+
+
+def _read_state(sdir: Path) -> dict | None:
+    try:
+        return json.loads((sdir / "cluster.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def node_names(prefix: str, count: int) -> list[str]:
+    width = max(2, len(str(count)))
+    return [f"{prefix}{i:0{width}d}" for i in range(1, count + 1)]
+
+
+def default_config(names: list[str], partition: str, args) -> dict:
+    from shoal.model.hostlist import compress
+
+    nodes = {"heartbeat_interval_s": 2.0,
+             "heartbeat_timeout_s": args.heartbeat_timeout or 30.0,
+             "kill_wait_s": args.kill_wait if args.kill_wait is not None else 5.0}
+    return {"cluster_name": "local",
+            "partitions": [{"name": partition, "nodes": compress(names), "default": True}],
+            "nodes": nodes}
+
+
+def up(args) -> int:
+    from shoal.agent.gpus import gpu_model
+    from shoal.agent.labels import gpu_type
+
+    sdir = state_dir(args.state_dir)
+    current = _read_state(sdir)
+    if current and _alive(current["pids"]["server"]):
+        print(f"shoal up: a local cluster is already running (server {current['server']}, "
+              f"{len(current['pids']['agents'])} nodes, state in {sdir}); run 'shoal down' first",
+              file=sys.stderr)
+        return 1
+    if args.nodes < 1:
+        print("shoal up: --nodes must be at least 1", file=sys.stderr)
+        return 2
+    try:
+        model = gpu_model(args.gpu_model) if args.gpus_per_node else None
+        base = ipaddress.IPv4Address(args.address_base)
+    except ValueError as e:
+        print(f"shoal up: {e}", file=sys.stderr)
+        return 2
+    sdir.mkdir(parents=True, exist_ok=True)
+    (sdir / "logs").mkdir(exist_ok=True)
+    names = node_names(args.name_prefix, args.nodes)
+    addresses = [str(base + i) for i in range(args.nodes)]
+    if not all(ipaddress.IPv4Address(a).is_loopback for a in addresses):
+        print("shoal up: node addresses must stay in 127.0.0.0/8", file=sys.stderr)
+        return 2
+    config_file = args.config
+    if not config_file:
+        partition = f"gpu-{gpu_type(model.product)}" if model else "cpu"
+        config_file = str(sdir / "cluster.yaml")
+        # JSON is YAML: no YAML writer needed, and the file stays readable.
+        Path(config_file).write_text(json.dumps(default_config(names, partition, args), indent=2) + "\n")
+    server_url = f"http://127.0.0.1:{args.port}"
+    join_file = sdir / "join.token"
+    if not join_file.exists():
+        import secrets
+
+        fd = os.open(join_file, os.O_WRONLY | os.O_CREAT, 0o600)
+        os.write(fd, f"join_{secrets.token_urlsafe(24)}".encode())
+        os.close(fd)
+    py = sys.executable
+    pids: dict = {"server": None, "agents": {}}
+    server_cmd = [py, "-m", "shoal", "server", "--listen", f"127.0.0.1:{args.port}", "--config", config_file,
+                  "--state-dir", str(sdir / "server"), "--join-token-file", str(join_file)]
+    if args.db:
+        server_cmd += ["--db", args.db]
+    pids["server"] = _spawn(server_cmd, sdir / "logs" / "server.log")
+    state = {"server": server_url, "pids": pids, "started": time.time(), "hosts": False,
+             "client_config": config_path(), "nodes": dict(zip(names, addresses))}
+    _write_state(sdir, state)
+    admin_file = sdir / "server" / "admin.token"
+    deadline = time.time() + args.timeout
+    while time.time() < deadline:
+        if not _alive(pids["server"]):
+            return _failed(sdir, "the server exited during start-up", "server.log")
+        if admin_file.exists() and _healthy(server_url):
+            break
+        time.sleep(0.05)
+    else:
+        return _failed(sdir, f"the server did not come up within {args.timeout:g}s", "server.log")
+    token = admin_file.read_text().strip()
+    use_uts = os.geteuid() == 0 and shutil.which("unshare") is not None
+    if os.geteuid() == 0:
+        state["hosts"] = _hosts_add(sdir, names, addresses)
+    for name, address in zip(names, addresses):
+        cmd = [py, "-m", "shoal", "agent", "--server", server_url, "--join-token-file", str(join_file),
+               "--name", name, "--address", address, "--port", str(args.agent_port),
+               "--workdir", str(sdir / "nodes" / name), "--cpus", str(args.cpus_per_node),
+               "--memory", args.memory_per_node]
+        if args.gpus_per_node:
+            cmd += ["--fake-gpus", str(args.gpus_per_node), "--gpu-model", args.gpu_model]
+        for label in args.label:
+            cmd += ["--label", label]
+        if use_uts:
+            cmd = ["unshare", "--uts", "--", *cmd, "--hostname"]
+        pids["agents"][name] = _spawn(cmd, sdir / "logs" / f"{name}.log")
+    _write_state(sdir, state)
+    client = Client(server_url, token)
+    while time.time() < deadline:
+        dead = [n for n, pid in pids["agents"].items() if not _alive(pid)]
+        if dead:
+            return _failed(sdir, f"agent {dead[0]} exited during start-up", f"{dead[0]}.log")
+        try:
+            nodes = client.get("/api/v1/nodes")["nodes"]
+        except ClientError:
+            nodes = []
+        ready = {n["name"] for n in nodes if n["state"] == "UP"}
+        if set(names) <= ready:
+            break
+        time.sleep(0.05)
+    else:
+        return _failed(sdir, f"not every node registered within {args.timeout:g}s", None)
+    _write_client_config(server_url, token)
+    gpus = f"{args.gpus_per_node} x {model.product}" if model else "no GPUs"
+    print(f"Shoal local cluster is up: {args.nodes} nodes ({names[0]}..{names[-1]}), {gpus} each, "
+          f"{args.cpus_per_node} CPUs, {args.memory_per_node} memory")
+    print(f"  server   {server_url}  (logs and state in {sdir})")
+    print(f"  config   {config_path()}  (sbatch, squeue, sinfo... use it)")
+    if not use_uts:
+        print("  note     not root: nodes share this machine's hostname, and node names resolve only if "
+              "/etc/hosts lists them")
+    print("  try      sinfo; sbatch --wrap hostname; squeue; shoal down")
+    return 0
+
+
+def _spawn(cmd: list[str], log: Path) -> int:
+    with open(log, "ab") as out:
+        p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                             start_new_session=True, close_fds=True)
+    return p.pid
+
+
+def _healthy(url: str) -> bool:
+    try:
+        Client(url).get("/healthz", timeout=1)
+        return True
+    except ClientError:
+        return False
+
+
+def _write_state(sdir: Path, state: dict) -> None:
+    tmp = sdir / "cluster.json.tmp"
+    tmp.write_text(json.dumps(state, indent=2))
+    tmp.replace(sdir / "cluster.json")
+
+
+def _write_client_config(server: str, token: str) -> None:
+    path = Path(config_path())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump({"server": server, "token": token}, f, indent=2)
+        f.write("\n")
+
+
+def _failed(sdir: Path, why: str, log: str | None) -> int:
+    print(f"shoal up: {why}", file=sys.stderr)
+    if log:
+        path = sdir / "logs" / log
+        try:
+            tail = path.read_text(errors="replace").splitlines()[-15:]
+        except OSError:
+            tail = []
+        if tail:
+            print(f"--- last lines of {path}:", file=sys.stderr)
+            print("\n".join(tail), file=sys.stderr)
+    _stop(sdir, quiet=True)
+    return 1
+
+
+def _marker(sdir: Path) -> tuple[str, str]:
+    return f"# BEGIN shoal local cluster {sdir}", f"# END shoal local cluster {sdir}"
+
+
+def _hosts_add(sdir: Path, names: list[str], addresses: list[str]) -> bool:
+    begin, end = _marker(sdir)
+    try:
+        text = _hosts_strip(Path(HOSTS_FILE).read_text(), begin, end)
+        block = [begin] + [f"{a}\t{n}" for n, a in zip(names, addresses)] + [end]
+        Path(HOSTS_FILE).write_text(text.rstrip("\n") + "\n" + "\n".join(block) + "\n")
+        return True
+    except OSError:
+        return False
+
+
+def _hosts_strip(text: str, begin: str, end: str) -> str:
+    out, skip = [], False
+    for line in text.splitlines():
+        if line == begin:
+            skip = True
+        elif line == end:
+            skip = False
+        elif not skip:
+            out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def down(args) -> int:
+    sdir = state_dir(args.state_dir)
+    if _read_state(sdir) is None:
+        print(f"shoal down: no local cluster is running (nothing in {sdir})", file=sys.stderr)
+        return 1
+    _stop(sdir, quiet=False)
+    return 0
+
+
+def _stop(sdir: Path, quiet: bool) -> None:
+    state = _read_state(sdir)
+    if state is None:
+        return
+    pids = state["pids"]
+    agents = [p for p in pids["agents"].values() if p]
+    _terminate(agents)
+    _terminate([pids["server"]] if pids["server"] else [])
+    if state.get("hosts"):
+        begin, end = _marker(sdir)
+        try:
+            Path(HOSTS_FILE).write_text(_hosts_strip(Path(HOSTS_FILE).read_text(), begin, end))
+        except OSError:
+            pass
+    try:
+        conf = json.loads(Path(state["client_config"]).read_text())
+        if conf.get("server") == state["server"]:
+            os.unlink(state["client_config"])
+    except (OSError, ValueError, KeyError):
+        pass
+    (sdir / "cluster.json").unlink(missing_ok=True)
+    if not quiet:
+        print(f"Shoal local cluster stopped ({len(agents)} agents and the server).")
+
+
+def _terminate(pids: list[int], wait: float = 10.0) -> None:
+    for pid in pids:
+        try:
+            os.killpg(pid, signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            pass
+    deadline = time.time() + wait
+    while time.time() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.05)
+    for pid in pids:
+        if _alive(pid):
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+    # Reap if they are our children (shoal up's failure path); elsewhere init reaps them.
+    for pid in pids:
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass

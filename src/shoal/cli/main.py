@@ -1,0 +1,98 @@
+"""`shoal`: run the server or an agent, start and stop a local cluster, manage tokens."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from shoal import __version__
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="shoal", description="Shoal GPU cluster manager")
+    p.add_argument("--version", action="version", version=f"shoal {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    s = sub.add_parser("server", help="run the control plane (API + scheduler)")
+    s.add_argument("--listen", default="127.0.0.1:6817", help="host:port to serve on (default %(default)s)")
+    s.add_argument("--db", help="SQLAlchemy URL (default: SQLite in the state dir; "
+                                "postgresql+psycopg://user@host/db for PostgreSQL)")
+    s.add_argument("--config", required=True, help="cluster configuration (YAML): partitions, timeouts")
+    s.add_argument("--state-dir", default="/var/lib/shoal/server", help="secrets and the default SQLite file")
+    s.add_argument("--join-token-file", help="accept agents that present this token (else one is generated)")
+
+    a = sub.add_parser("agent", help="run a node agent")
+    a.add_argument("--server", required=True, help="server URL, e.g. http://10.0.0.1:6817")
+    a.add_argument("--join-token")
+    a.add_argument("--join-token-file")
+    a.add_argument("--name", help="node name (default: short hostname)")
+    a.add_argument("--address", default="0.0.0.0", help="address to serve srun launches on and to advertise")
+    a.add_argument("--port", type=int, default=6818)
+    a.add_argument("--workdir", help="agent state (default /var/lib/shoal/NAME)")
+    a.add_argument("--fake-gpus", type=int, metavar="N", help="pretend to have N GPUs (no NVIDIA driver needed)")
+    a.add_argument("--gpu-model", default="A100-SXM4-80GB", help="model of the fake GPUs (default %(default)s)")
+    a.add_argument("--fake-gpus-file", help="YAML list of fake GPUs")
+    a.add_argument("--cpus", type=int, help="CPUs to advertise (default: what psutil finds)")
+    a.add_argument("--memory", help="memory to advertise, e.g. 2T or 512G (default: what psutil finds)")
+    a.add_argument("--label", action="append", default=[], metavar="KEY=VALUE")
+    a.add_argument("--feature", action="append", default=[], help="node feature for --constraint")
+    a.add_argument("--hostname", action="store_true", help="set the UTS hostname to the node name")
+
+    u = sub.add_parser("up", help="start a local cluster (server + N agents) in the background")
+    u.add_argument("--nodes", type=int, default=4)
+    u.add_argument("--gpus-per-node", type=int, default=8)
+    u.add_argument("--gpu-model", default="A100-SXM4-80GB")
+    u.add_argument("--cpus-per-node", type=int, default=128)
+    u.add_argument("--memory-per-node", default="2T")
+    u.add_argument("--name-prefix", default="node")
+    u.add_argument("--address-base", default="127.0.0.2", help="first node's address; each node gets the next")
+    u.add_argument("--port", type=int, default=6817, help="server port")
+    u.add_argument("--agent-port", type=int, default=6818)
+    u.add_argument("--config", help="cluster configuration (default: one partition named after the GPU model)")
+    u.add_argument("--db", help="SQLAlchemy URL (default: SQLite in the state dir)")
+    u.add_argument("--state-dir", help="default: $SHOAL_STATE_DIR or ~/.local/state/shoal/local")
+    u.add_argument("--label", action="append", default=[], metavar="KEY=VALUE", help="label for every node")
+    u.add_argument("--heartbeat-timeout", type=float, help="seconds before a silent node is DOWN")
+    u.add_argument("--kill-wait", type=float, help="seconds between SIGTERM and SIGKILL")
+    u.add_argument("--timeout", type=float, default=60.0, help="give up if the nodes are not ready in time")
+
+    d = sub.add_parser("down", help="stop the local cluster")
+    d.add_argument("--state-dir")
+
+    t = sub.add_parser("token", help="create an API token for a user (admin)")
+    t.add_argument("action", choices=["create"])
+    t.add_argument("--user", required=True)
+    t.add_argument("--role", default="user", choices=["user", "admin"])
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command == "server":
+        from shoal.server.main import run
+
+        return run(args)
+    if args.command == "agent":
+        from shoal.agent.main import run
+
+        return run(args)
+    if args.command in ("up", "down"):
+        from shoal.cli import local
+
+        return local.up(args) if args.command == "up" else local.down(args)
+    if args.command == "token":
+        from shoal.cli.client import Client, ClientError, fail
+
+        try:
+            out = Client.from_config().post("/api/v1/tokens", {"user": args.user, "role": args.role})
+        except ClientError as e:
+            fail(str(e))
+        print(out["token"])
+        return 0
+    parser.print_help()
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,396 @@
+"""scontrol: show and change jobs, nodes and partitions in Slurm's ``Key=Value`` layout.
+
+``show hostnames`` and ``show hostlist`` run without the server and import nothing but the
+hostlist module, since job scripts call them on every launch. The other subcommands
+fetch from /api/v1; ``render_job``/``render_node``/``render_partition`` are pure.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Mapping
+
+from shoal.model.hostlist import HostlistError, compress, expand
+
+SHOW_ENTITIES = ("job", "node", "partition", "hostnames", "hostlist", "config")
+COMMANDS = ("show", "update", "hold", "release", "requeue")
+JOB_UPDATE_KEYS = {"timelimit": "time_limit_s", "jobname": "name", "name": "name",
+                   "partition": "partition", "numnodes": "nodes", "comment": "comment"}
+NODE_STATES = ("DRAIN", "RESUME", "DOWN", "UNDRAIN", "IDLE")
+
+# The Node object's display_state as scontrol's State= word.
+NODE_STATE_WORDS = {"idle": "IDLE", "mix": "MIXED", "alloc": "ALLOCATED", "drain": "IDLE+DRAIN",
+                    "drng": "MIXED+DRAIN", "down": "DOWN"}
+
+
+class UsageError(ValueError):
+    """A command line scontrol does not understand; the message says what was expected."""
+
+
+def _fail(message: str):
+    from shoal.cli.client import fail
+
+    fail(message)
+
+
+def _user_id(name: str | None) -> str:
+    """``alice(1000)`` as Slurm prints UserId; the uid comes from the local passwd."""
+    if not name:
+        return "(null)"
+    try:
+        import pwd
+
+        return f"{name}({pwd.getpwnam(name).pw_uid})"
+    except (KeyError, ImportError):
+        return name
+
+
+def _group_id(name: str | None) -> str:
+    if not name:
+        return "(null)"
+    try:
+        import grp
+        import pwd
+
+        gid = pwd.getpwnam(name).pw_gid
+        return f"{grp.getgrgid(gid).gr_name}({gid})"
+    except (KeyError, ImportError):
+        return name
+
+
+def _text(value: Any) -> str:
+    return "(null)" if value is None or value == "" else str(value)
+
+
+def _layout(lines: list[list[tuple[str, Any]]], oneliner: bool) -> str:
+    """Slurm's layout: first line flush left, the rest indented three spaces; -o: one line."""
+    rendered = [" ".join(f"{k}={v}" for k, v in line) for line in lines if line]
+    if oneliner:
+        return " ".join(rendered) + "\n"
+    return rendered[0] + "\n" + "".join(f"   {line}\n" for line in rendered[1:])
+
+
+def render_job(job: Mapping[str, Any], now: float, oneliner: bool = False) -> str:
+    """``scontrol show job``: one job in Slurm's key order."""
+    from shoal.cli.fmt import format_hms
+    from shoal.cli.sacct import tres
+    from shoal.cli.squeue import display_state, elapsed, job_id_text
+    from shoal.model.job import exit_code_text
+    from shoal.model.timefmt import format_timestamp
+
+    first: list[tuple[str, Any]] = [("JobId", job["job_id"])]
+    if job.get("array_job_id") is not None:
+        task = job.get("_array_tasks") or job.get("array_task_id")
+        first += [("ArrayJobId", job["array_job_id"]), ("ArrayTaskId", task)]
+        if job.get("array_throttle"):
+            first.append(("ArrayTaskThrottle", job["array_throttle"]))
+    first.append(("JobName", _text(job.get("name"))))
+    ts = lambda key: format_timestamp(job.get(key))  # noqa: E731
+    limit = job.get("time_limit_s")
+    end = job.get("end_time") or (job["start_time"] + limit if job.get("start_time") and limit else None)
+    ntpn = job.get("ntasks_per_node")
+    cpt = job.get("cpus_per_task") or 1
+    state = display_state(job)
+    lines = [
+        first,
+        [("UserId", _user_id(job.get("user"))), ("GroupId", _group_id(job.get("user"))),
+         ("MCS_label", "N/A")],
+        [("Priority", job.get("priority") or 0), ("Nice", 0), ("Account", _text(job.get("account"))),
+         ("QOS", job.get("qos") or "normal")],
+        [("JobState", state), ("Reason", job.get("reason") or "None"),
+         ("Dependency", _text(job.get("dependency")))],
+        [("Requeue", int(bool(job.get("requeue")))), ("Restarts", job.get("restart_count") or 0),
+         ("BatchFlag", int(job.get("command") not in ("srun", None) and not job.get("interactive"))),
+         ("Reboot", 0), ("ExitCode", exit_code_text(job.get("exit_code"), job.get("signal")))],
+        [("RunTime", format_hms(elapsed(job, now))), ("TimeLimit", format_hms(limit)), ("TimeMin", "N/A")],
+        [("SubmitTime", ts("submit_time")), ("EligibleTime", ts("eligible_time"))],
+        [("StartTime", ts("start_time")), ("EndTime", format_timestamp(end)), ("Deadline", "N/A")],
+        [("Partition", _text(job.get("partition")))],
+        [("NodeList", _text(job.get("nodelist")))],
+        [("BatchHost", job["batch_host"])] if job.get("batch_host") else [],
+        [("NumNodes", job.get("nodes") or 1), ("NumCPUs", job.get("cpus") or 0),
+         ("NumTasks", job.get("ntasks") or 1), ("CPUs/Task", cpt)],
+        [("TRES", ",".join(f"{k}={v}" for k, v in tres(job, state != "PENDING").items()))],
+        [("NtasksPerN:B:S:C", f"{ntpn or 0}:0:*:*"), ("CoreSpec", "*")],
+        [("MinCPUsNode", cpt * (ntpn or 1)), ("MinMemoryNode", job.get("mem_per_node_mb") or 0),
+         ("MinTmpDiskNode", 0)],
+        [("OverSubscribe", "NO" if job.get("exclusive") else "OK"), ("Contiguous", 0),
+         ("Licenses", "(null)"), ("Network", "(null)")],
+        [("Command", _text(job.get("command")))],
+        [("WorkDir", _text(job.get("workdir")))],
+        [("Comment", job["comment"])] if job.get("comment") else [],
+        [("StdErr", _text(job.get("stderr")))],
+        [("StdIn", "/dev/null")],
+        [("StdOut", _text(job.get("stdout")))],
+    ]
+    if job.get("gpus_per_node"):
+        kind = f"{job['gpu_type']}:" if job.get("gpu_type") else ""
+        lines.append([("TresPerNode", f"gres/gpu:{kind}{job['gpus_per_node']}")])
+    return _layout(lines, oneliner)
+
+
+def node_state_word(node: Mapping[str, Any]) -> str:
+    from shoal.cli.sinfo import responding
+
+    word = NODE_STATE_WORDS.get(node.get("display_state") or "", (node.get("state") or "UNKNOWN").upper())
+    return word if responding(node) else word + "*"
+
+
+def render_node(node: Mapping[str, Any], oneliner: bool = False) -> str:
+    """``scontrol show node``: one node in Slurm's key order."""
+    from shoal.model.timefmt import format_timestamp
+
+    cpus = node.get("cpus") or 0
+    features = ",".join(node.get("features") or ()) or "(null)"
+    mem_mb = node.get("memory_mb") or 0
+    gpus = len(node.get("gpus") or ()) or None
+    cfg = f"cpu={cpus},mem={mem_mb}M,billing={cpus}" + (f",gres/gpu={gpus}" if gpus else "")
+    alloc = [f"cpu={node['cpus_alloc']}"] if node.get("cpus_alloc") else []
+    if node.get("memory_alloc_mb"):
+        alloc.append(f"mem={node['memory_alloc_mb']}M")
+    if node.get("gpus_alloc"):
+        alloc.append(f"gres/gpu={node['gpus_alloc']}")
+    lines = [
+        [("NodeName", node["name"]), ("Arch", node.get("arch") or "x86_64"),
+         ("CoresPerSocket", node.get("cores_per_socket") or cpus)],
+        [("CPUAlloc", node.get("cpus_alloc") or 0), ("CPUEfctv", cpus), ("CPUTot", cpus), ("CPULoad", "N/A")],
+        [("AvailableFeatures", features)],
+        [("ActiveFeatures", features)],
+        [("Gres", node.get("gres") or "(null)")],
+        [("NodeAddr", node.get("address") or node["name"]), ("NodeHostName", node["name"]),
+         ("Port", node.get("port") or 0)],
+        [("RealMemory", mem_mb), ("AllocMem", node.get("memory_alloc_mb") or 0), ("FreeMem", "N/A"),
+         ("Sockets", node.get("sockets") or 1), ("Boards", 1)],
+        [("State", node_state_word(node)), ("ThreadsPerCore", node.get("threads_per_core") or 1),
+         ("TmpDisk", 0), ("Weight", 1), ("Owner", "N/A"), ("MCS_label", "N/A")],
+        [("Partitions", ",".join(node.get("partitions") or ()) or "(null)")],
+        [("BootTime", format_timestamp(node.get("boot_time")) if node.get("boot_time") else "None"),
+         ("LastHeartbeat", format_timestamp(node.get("last_heartbeat")))],
+        [("CfgTRES", cfg)],
+        [("AllocTRES", ",".join(alloc))],
+    ]
+    if node.get("reason"):
+        lines.append([("Reason", node["reason"])])
+    return _layout(lines, oneliner)
+
+
+def render_partition(part: Mapping[str, Any], nodes: list[dict], oneliner: bool = False) -> str:
+    """``scontrol show partition``: one partition; TotalCPUs from its nodes."""
+    from shoal.cli.fmt import format_hms
+
+    names = set(part.get("node_names") or expand(part.get("nodes") or ""))
+    total_cpus = sum(n.get("cpus") or 0 for n in nodes if n["name"] in names)
+    default_time = part.get("default_time_s")
+    lines = [
+        [("PartitionName", part["name"])],
+        [("AllowGroups", "ALL"), ("AllowAccounts", "ALL"), ("AllowQos", "ALL")],
+        [("AllocNodes", "ALL"), ("Default", "YES" if part.get("default") else "NO"), ("QoS", "N/A")],
+        [("DefaultTime", "NONE" if default_time is None else format_hms(default_time)),
+         ("DisableRootJobs", "NO"), ("ExclusiveUser", "NO"), ("GraceTime", 0), ("Hidden", "NO")],
+        [("MaxNodes", part.get("max_nodes") or "UNLIMITED"), ("MaxTime", format_hms(part.get("max_time_s"))),
+         ("MinNodes", 0), ("LLN", "NO"), ("MaxCPUsPerNode", "UNLIMITED")],
+        [("Nodes", part.get("nodes") or "(null)")],
+        [("PriorityJobFactor", 1), ("PriorityTier", 1), ("RootOnly", "NO"), ("ReqResv", "NO"),
+         ("OverSubscribe", "NO")],
+        [("OverTimeLimit", "NONE"), ("PreemptMode", "OFF")],
+        [("State", part.get("state") or "UP"), ("TotalCPUs", total_cpus), ("TotalNodes", len(names)),
+         ("SelectTypeParameters", "NONE")],
+        [("JobDefaults", "(null)")],
+        [("DefMemPerNode", "UNLIMITED"), ("MaxMemPerNode", "UNLIMITED")],
+    ]
+    return _layout(lines, oneliner)
+
+
+def show_hostnames(args: list[str]) -> str:
+    """One name per line, from the argument or $SLURM_JOB_NODELIST; never asks the server."""
+    text = args[0] if args else os.environ.get("SLURM_JOB_NODELIST", "")
+    if not text:
+        raise UsageError("no hostlist given and SLURM_JOB_NODELIST is not set "
+                         "(usage: scontrol show hostnames [HOSTLIST])")
+    return "".join(name + "\n" for name in expand(text))
+
+
+def show_hostlist(args: list[str]) -> str:
+    if not args:
+        raise UsageError("no host names given (usage: scontrol show hostlist NAME[,NAME...])")
+    names: list[str] = []
+    for arg in args:
+        names.extend(expand(arg))
+    return compress(names) + "\n"
+
+
+def parse_update(args: list[str]) -> tuple[str, str, dict]:
+    """``JobId=12 TimeLimit=2:00:00`` to (``job``, ``12``, PATCH body); keys are case-insensitive."""
+    from shoal.model.timefmt import parse_time_limit
+
+    pairs = []
+    for arg in args:
+        key, eq, value = arg.partition("=")
+        if not eq:
+            raise UsageError(f"update expects Key=Value pairs, got '{arg}'")
+        pairs.append((key.lower(), value))
+    if not pairs or pairs[0][0] not in ("jobid", "nodename"):
+        raise UsageError("update needs JobId=ID or NodeName=HOSTLIST first, "
+                         "e.g. 'scontrol update JobId=12 TimeLimit=2:00:00'")
+    kind, target = ("job" if pairs[0][0] == "jobid" else "node"), pairs[0][1]
+    body: dict[str, Any] = {}
+    for key, value in pairs[1:]:
+        if kind == "job":
+            if key not in JOB_UPDATE_KEYS:
+                raise UsageError(f"Update of this parameter is not supported: {key} "
+                                 f"(expected TimeLimit, JobName, Partition, NumNodes or Comment)")
+            if key == "timelimit":
+                body["time_limit_s"] = parse_time_limit(value)
+            elif key == "numnodes":
+                if not value.isdigit():
+                    raise UsageError(f"NumNodes must be a number, got '{value}'")
+                body["nodes"] = int(value)
+            else:
+                body[JOB_UPDATE_KEYS[key]] = value
+        elif key == "state":
+            state = value.upper()
+            if state not in NODE_STATES:
+                raise UsageError(f"Invalid node state specified: {value} (expected {', '.join(NODE_STATES)})")
+            body["state"] = {"UNDRAIN": "RESUME", "IDLE": "RESUME"}.get(state, state)
+        elif key == "reason":
+            body["reason"] = value
+        else:
+            raise UsageError(f"Update of this parameter is not supported: {key} (expected State or Reason)")
+    if not body:
+        raise UsageError(f"nothing to update for {pairs[0][0]}={target}")
+    if kind == "node" and body.get("state") in ("DRAIN", "DOWN") and not body.get("reason"):
+        raise UsageError("You must specify a reason when DOWNING or DRAINING a node. Request denied")
+    return kind, target, body
+
+
+def _job_ids(args: list[str]) -> list[str]:
+    ids = [p for arg in args for p in arg.split(",") if p]
+    if not ids:
+        raise UsageError("no job id given (usage: scontrol hold|release|requeue JOBID[,JOBID...])")
+    return ids
+
+
+def _show(client, entity: str, args: list[str], options) -> str:
+    import json
+    import time
+
+    now = time.time()
+    if entity == "job":
+        params: dict[str, Any] = {"all": "true"}
+        if args:
+            params["job_id"] = args[0]
+        jobs = client.get("/api/v1/jobs", params if args else None)["jobs"]
+        if args and not jobs:
+            raise UsageError("Invalid job id specified")
+        if options.json:
+            return json.dumps({"jobs": jobs}, indent=2) + "\n"
+        if not jobs:
+            return "No jobs in the system\n"
+        return "\n".join(render_job(j, now, options.oneliner) for j in jobs) + ("" if options.oneliner else "\n")
+    if entity == "node":
+        nodes = client.get("/api/v1/nodes")["nodes"]
+        if args:
+            wanted = set(expand(args[0]))
+            nodes = [n for n in nodes if n["name"] in wanted]
+            if not nodes:
+                raise UsageError(f"Node {args[0]} not found")
+        if options.json:
+            return json.dumps({"nodes": nodes}, indent=2) + "\n"
+        return "\n".join(render_node(n, options.oneliner) for n in nodes) + ("" if options.oneliner else "\n")
+    if entity == "partition":
+        parts = client.get("/api/v1/partitions")["partitions"]
+        if args:
+            parts = [p for p in parts if p["name"] == args[0]]
+            if not parts:
+                raise UsageError(f"Partition {args[0]} not found")
+        if options.json:
+            return json.dumps({"partitions": parts}, indent=2) + "\n"
+        nodes = client.get("/api/v1/nodes")["nodes"]
+        return "\n".join(render_partition(p, nodes, options.oneliner) for p in parts) + (
+            "" if options.oneliner else "\n")
+    raise UsageError(f"unknown entity '{entity}'")  # show_config is handled by the caller
+
+
+def show_config(server: str, now: float) -> str:
+    import time
+
+    from shoal import __version__ as version
+
+    rows = [("ClusterName", "shoal"), ("SlurmctldHost[0]", server), ("SLURM_VERSION", f"shoal-{version}"),
+            ("SchedulerType", "sched/backfill"), ("SelectType", "select/cons_tres")]
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(now))
+    return f"Configuration data as of {stamp}\n" + "".join(f"{k:<22} = {v}\n" for k, v in rows)
+
+
+def parse_args(argv: list[str] | None):
+    from shoal.cli.fmt import argument_parser
+
+    p = argument_parser("scontrol", "Show and change jobs, nodes and partitions, as Slurm's scontrol.")
+    p.add_argument("-o", "--oneliner", action="store_true", help="one line per record")
+    p.add_argument("--json", action="store_true", help="JSON output for show job/node/partition")
+    p.add_argument("-d", "--details", action="store_true", help="accepted for compatibility")
+    p.add_argument("-v", "--verbose", action="count", default=0)
+    p.add_argument("--help", action="help", help="show this help and exit")
+    p.add_argument("command", nargs="?", help=f"one of {', '.join(COMMANDS)}")
+    p.add_argument("args", nargs="*", help="the command's arguments")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else list(argv)
+    # Job scripts call these in tight loops: no argparse, no client, no server.
+    if len(args) >= 2 and args[0] == "show" and args[1] in ("hostnames", "hostlist"):
+        try:
+            out = show_hostnames(args[2:]) if args[1] == "hostnames" else show_hostlist(args[2:])
+        except (UsageError, HostlistError) as e:
+            _fail(str(e))
+        sys.stdout.write(out)
+        return 0
+    from shoal.cli.client import Client, ClientError
+    from shoal.cli.fmt import emit
+
+    try:
+        options = parse_args(args)
+        command = (options.command or "").lower()
+        rest = options.args
+        if command not in COMMANDS:
+            raise UsageError(f"invalid command '{options.command or ''}' (expected one of {', '.join(COMMANDS)})")
+        if command == "show":
+            if not rest or rest[0].lower() not in SHOW_ENTITIES:
+                got = f"'{rest[0]}'" if rest else "nothing"
+                raise UsageError(f"show expects one of {', '.join(SHOW_ENTITIES)}, got {got}")
+            entity = rest[0].lower()
+            if entity in ("hostnames", "hostlist"):
+                emit(show_hostnames(rest[1:]) if entity == "hostnames" else show_hostlist(rest[1:]))
+                return 0
+            if entity == "config":
+                import time
+
+                from shoal.cli.client import load_config
+
+                emit(show_config(load_config()["server"], time.time()))
+                return 0
+            emit(_show(Client.from_config(), entity, rest[1:], options))
+            return 0
+        if command == "update":
+            kind, target, body = parse_update(rest)
+            client = Client.from_config()
+            if kind == "job":
+                client.patch(f"/api/v1/jobs/{target}", body)
+            else:
+                for name in expand(target):
+                    client.patch(f"/api/v1/nodes/{name}", body)
+            return 0
+        ids = _job_ids(rest)
+        client = Client.from_config()
+        for job_id in ids:
+            client.post(f"/api/v1/jobs/{job_id}/{command}")
+        return 0
+    except (UsageError, HostlistError, ClientError, ValueError) as e:
+        _fail(str(e))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

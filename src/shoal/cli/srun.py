@@ -1,0 +1,244 @@
+"""srun: run a parallel step, inside a job's allocation or (outside one) in a new allocation.
+
+Inside a batch job, srun asks the server to lay the step out over the job's nodes, then
+connects to each node's agent directly to launch the tasks and stream their output, as
+srun talks to slurmd. It returns the highest exit code of its tasks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+
+STEP_KEYS = ("nodes", "ntasks", "ntasks_per_node", "cpus_per_task", "gpus_per_task", "gpus_per_node",
+             "nodelist", "exclude")
+
+
+def main(argv: list[str] | None = None) -> int:
+    from shoal.cli.client import Client, ClientError, fail
+    from shoal.cli.options import OptionError, parse_srun
+
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        req = parse_srun(argv, cwd=os.getcwd(), environ=os.environ)
+    except OptionError as e:
+        fail(str(e))
+    opts = req.options
+    try:
+        client = Client.from_config() if not os.environ.get("SHOAL_JOB_TOKEN") else _job_client()
+    except ClientError as e:
+        fail(str(e))
+    job_id = os.environ.get("SLURM_JOB_ID")
+    own_allocation = None
+    try:
+        if job_id is None or not os.environ.get("SHOAL_JOB_TOKEN"):
+            own_allocation = _allocate(client, opts, req.command)
+            job_id = str(own_allocation)
+        step = client.post(f"/api/v1/jobs/{job_id}/steps", _step_body(opts, req.command))
+    except ClientError as e:
+        if own_allocation is not None:
+            _complete(client, own_allocation, 1, 0)
+        fail(str(e))
+    env = dict(opts.get("environment") or os.environ)
+    if own_allocation is not None:
+        env.update({k: v for k, v in step["env"].items()})
+    else:
+        env.update({k: v for k, v in step["env"].items() if k.startswith("SLURM_STEP") or k in (
+            "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_TASKS_PER_NODE", "SLURM_CPUS_PER_TASK")})
+    env["SLURM_JOB_ID"] = str(job_id)
+    rc, sig = Launcher(step, req.command, opts, env).run()
+    try:
+        client.post(f"/api/v1/jobs/{job_id}/steps/{step['step_id']}/complete", {"exit_code": rc, "signal": sig})
+        if own_allocation is not None:
+            _complete(client, own_allocation, rc, sig)
+    except ClientError as e:
+        print(f"srun: error: could not record the step's end: {e}", file=sys.stderr)
+    return rc if not sig else 128 + sig
+
+
+def _job_client():
+    from shoal.cli.client import Client, load_config
+
+    server = os.environ.get("SHOAL_SERVER")
+    if server:
+        return Client(server, None)
+    conf = load_config()
+    return Client(conf["server"], conf.get("token"))
+
+
+def _step_body(opts: dict, command: list[str]) -> dict:
+    body = {k: opts[k] for k in STEP_KEYS if opts.get(k) is not None}
+    body["argv"] = command
+    body["name"] = opts.get("name") or os.path.basename(command[0])
+    return body
+
+
+def _allocate(client, opts: dict, command: list[str]) -> int:
+    """srun outside a job: get an allocation first, and wait for it (srun: job N queued...)."""
+    body = {k: v for k, v in opts.items() if k not in ("label", "unbuffered", "mpi", "kill_on_bad_exit",
+                                                       "overlap", "exact", "gpu_bind", "cpu_bind")}
+    body["interactive"] = True
+    body.setdefault("name", os.path.basename(command[0]))
+    body.pop("script", None)
+    out = client.post("/api/v1/jobs", body)
+    job_id = out["job_id"]
+    announced = False
+    delay = 0.01
+    t0 = time.time()
+
+    def cancel(signum, frame):
+        try:
+            client.post(f"/api/v1/jobs/{job_id}/cancel", {})
+        finally:
+            print(f"srun: Job allocation {job_id} has been revoked", file=sys.stderr)
+            raise SystemExit(1)
+
+    old = signal.signal(signal.SIGINT, cancel)
+    try:
+        while True:
+            job = client.get(f"/api/v1/jobs/{job_id}")
+            if job["state"] == "RUNNING":
+                break
+            if job["state"] not in ("PENDING",):
+                raise SystemExit(f"srun: error: Job allocation {job_id} ended: {job['state']}")
+            if not announced and time.time() - t0 > 1.0:
+                print(f"srun: job {job_id} queued and waiting for resources", file=sys.stderr)
+                announced = True
+            time.sleep(delay)
+            delay = min(delay * 1.5, 0.5)
+    finally:
+        signal.signal(signal.SIGINT, old)
+    if announced:
+        print(f"srun: job {job_id} has been allocated resources", file=sys.stderr)
+    return job_id
+
+
+def _complete(client, job_id: int, rc: int, sig: int) -> None:
+    client.post(f"/api/v1/jobs/{job_id}/complete", {"exit_code": rc, "signal": sig})
+
+
+class Launcher:
+    """Connects to every node of the step at once and relays the tasks' output."""
+
+    def __init__(self, step: dict, command: list[str], opts: dict, env: dict[str, str]) -> None:
+        self.step = step
+        self.command = command
+        self.label = bool(opts.get("label"))
+        self.env = env
+        self.cwd = opts.get("workdir") or os.getcwd()
+        self.exits: dict[int, tuple[int, int]] = {}
+        self.lock = threading.Lock()
+        self.partial: dict[tuple[int, str], str] = {}
+        self.socks: list[socket.socket] = []
+        self.failed: list[str] = []
+
+    def run(self) -> tuple[int, int]:
+        threads = [threading.Thread(target=self._node, args=(n,), daemon=True) for n in self.step["nodes"]]
+        old = signal.signal(signal.SIGINT, self._interrupt)
+        try:
+            for t in threads:
+                t.start()
+            for t in threads:
+                while t.is_alive():
+                    t.join(0.2)
+        finally:
+            signal.signal(signal.SIGINT, old)
+        self._flush_partial()
+        total = sum(len(n["tasks"]) for n in self.step["nodes"])
+        if len(self.exits) < total:
+            return (self.exits and max(rc for rc, _ in self.exits.values()) or 0) or 1, 0
+        worst_rc = max(rc for rc, _ in self.exits.values())
+        worst_sig = max(sig for _, sig in self.exits.values())
+        for procid, (rc, sig) in sorted(self.exits.items()):
+            if rc or sig:
+                node = next(n["name"] for n in self.step["nodes"] if any(t["procid"] == procid for t in n["tasks"]))
+                what = f"Exited with exit code {rc}" if not sig else f"Killed by signal {sig}"
+                print(f"srun: error: {node}: task {procid}: {what}", file=sys.stderr)
+        return worst_rc, worst_sig
+
+    def _interrupt(self, signum, frame):
+        print("srun: interrupt (one more within 1 sec to abort)", file=sys.stderr)
+        for s in self.socks:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def _node(self, node: dict) -> None:
+        body = json.dumps({
+            "key": f"{self.step['job_id']}.{self.step['run']}", "job_id": self.step["job_id"],
+            "run": self.step["run"], "step_id": self.step["step_id"], "credential": node["credential"],
+            "argv": self.command, "cwd": self.cwd, "env": self.env, "nodeid": node["nodeid"],
+            "tasks": node["tasks"],
+        }).encode()
+        head = (f"POST /v1/steps HTTP/1.0\r\nHost: {node['address']}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n").encode()
+        try:
+            sock = socket.create_connection((node["address"], node["port"]), timeout=30)
+        except OSError as e:
+            self._fail(node, f"cannot connect to {node['name']} ({node['address']}:{node['port']}): {e}")
+            return
+        self.socks.append(sock)
+        sock.settimeout(None)
+        try:
+            sock.sendall(head + body)
+            f = sock.makefile("rb")
+            status = f.readline().split()
+            while f.readline() not in (b"\r\n", b"\n", b""):
+                pass
+            if len(status) < 2 or status[1] != b"200":
+                detail = f.read().decode(errors="replace")
+                try:
+                    detail = json.loads(detail)["detail"]
+                except (ValueError, KeyError, TypeError):
+                    pass
+                self._fail(node, f"{node['name']} refused the step: {detail}")
+                return
+            for line in f:
+                doc = json.loads(line)
+                if "exit" in doc:
+                    with self.lock:
+                        for k, v in doc["exit"].items():
+                            self.exits[int(k)] = (v[0], v[1])
+                elif "o" in doc:
+                    self._write(doc["t"], "o", doc["o"])
+                elif "e" in doc:
+                    self._write(doc["t"], "e", doc["e"])
+        except (OSError, ValueError) as e:
+            self._fail(node, f"lost the connection to {node['name']}: {e}")
+        finally:
+            sock.close()
+
+    def _fail(self, node: dict, message: str) -> None:
+        with self.lock:
+            self.failed.append(node["name"])
+        print(f"srun: error: {message}", file=sys.stderr)
+
+    def _write(self, procid: int, stream: str, text: str) -> None:
+        out = sys.stdout if stream == "o" else sys.stderr
+        with self.lock:
+            if not self.label:
+                out.write(text)
+                out.flush()
+                return
+            buf = self.partial.pop((procid, stream), "") + text
+            lines = buf.split("\n")
+            self.partial[(procid, stream)] = lines.pop()
+            for line in lines:
+                out.write(f"{procid}: {line}\n")
+            out.flush()
+
+    def _flush_partial(self) -> None:
+        for (procid, stream), rest in self.partial.items():
+            if rest:
+                (sys.stdout if stream == "o" else sys.stderr).write(f"{procid}: {rest}\n")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,195 @@
+"""Slurm hostlists: ``node[01-08,10]`` to names and back, as ``scontrol show hostnames/hostlist`` do.
+
+A hostlist is a comma (or whitespace) separated list of items; each item is literal text
+with any number of bracket groups, and an item with several groups is their cartesian
+product (``rack[1-2]-gpu[01-02]``: the first group varies slowest). Inside a bracket the
+width of a range is the width of its low bound, so ``n[008-010]`` keeps three digits
+and ``n[8-10]`` gives ``n8 n9 n10``. Expansion keeps order and duplicates, as Slurm's
+hostlist does; compression sorts and drops duplicates, as ``scontrol show hostlist`` does.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable, Iterator
+
+MAX_NAMES = 1_000_000
+"""The most names one hostlist may expand to, so a typo like ``n[1-999999999]`` fails fast."""
+
+_SEPARATORS = ",\t\n "
+_MAX_DIGITS = 18  # longer digit runs are text, not host numbers
+_LAST_NUMBER = re.compile(r"^(.*?)([0-9]+)([^0-9]*)$", re.DOTALL)
+
+
+class HostlistError(ValueError):
+    """A hostlist that cannot be expanded or a name that cannot be put in one."""
+
+
+def expand(hostlist: str) -> list[str]:
+    """Every name a hostlist stands for, in order, duplicates kept (``scontrol show hostnames``)."""
+    names: list[str] = []
+    for item in _split_items(hostlist):
+        parts = _parse_item(item, hostlist)
+        count = 1
+        for part in parts:
+            if isinstance(part, list):
+                count *= len(part)
+        if len(names) + count > MAX_NAMES:
+            raise HostlistError(
+                f"hostlist '{_short(hostlist)}' expands to more than {MAX_NAMES:,} names"
+            )
+        names.extend(_product(parts))
+    return names
+
+
+def compress(names: Iterable[str]) -> str:
+    """The shortest bracketed form of a set of names (``scontrol show hostlist``).
+
+    Names are sorted by the text around their last number, then numerically; duplicates
+    are dropped. Consecutive numbers of the same width become ranges: ``node01,node02,
+    node03,node05`` gives ``node[01-03,05]``.
+    """
+    unique = set()
+    for name in names:
+        if not name or any(c in name for c in "[],\t\n "):
+            raise HostlistError(
+                f"cannot put {name!r} in a hostlist: a host name must be non-empty and "
+                "contain no brackets, commas or whitespace"
+            )
+        unique.add(name)
+    groups: dict[tuple[str, str], list[tuple[int, str]]] = {}
+    plain: list[str] = []
+    for name in unique:
+        m = _LAST_NUMBER.match(name)
+        if m is None or len(m.group(2)) > _MAX_DIGITS:
+            plain.append(name)
+        else:
+            groups.setdefault((m.group(1), m.group(3)), []).append((int(m.group(2)), m.group(2)))
+    items: list[tuple[tuple, str]] = [(sort_key(n), n) for n in plain]
+    for (prefix, suffix), numbers in groups.items():
+        numbers.sort(key=lambda vn: (vn[0], len(vn[1])))
+        ranges = _ranges(numbers)
+        if len(ranges) == 1 and ranges[0][0] == ranges[0][1]:
+            text = prefix + ranges[0][0] + suffix
+        else:
+            inner = ",".join(lo if lo == hi else f"{lo}-{hi}" for lo, hi in ranges)
+            text = f"{prefix}[{inner}]{suffix}"
+        items.append(((prefix, suffix, numbers[0][0], len(numbers[0][1])), text))
+    items.sort(key=lambda kt: kt[0])
+    return ",".join(text for _, text in items)
+
+
+def sort_key(name: str) -> tuple[str, str, int, int]:
+    """The order ``compress`` puts names in: text around the last number, then the number."""
+    m = _LAST_NUMBER.match(name)
+    if m is None or len(m.group(2)) > _MAX_DIGITS:
+        return (name, "", -1, 0)
+    return (m.group(1), m.group(3), int(m.group(2)), len(m.group(2)))
+
+
+def _ranges(numbers: list[tuple[int, str]]) -> list[tuple[str, str]]:
+    """Merge sorted (value, digits) pairs into (low, high) digit strings expand() reads back."""
+    out: list[tuple[str, str]] = []
+    lo_text = hi_text = ""
+    hi = -2
+    width = 0
+    for value, digits in numbers:
+        if out or lo_text:
+            if value == hi + 1 and str(value).zfill(width) == digits:
+                hi, hi_text = value, digits
+                continue
+            out.append((lo_text, hi_text))
+        lo_text = hi_text = digits
+        hi, width = value, len(digits)
+    if lo_text:
+        out.append((lo_text, hi_text))
+    return out
+
+
+def _split_items(hostlist: str) -> Iterator[str]:
+    """Split at top-level separators; commas inside brackets belong to the bracket."""
+    depth = 0
+    start = 0
+    for i, c in enumerate(hostlist):
+        if c == "[":
+            if depth:
+                raise HostlistError(f"nested '[' at position {i + 1} in hostlist '{_short(hostlist)}'")
+            depth = 1
+        elif c == "]":
+            if not depth:
+                raise HostlistError(
+                    f"']' without a matching '[' at position {i + 1} in hostlist '{_short(hostlist)}'"
+                )
+            depth = 0
+        elif c in _SEPARATORS and not depth:
+            if i > start:
+                yield hostlist[start:i]
+            start = i + 1
+    if depth:
+        raise HostlistError(f"unclosed '[' in hostlist '{_short(hostlist)}'")
+    if len(hostlist) > start:
+        yield hostlist[start:]
+
+
+def _parse_item(item: str, hostlist: str) -> list[str | list[str]]:
+    """An item as literal text pieces and lists of the numbers each bracket group gives."""
+    parts: list[str | list[str]] = []
+    pos = 0
+    while True:
+        open_at = item.find("[", pos)
+        if open_at < 0:
+            if pos < len(item):
+                parts.append(item[pos:])
+            return parts
+        close_at = item.index("]", open_at)  # _split_items guarantees it
+        if open_at > pos:
+            parts.append(item[pos:open_at])
+        parts.append(_parse_group(item[open_at + 1:close_at], hostlist))
+        pos = close_at + 1
+
+
+def _parse_group(body: str, hostlist: str) -> list[str]:
+    """``01-03,5`` to ``['01', '02', '03', '5']``, refusing more than MAX_NAMES."""
+    if not body.strip():
+        raise HostlistError(f"empty brackets '[]' in hostlist '{_short(hostlist)}'")
+    numbers: list[str] = []
+    for piece in body.split(","):
+        piece = piece.strip()
+        lo_text, dash, hi_text = piece.partition("-")
+        if not _is_number(lo_text) or (dash and not _is_number(hi_text)):
+            raise HostlistError(
+                f"range '{piece}' in hostlist '{_short(hostlist)}' is not a number or "
+                "a low-high range like 01-08"
+            )
+        lo = int(lo_text)
+        hi = int(hi_text) if dash else lo
+        if hi < lo:
+            raise HostlistError(
+                f"reversed range '{piece}' in hostlist '{_short(hostlist)}': "
+                "the low bound must come first"
+            )
+        if len(numbers) + hi - lo + 1 > MAX_NAMES:
+            raise HostlistError(
+                f"hostlist '{_short(hostlist)}' expands to more than {MAX_NAMES:,} names"
+            )
+        width = len(lo_text)
+        numbers.extend(str(n).zfill(width) for n in range(lo, hi + 1))
+    return numbers
+
+
+def _is_number(text: str) -> bool:
+    return text.isascii() and text.isdigit() and len(text) <= _MAX_DIGITS
+
+
+def _product(parts: list[str | list[str]]) -> Iterator[str]:
+    names = [""]
+    for part in parts:
+        if isinstance(part, str):
+            names = [n + part for n in names]
+        else:
+            names = [n + number for n in names for number in part]
+    return iter(names)
+
+
+def _short(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,80 @@
+"""Job states as Slurm names them, and the one table of legal transitions."""
+
+from __future__ import annotations
+
+import enum
+
+
+class JobState(str, enum.Enum):
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    TIMEOUT = "TIMEOUT"
+    NODE_FAIL = "NODE_FAIL"
+    PREEMPTED = "PREEMPTED"
+    OUT_OF_MEMORY = "OUT_OF_MEMORY"
+
+    @property
+    def short(self) -> str:
+        """The two-letter code squeue prints in its ST column."""
+        return _SHORT[self]
+
+    @property
+    def terminal(self) -> bool:
+        return self not in (JobState.PENDING, JobState.RUNNING)
+
+
+_SHORT = {
+    JobState.PENDING: "PD",
+    JobState.RUNNING: "R",
+    JobState.COMPLETED: "CD",
+    JobState.FAILED: "F",
+    JobState.CANCELLED: "CA",
+    JobState.TIMEOUT: "TO",
+    JobState.NODE_FAIL: "NF",
+    JobState.PREEMPTED: "PR",
+    JobState.OUT_OF_MEMORY: "OOM",
+}
+
+TERMINAL_STATES = frozenset(s for s in JobState if s.terminal)
+
+# Which state may follow which. PENDING is reachable again from RUNNING and from
+# NODE_FAIL/PREEMPTED for requeue; terminal states otherwise stay terminal.
+_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
+    JobState.PENDING: frozenset({JobState.RUNNING, JobState.CANCELLED, JobState.FAILED}),
+    JobState.RUNNING: frozenset(
+        {
+            JobState.COMPLETED,
+            JobState.FAILED,
+            JobState.CANCELLED,
+            JobState.TIMEOUT,
+            JobState.NODE_FAIL,
+            JobState.PREEMPTED,
+            JobState.OUT_OF_MEMORY,
+            JobState.PENDING,
+        }
+    ),
+    JobState.NODE_FAIL: frozenset({JobState.PENDING}),
+    JobState.PREEMPTED: frozenset({JobState.PENDING}),
+}
+
+
+class IllegalTransition(ValueError):
+    """A state change that the job state machine does not allow."""
+
+
+def can_transition(current: JobState, new: JobState) -> bool:
+    return new in _TRANSITIONS.get(current, frozenset())
+
+
+def check_transition(current: JobState, new: JobState) -> JobState:
+    if not can_transition(current, new):
+        raise IllegalTransition(f"job cannot go from {current.value} to {new.value}")
+    return new
+
+
+def exit_code_text(exit_code: int | None, signal: int | None) -> str:
+    """Slurm's ExitCode column: 'rc:signal'."""
+    return f"{exit_code or 0}:{signal or 0}"

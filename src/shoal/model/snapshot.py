@@ -1,0 +1,112 @@
+"""The immutable view of the cluster that scheduling policy reads, and the Plan it returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from shoal.model.job import JobState
+from shoal.model.node import NodeState
+from shoal.model.resources import GPU, Allocation, ResourceRequest
+
+
+@dataclass(frozen=True)
+class Partition:
+    name: str
+    nodes: tuple[str, ...]
+    default: bool = False
+    default_time_s: int | None = None  # None: unlimited
+    max_time_s: int | None = None  # None: unlimited
+    max_nodes: int | None = None
+    state: str = "UP"
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """A node's capacity and what sets it apart. Free resources are derived from allocations."""
+
+    name: str
+    state: NodeState
+    cpus: int
+    memory_mb: int
+    gpus: tuple[GPU, ...] = ()
+    features: frozenset[str] = frozenset()
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Dependency:
+    """One clause of --dependency: kind is after, afterok, afternotok, afterany or singleton."""
+
+    kind: str
+    job_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class PendingJob:
+    id: int
+    user: str
+    name: str
+    partition: str
+    request: ResourceRequest
+    submit_time: float
+    time_limit_s: int | None = None
+    priority: int = 0  # higher first; ties by submit_time, then id
+    held: bool = False
+    begin_time: float | None = None
+    dependencies: tuple[Dependency, ...] = ()
+    dependency_any: bool = False  # clauses joined by '?' (any) instead of ',' (all)
+    array_job_id: int | None = None
+    array_task_id: int | None = None
+    array_throttle: int | None = None  # the %N of --array
+
+
+@dataclass(frozen=True)
+class ActiveJob:
+    """A job holding resources: running, or completing (its processes not yet gone)."""
+
+    id: int
+    user: str
+    name: str
+    partition: str
+    allocation: Allocation
+    start_time: float
+    time_limit_s: int | None = None
+    array_job_id: int | None = None
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """What dependencies need to know of any job: its state and when it started."""
+
+    id: int
+    state: JobState
+    user: str = ""
+    name: str = ""
+    exit_code: int | None = None
+    start_time: float | None = None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    now: float
+    nodes: tuple[NodeInfo, ...]
+    partitions: tuple[Partition, ...]
+    pending: tuple[PendingJob, ...]
+    active: tuple[ActiveJob, ...]
+    jobs: Mapping[int, JobRecord] = field(default_factory=dict)  # for dependencies
+
+
+@dataclass(frozen=True)
+class Start:
+    job_id: int
+    allocation: Allocation
+
+
+@dataclass
+class Plan:
+    """What one scheduling pass decided: jobs to start now, and why the rest wait."""
+
+    starts: list[Start] = field(default_factory=list)
+    reasons: dict[int, str] = field(default_factory=dict)  # pending job id -> Slurm reason
+    never: dict[int, str] = field(default_factory=dict)  # can never run: job id -> reason

@@ -1,0 +1,445 @@
+"""Where a job's gang fits: Slurm's select/cons_tres as one function with two modes.
+
+``place(request, state, mode)`` answers for mode ``"now"`` (the free resources of a
+``ClusterState``, updated as a pass commits starts) and ``"ever"`` (the same nodes empty:
+could this request run at all?). It runs kube-scheduler-style steps: static Filters per
+node (partition, node state, exclude, features, GPU type), a dynamic fit per node
+(free CPUs, memory, GPUs, exclusivity, backfill reservations) and a best-fit Score.
+
+Decisions worth knowing:
+
+* ``features`` match ``NodeInfo.features`` only, exactly (case-sensitive, like Slurm's
+  ``Features=``); an entry ``"a|b"`` is satisfied by either. Labels are not features.
+* ``gpu_type`` matches a GPU when the words of the type appear, in order, among the words of
+  the product, case-insensitively (words are runs of letters and digits): ``"h100"`` matches
+  ``"NVIDIA H100 80GB HBM3"``, ``"a100 80gb"`` matches ``"NVIDIA A100-SXM4-80GB"``, but
+  ``"a10"`` does not match an A100, which a plain substring test would.
+* ``mem_per_node_mb == 0`` asks for the node's whole memory, so it fits only a node on which
+  nothing else holds memory. An exclusive job takes every CPU, all memory and every GPU.
+* A ``nodelist`` longer than ``nodes`` raises the gang size to the nodelist's length, as
+  Slurm does.
+* Score: fewest free GPUs, then fewest free CPUs, then node name in natural order
+  (node2 < node10), so small jobs fill partly used nodes and nodelists come out contiguous.
+"""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_left, insort
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator, Literal, Mapping, Sequence
+
+from shoal.model.node import NodeState
+from shoal.model.resources import Allocation, NodeAllocation, ResourceRequest
+from shoal.model.snapshot import NodeInfo, Partition, Snapshot
+
+Mode = Literal["now", "ever"]
+
+_DIGITS = re.compile(r"(\d+)")
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+def natural_key(name: str) -> tuple:
+    """Sort key that orders node2 before node10."""
+    parts = _DIGITS.split(name)
+    return tuple(int(p) if i % 2 else p for i, p in enumerate(parts))
+
+
+def gpu_type_matches(gpu_type: str, product: str) -> bool:
+    """True when the words of ``gpu_type`` appear in order among the words of ``product``."""
+    wanted = _WORD.findall(gpu_type.lower())
+    have = iter(_WORD.findall(product.lower()))
+    return all(any(word == h for h in have) for word in wanted)
+
+
+def feature_matches(feature: str, node_features: frozenset[str]) -> bool:
+    return any(alt in node_features for alt in feature.split("|"))
+
+
+@dataclass(frozen=True)
+class Demand:
+    """A request compiled once per pass: what every node of the gang must give."""
+
+    nodes: int
+    cpus: int
+    mem_mb: int  # 0: the node's whole memory
+    gpus: int
+    gpu_type: str | None
+    exclusive: bool
+    features: tuple[str, ...]
+    nodelist: tuple[str, ...]
+    exclude: frozenset[str]
+
+    @classmethod
+    def of(cls, request: "ResourceRequest | Demand") -> "Demand":
+        if isinstance(request, Demand):
+            return request
+        nodelist = tuple(dict.fromkeys(request.nodelist))
+        return cls(
+            nodes=max(request.nodes, len(nodelist), 1),
+            cpus=request.cpus_per_node,
+            mem_mb=request.mem_per_node_mb,
+            gpus=request.gpus_per_node,
+            gpu_type=(request.gpu_type or None) if request.gpus_per_node else None,
+            exclusive=request.exclusive,
+            features=tuple(sorted(set(request.features))),
+            nodelist=nodelist,
+            exclude=frozenset(request.exclude),
+        )
+
+    @property
+    def static_key(self) -> tuple:
+        """What the static filters depend on: jobs sharing it share candidate nodes."""
+        return (self.features, self.gpu_type, self.exclude)
+
+    @property
+    def shape(self) -> tuple[int, int, int, int, bool]:
+        return (self.nodes, self.cpus, self.mem_mb, self.gpus, self.exclusive)
+
+    def dominates(self, other_shape: tuple[int, int, int, int, bool]) -> bool:
+        """True when this demand needs at least as much as ``other_shape`` everywhere,
+        so if that one did not fit, this one cannot either."""
+        nodes, cpus, mem, gpus, exclusive = other_shape
+        if self.mem_mb == 0 or mem == 0:
+            mem_ok = self.mem_mb == mem
+        else:
+            mem_ok = self.mem_mb >= mem
+        return (
+            self.nodes >= nodes
+            and self.cpus >= cpus
+            and self.gpus >= gpus
+            and mem_ok
+            and (self.exclusive or not exclusive)
+        )
+
+
+@dataclass
+class ReservedShare:
+    """On one node of a backfill reservation: what a job that would still be running at the
+    reservation's start may use there without delaying it. ``whole``: nothing at all."""
+
+    cpus: int = 0
+    mem_mb: int = 0
+    gpus: frozenset[int] = frozenset()  # GPU indices the reserved job needs
+    whole: bool = False
+
+
+@dataclass(frozen=True)
+class Placement:
+    """place()'s answer: an allocation, or the reason there is none."""
+
+    allocation: Allocation | None
+    reason: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.allocation is not None
+
+
+class NodeFree:
+    """One node's free resources during a pass (mutable; a pass owns its ClusterState)."""
+
+    __slots__ = ("info", "rank", "cpus_free", "mem_free", "gpus_free", "jobs",
+                 "exclusive_held", "_typed")
+
+    def __init__(self, info: NodeInfo, rank: int) -> None:
+        self.info = info
+        self.rank = rank
+        self.cpus_free = info.cpus
+        self.mem_free = info.memory_mb
+        self.gpus_free: list[int] = sorted(g.index for g in info.gpus)
+        self.jobs = 0
+        self.exclusive_held = False
+        self._typed: dict[str | None, frozenset[int]] = {}
+
+    def gpus_of_type(self, gpu_type: str | None) -> frozenset[int]:
+        """Indices of this node's GPUs of ``gpu_type`` (all of them for None)."""
+        found = self._typed.get(gpu_type)
+        if found is None:
+            found = frozenset(
+                g.index for g in self.info.gpus
+                if gpu_type is None or gpu_type_matches(gpu_type, g.product)
+            )
+            self._typed[gpu_type] = found
+        return found
+
+    def fit(self, d: Demand, share: ReservedShare | None = None) -> NodeAllocation | None:
+        """What this node would give ``d`` now, or None (the dynamic Filter)."""
+        info = self.info
+        if self.exclusive_held:
+            return None
+        if d.exclusive:
+            if self.jobs or share is not None:
+                return None
+            if (info.cpus < d.cpus or info.memory_mb < d.mem_mb
+                    or len(self.gpus_of_type(d.gpu_type)) < d.gpus):
+                return None
+            return NodeAllocation(info.cpus, info.memory_mb, tuple(self.gpus_free))
+        cpus_free, mem_free = self.cpus_free, self.mem_free
+        if share is not None:
+            if share.whole:
+                return None
+            cpus_free = min(cpus_free, share.cpus)
+            mem_free = min(mem_free, share.mem_mb)
+        mem = d.mem_mb or info.memory_mb
+        if cpus_free < d.cpus or mem_free < mem:
+            return None
+        gpus: tuple[int, ...] = ()
+        if d.gpus:
+            if len(self.gpus_free) < d.gpus:
+                return None
+            typed = self.gpus_of_type(d.gpu_type) if d.gpu_type else None
+            reserved = share.gpus if share is not None else frozenset()
+            picked = [
+                g for g in self.gpus_free
+                if (typed is None or g in typed) and g not in reserved
+            ][: d.gpus]
+            if len(picked) < d.gpus:
+                return None
+            gpus = tuple(picked)
+        return NodeAllocation(d.cpus, mem, gpus)
+
+
+class ClusterState:
+    """Free resources per node, indexed for best fit; ``commit`` updates it as a pass plans.
+
+    Nodes are kept in natural name order (their ``rank``); an index by free GPU count, then
+    free CPUs, lets "now" placement visit nodes in score order and stop at the first fits.
+    """
+
+    def __init__(self, nodes: Iterable[NodeInfo], holding: Iterable[Allocation] = ()) -> None:
+        ordered = sorted(nodes, key=lambda n: natural_key(n.name))
+        self.nodes: list[NodeFree] = [NodeFree(info, i) for i, info in enumerate(ordered)]
+        self.by_name: dict[str, NodeFree] = {nf.info.name: nf for nf in self.nodes}
+        for allocation in holding:
+            self._apply(allocation, +1)
+        self._buckets: dict[int, list[tuple[int, int]]] = {}
+        for nf in self.nodes:
+            self._index(nf)
+        self._candidates: dict[tuple, frozenset[int]] = {}
+
+    @classmethod
+    def from_snapshot(cls, snapshot: Snapshot) -> "ClusterState":
+        """Capacity minus what running and completing jobs hold."""
+        return cls(snapshot.nodes, (job.allocation for job in snapshot.active))
+
+    def commit(self, allocation: Allocation) -> None:
+        """Take what ``allocation`` holds from the free resources."""
+        for nf in self._touched(allocation):
+            self._unindex(nf)
+        self._apply(allocation, +1)
+        for nf in self._touched(allocation):
+            self._index(nf)
+
+    def _touched(self, allocation: Allocation) -> list[NodeFree]:
+        return [self.by_name[name] for name in allocation.node_names if name in self.by_name]
+
+    def _apply(self, allocation: Allocation, sign: int) -> None:
+        for name, alloc in allocation.nodes:
+            nf = self.by_name.get(name)
+            if nf is None:
+                continue
+            nf.cpus_free -= sign * alloc.cpus
+            nf.mem_free -= sign * alloc.memory_mb
+            nf.jobs += sign
+            if sign > 0:
+                held = set(alloc.gpus)
+                nf.gpus_free = [g for g in nf.gpus_free if g not in held]
+            else:
+                nf.gpus_free = sorted(set(nf.gpus_free) | set(alloc.gpus))
+            if allocation.exclusive:
+                nf.exclusive_held = sign > 0
+
+    def _index(self, nf: NodeFree) -> None:
+        insort(self._buckets.setdefault(len(nf.gpus_free), []), (nf.cpus_free, nf.rank))
+
+    def _unindex(self, nf: NodeFree) -> None:
+        bucket = self._buckets[len(nf.gpus_free)]
+        del bucket[bisect_left(bucket, (nf.cpus_free, nf.rank))]
+
+    def in_score_order(self, min_gpus: int, min_cpus: int) -> Iterator[NodeFree]:
+        """Nodes with at least that many free GPUs and CPUs, best fit first."""
+        for free_gpus in sorted(k for k in self._buckets if k >= min_gpus):
+            bucket = self._buckets[free_gpus]
+            for i in range(bisect_left(bucket, (min_cpus, -1)), len(bucket)):
+                yield self.nodes[bucket[i][1]]
+
+    def candidates(self, d: Demand, partition: Partition | None, mode: Mode) -> frozenset[int]:
+        """Ranks of the nodes passing the static Filters, cached per class of demand."""
+        # One definition per partition name within a state: a pass reads one snapshot.
+        key = (partition.name if partition else None, d.static_key, mode)
+        found = self._candidates.get(key)
+        if found is None:
+            members = frozenset(partition.nodes) if partition is not None else None
+            usable = _USABLE[mode]
+            found = frozenset(
+                nf.rank for nf in self.nodes
+                if (members is None or nf.info.name in members)
+                and nf.info.state in usable
+                and nf.info.name not in d.exclude
+                and all(feature_matches(f, nf.info.features) for f in d.features)
+                and (d.gpu_type is None or nf.gpus_of_type(d.gpu_type))
+            )
+            self._candidates[key] = found
+        return found
+
+
+_USABLE: dict[str, frozenset[NodeState]] = {
+    "now": frozenset({NodeState.UP}),
+    "ever": frozenset({NodeState.UP, NodeState.DRAIN}),
+}
+
+
+def place(
+    request: ResourceRequest | Demand,
+    state: ClusterState,
+    mode: Mode = "now",
+    *,
+    partition: Partition | None = None,
+    reserved: Sequence[Mapping[str, ReservedShare]] = (),
+) -> Placement:
+    """Find nodes for the whole gang of ``request``, or say why there are none.
+
+    ``mode="now"`` uses the free resources in ``state`` and UP nodes only; ``"ever"`` treats
+    UP and DRAIN nodes as empty and returns a reason naming what is short. ``partition``
+    limits the nodes (None: all of them). ``reserved``: backfill shares that limit what this
+    job may take on reserved nodes. Nothing in ``state`` changes; call ``state.commit``.
+    """
+    d = Demand.of(request)
+    if mode == "ever":
+        return _place_ever(d, state, partition)
+    cand = state.candidates(d, partition, "now")
+
+    def share_on(name: str) -> ReservedShare | None:
+        for shares in reserved:
+            share = shares.get(name)
+            if share is not None:
+                return share
+        return None
+
+    chosen: list[tuple[int, str, NodeAllocation]] = []
+    for name in d.nodelist:
+        nf = state.by_name.get(name)
+        if nf is None or nf.rank not in cand:
+            return Placement(None, f"ReqNodeNotAvail, UnavailableNodes:{name}")
+        alloc = nf.fit(d, share_on(name))
+        if alloc is None:
+            return Placement(None, "Resources")
+        chosen.append((nf.rank, name, alloc))
+    if len(chosen) < d.nodes:
+        required = {rank for rank, _, _ in chosen}
+        min_cpus = d.cpus
+        for nf in state.in_score_order(d.gpus, min_cpus):
+            if nf.rank not in cand or nf.rank in required:
+                continue
+            alloc = nf.fit(d, share_on(nf.info.name) if reserved else None)
+            if alloc is not None:
+                chosen.append((nf.rank, nf.info.name, alloc))
+                if len(chosen) == d.nodes:
+                    break
+        if len(chosen) < d.nodes:
+            return Placement(None, "Resources")
+    chosen.sort()
+    return Placement(Allocation(tuple((name, a) for _, name, a in chosen), d.exclusive))
+
+
+def _place_ever(d: Demand, state: ClusterState, partition: Partition | None) -> Placement:
+    """Fit on empty nodes, narrowing step by step so the reason names the first shortfall."""
+    where = f"partition {partition.name}" if partition is not None else "the cluster"
+    members = frozenset(partition.nodes) if partition is not None else None
+    nodes = [nf.info for nf in state.nodes
+             if (members is None or nf.info.name in members)
+             and nf.info.state in _USABLE["ever"]]
+    if not nodes:
+        return Placement(None, f"{where} has no nodes that are up")
+    names = {n.name for n in nodes}
+    for name in d.nodelist:
+        if name in d.exclude:
+            return Placement(None, f"node {name} is both requested and excluded")
+        if name not in names:
+            return Placement(None, f"requested node {name} is not an available node of {where}")
+    nodes = [n for n in nodes if n.name not in d.exclude]
+    if not nodes:
+        return Placement(None, f"every node of {where} that is up is excluded")
+    for feature in d.features:
+        nodes = [n for n in nodes if feature_matches(feature, n.features)]
+        if not nodes:
+            return Placement(None, f"no node in {where} has feature {feature}"
+                             f" (with the other constraints asked for)")
+    typed = {n.name: len(state.by_name[n.name].gpus_of_type(d.gpu_type)) for n in nodes}
+    if d.gpu_type is not None:
+        nodes = [n for n in nodes if typed[n.name]]
+        if not nodes:
+            return Placement(None, f"no node in {where} has GPUs of type {d.gpu_type}")
+    kind = f" of type {d.gpu_type}" if d.gpu_type else ""
+    steps = (
+        (lambda n: typed[n.name] >= d.gpus, lambda n: typed[n.name],
+         f"requested {d.gpus} GPUs{kind} per node", ""),
+        (lambda n: n.cpus >= d.cpus, lambda n: n.cpus,
+         f"requested {d.cpus} CPUs per node", ""),
+        (lambda n: n.memory_mb >= d.mem_mb, lambda n: n.memory_mb,
+         f"requested {d.mem_mb} MiB of memory per node", " MiB"),
+    )
+    for fits, amount, asked, unit in steps:
+        fitting = [n for n in nodes if fits(n)]
+        if not fitting:
+            largest = max(amount(n) for n in nodes)
+            return Placement(None, f"{asked} but the largest node in {where} has {largest}{unit}")
+        nodes = fitting
+    fit_names = {n.name for n in nodes}
+    for name in d.nodelist:
+        if name not in fit_names:
+            return Placement(None, f"requested node {name} cannot hold one node's share of the job")
+    if len(nodes) < d.nodes:
+        return Placement(None, f"requested {d.nodes} nodes but only {len(nodes)} in {where}"
+                         f" can hold one node's share of the job")
+    return Placement(_fit_empty(d, ClusterState(nodes)))
+
+
+def _fit_empty(d: Demand, empty: ClusterState) -> Allocation:
+    """Best-fit allocation on empty nodes whatever their state (DRAIN counts for "ever")."""
+    chosen: list[tuple[int, str, NodeAllocation]] = []
+    required = set(d.nodelist)
+    pool = [nf for nf in empty.nodes if nf.info.name in required] + sorted(
+        (nf for nf in empty.nodes if nf.info.name not in required),
+        key=lambda nf: (len(nf.gpus_free), nf.cpus_free, nf.rank),
+    )
+    for nf in pool:
+        alloc = nf.fit(d)
+        if alloc is not None:
+            chosen.append((nf.rank, nf.info.name, alloc))
+            if len(chosen) == d.nodes:
+                break
+    chosen.sort()
+    return Allocation(tuple((name, a) for _, name, a in chosen), d.exclusive)
+
+
+def check_feasible(
+    request: ResourceRequest,
+    partition: Partition,
+    nodes: Iterable[NodeInfo],
+    *,
+    time_limit_s: int | None = None,
+) -> str | None:
+    """Why this request could never run in ``partition`` (None: it could, on an empty cluster
+    of the partition's UP and DRAIN nodes). For submit-time rejection, as sbatch does."""
+    if partition.state in ("DRAIN", "INACTIVE"):
+        return f"partition {partition.name} is not accepting jobs (State={partition.state})"
+    d = Demand.of(request)
+    if partition.max_nodes is not None and d.nodes > partition.max_nodes:
+        return (f"requested {d.nodes} nodes but partition {partition.name} allows at most "
+                f"{partition.max_nodes} (MaxNodes)")
+    if (time_limit_s is not None and partition.max_time_s is not None
+            and time_limit_s > partition.max_time_s):
+        return (f"requested time limit {format_duration(time_limit_s)} exceeds partition "
+                f"{partition.name}'s MaxTime {format_duration(partition.max_time_s)}")
+    return place(d, ClusterState(nodes), "ever", partition=partition).reason
+
+
+def format_duration(seconds: int) -> str:
+    """Slurm's time format: [D-]HH:MM:SS."""
+    days, rest = divmod(int(seconds), 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    clock = f"{hours:02d}:{minutes:02d}:{secs:02d}"
+    return f"{days}-{clock}" if days else clock

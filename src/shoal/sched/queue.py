@@ -1,0 +1,181 @@
+"""Which pending jobs may be considered at all, and in what order (kube's PreFilter phase).
+
+Each gate is a small function ``(job, view) -> reason | None`` returning the Slurm reason
+squeue shows. Dependencies follow Slurm:
+
+* ``after``: every target has left PENDING (started, or ended without starting).
+* ``afterany``: every target is terminal. ``afterok``: every target COMPLETED; one that
+  ended any other way makes the dependency never satisfiable. ``afternotok``: the mirror.
+* ``singleton``: no other job of the same user and name is running (or completing, or
+  started earlier in this pass), and none with a lower job id is pending.
+* A target id unknown to the snapshot can never be satisfied (sbatch refuses unknown ids at
+  submit, so this only happens if records are lost): reason ``DependencyNeverSatisfied``.
+* ``dependency_any`` (``?``): satisfied when any clause is, never when all are never.
+  A clause naming several jobs (``afterok:1:2``) counts as one clause per job, as in Slurm.
+* Dependencies are judged on the snapshot: a target started in this pass satisfies
+  ``after`` on the next pass.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable, Literal
+
+from shoal.model.job import JobState
+from shoal.model.snapshot import Dependency, PendingJob, Snapshot
+
+DepStatus = Literal["satisfied", "waiting", "never"]
+
+# Slurm reason names (squeue's REASON column).
+HELD = "JobHeldUser"
+BEGIN_TIME = "BeginTime"
+DEPENDENCY = "Dependency"
+DEPENDENCY_NEVER = "DependencyNeverSatisfied"
+PARTITION_CONFIG = "PartitionConfig"
+PARTITION_DOWN = "PartitionDown"
+PARTITION_INACTIVE = "PartitionInactive"
+PARTITION_NODE_LIMIT = "PartitionNodeLimit"
+PARTITION_TIME_LIMIT = "PartitionTimeLimit"
+ARRAY_TASK_LIMIT = "JobArrayTaskLimit"
+RESOURCES = "Resources"
+PRIORITY = "Priority"
+REQ_NODE_NOT_AVAIL = "ReqNodeNotAvail"
+BAD_CONSTRAINTS = "BadConstraints"
+
+
+def queue_order(pending: Iterable[PendingJob]) -> list[PendingJob]:
+    """Priority first (higher wins), then earlier submit_time, then lower id."""
+    return sorted(pending, key=lambda j: (-j.priority, j.submit_time, j.id))
+
+
+def effective_time_limit(job: PendingJob, default_time_s: int | None,
+                         max_time_s: int | None) -> int | None:
+    """The limit a job runs under: its own, else the partition's DefaultTime, else MaxTime."""
+    if job.time_limit_s is not None:
+        return job.time_limit_s
+    return default_time_s if default_time_s is not None else max_time_s
+
+
+class JobView:
+    """What the gates read: job states by id and who holds which (user, name)."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.now = snapshot.now
+        self.partitions = {p.name: p for p in snapshot.partitions}
+        states: dict[int, JobState] = {job_id: rec.state for job_id, rec in snapshot.jobs.items()}
+        for job in snapshot.active:
+            states.setdefault(job.id, JobState.RUNNING)
+        for job in snapshot.pending:
+            states[job.id] = JobState.PENDING
+        self.states = states
+        self.running_names: dict[tuple[str, str], set[int]] = {}
+        for job in snapshot.active:
+            self.running_names.setdefault((job.user, job.name), set()).add(job.id)
+        for job_id, rec in snapshot.jobs.items():
+            if rec.state is JobState.RUNNING and rec.name:
+                self.running_names.setdefault((rec.user, rec.name), set()).add(job_id)
+        self.lowest_pending: dict[tuple[str, str], list[int]] = {}
+        for job in snapshot.pending:
+            ids = self.lowest_pending.setdefault((job.user, job.name), [])
+            ids.append(job.id)
+            ids.sort()
+            del ids[2:]  # the two lowest ids answer "is any other one lower than mine?"
+
+    def started(self, job: PendingJob) -> None:
+        """Record a start planned in this pass (it now counts as running for singleton)."""
+        self.running_names.setdefault((job.user, job.name), set()).add(job.id)
+
+    def _singleton(self, job: PendingJob) -> DepStatus:
+        key = (job.user, job.name)
+        if self.running_names.get(key, set()) - {job.id}:
+            return "waiting"
+        if any(other < job.id for other in self.lowest_pending.get(key, ())):
+            return "waiting"
+        return "satisfied"
+
+    def _term(self, kind: str, target: int) -> DepStatus:
+        state = self.states.get(target)
+        if state is None:
+            return "never"
+        if kind == "after":
+            return "waiting" if state is JobState.PENDING else "satisfied"
+        if not state.terminal:
+            return "waiting"
+        if kind == "afterany":
+            return "satisfied"
+        if kind == "afterok":
+            return "satisfied" if state is JobState.COMPLETED else "never"
+        if kind == "afternotok":
+            return "never" if state is JobState.COMPLETED else "satisfied"
+        return "never"  # a kind the server should have rejected at submit
+
+    def dependency_status(self, job: PendingJob) -> DepStatus:
+        terms: list[DepStatus] = []
+        for dep in job.dependencies:
+            terms.extend(self._clause(job, dep))
+        if not terms:
+            return "satisfied"
+        if job.dependency_any:
+            if "satisfied" in terms:
+                return "satisfied"
+            return "never" if all(t == "never" for t in terms) else "waiting"
+        if "never" in terms:
+            return "never"
+        return "satisfied" if all(t == "satisfied" for t in terms) else "waiting"
+
+    def _clause(self, job: PendingJob, dep: Dependency) -> list[DepStatus]:
+        if dep.kind == "singleton":
+            return [self._singleton(job)]
+        return [self._term(dep.kind, target) for target in dep.job_ids] or ["never"]
+
+
+Gate = Callable[[PendingJob, JobView], "str | None"]
+
+
+def held(job: PendingJob, view: JobView) -> str | None:
+    return HELD if job.held else None
+
+
+def begin_time(job: PendingJob, view: JobView) -> str | None:
+    return BEGIN_TIME if job.begin_time is not None and job.begin_time > view.now else None
+
+
+def dependencies(job: PendingJob, view: JobView) -> str | None:
+    status = view.dependency_status(job)
+    if status == "waiting":
+        return DEPENDENCY
+    return DEPENDENCY_NEVER if status == "never" else None
+
+
+def partition_state(job: PendingJob, view: JobView) -> str | None:
+    part = view.partitions.get(job.partition)
+    if part is None:
+        return PARTITION_CONFIG
+    if part.state == "DOWN":
+        return PARTITION_DOWN
+    if part.state == "INACTIVE":
+        return PARTITION_INACTIVE
+    return None  # UP, or DRAIN: queued jobs still run
+
+
+def partition_limits(job: PendingJob, view: JobView) -> str | None:
+    part = view.partitions[job.partition]
+    gang = max(job.request.nodes, len(set(job.request.nodelist)))
+    if part.max_nodes is not None and gang > part.max_nodes:
+        return PARTITION_NODE_LIMIT
+    limit = effective_time_limit(job, part.default_time_s, part.max_time_s)
+    if part.max_time_s is not None and limit is not None and limit > part.max_time_s:
+        return PARTITION_TIME_LIMIT
+    return None
+
+
+# In the order Slurm reports them: a held job says JobHeldUser whatever else is true.
+GATES: tuple[Gate, ...] = (held, begin_time, dependencies, partition_state, partition_limits)
+
+
+def gate_reason(job: PendingJob, view: JobView) -> str | None:
+    """The first gate that keeps ``job`` from being considered, or None."""
+    for gate in GATES:
+        reason = gate(job, view)
+        if reason is not None:
+            return reason
+    return None

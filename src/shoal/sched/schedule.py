@@ -1,0 +1,226 @@
+"""One scheduling pass: ``schedule(snapshot, config) -> Plan``, a pure function.
+
+The server's scheduler loop, ``sbatch --test-only`` and the simulator call it unchanged.
+Jobs are visited in queue order (priority, submit time, id); each passes the gates of
+``queue`` (held, begin time, dependencies, partition), the array throttle, then placement.
+A start is committed to the pass's free state at once, so no GPU is handed out twice.
+
+Policies:
+
+* ``fifo`` (Slurm's sched/builtin): once a job cannot start for want of resources, every
+  later job in a partition sharing nodes with its partition waits with reason ``Priority``.
+* ``backfill`` (EASY): the first job that cannot start gets a reservation: the earliest time
+  at which it fits once running jobs end by their time limits, on the nodes it would then
+  get. A later job may start now only if it ends (by its own time limit) by that time, or
+  uses on the reserved nodes nothing the reserved job needs there. When no such time exists
+  (some holder has no time limit, or the job only fits once DOWN nodes return) the reserved
+  job's candidate nodes are closed to every later job. One reservation per group of
+  overlapping partitions; later blocked jobs in the group wait with ``Priority``.
+
+A job that could not run even on an empty cluster of the UP nodes blocks nobody: it waits
+with ``ReqNodeNotAvail`` (it needs DOWN or DRAIN nodes) or ``BadConstraints`` (it needs
+nodes the partition does not have).
+
+Every pending job ends up in exactly one of ``plan.starts``, ``plan.reasons``, ``plan.never``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from dataclasses import dataclass, field
+
+from shoal.model.node import NodeState
+from shoal.model.resources import Allocation, ResourceRequest
+from shoal.model.snapshot import Partition, PendingJob, Plan, Snapshot, Start
+from shoal.sched import queue as q
+from shoal.sched.config import SchedConfig
+from shoal.sched.placement import ClusterState, Demand, ReservedShare, place
+
+_FAILURES_KEPT = 32  # per class of demand: enough for the few shapes a queue really has
+
+
+@dataclass
+class Reservation:
+    """Backfill's promise to one blocked job. ``start`` None: no time could be promised."""
+
+    job_id: int
+    partition_nodes: frozenset[str]
+    start: float | None
+    shares: dict[str, ReservedShare] = field(default_factory=dict)
+
+    def binds(self, end: float | None) -> bool:
+        """Whether a job ending at ``end`` (None: never) must respect this reservation."""
+        return self.start is None or end is None or end > self.start
+
+
+def schedule(snapshot: Snapshot, config: SchedConfig = SchedConfig()) -> Plan:
+    """Decide which pending jobs start now, and why each of the others waits."""
+    return _Pass(snapshot, config).run()
+
+
+class _Pass:
+    """The cycle state of one pass (kube-scheduler's CycleState): built, run, dropped."""
+
+    def __init__(self, snapshot: Snapshot, config: SchedConfig) -> None:
+        self.snapshot = snapshot
+        self.config = config
+        self.now = snapshot.now
+        self.plan = Plan()
+        self.state = ClusterState.from_snapshot(snapshot)
+        self.view = q.JobView(snapshot)
+        self.partition_nodes = {p.name: frozenset(p.nodes) for p in snapshot.partitions}
+        # Who holds resources and until when (None: no time limit, so never ends).
+        self.holders: list[tuple[Allocation, float | None]] = [
+            (job.allocation, self._end(job.start_time, job.time_limit_s))
+            for job in snapshot.active
+        ]
+        self.array_active = Counter(
+            job.array_job_id for job in snapshot.active if job.array_job_id is not None
+        )
+        self.demands: dict[ResourceRequest, Demand] = {}
+        self.failures: dict[tuple, list[tuple[int, int, int, int, bool]]] = {}
+        self.unrunnable_cache: dict[tuple, str | None] = {}
+        self.blocked_nodes: set[str] = set()  # fifo
+        self.reservations: list[Reservation] = []  # backfill
+        self.tested = 0
+
+    def _end(self, start: float, limit: int | None) -> float | None:
+        return None if limit is None else max(self.now, start + limit)
+
+    def run(self) -> Plan:
+        for job in q.queue_order(self.snapshot.pending):
+            reason = self.consider(job)
+            if reason is None:
+                continue
+            if reason == q.DEPENDENCY_NEVER and self.config.kill_invalid_depend:
+                self.plan.never[job.id] = reason
+            else:
+                self.plan.reasons[job.id] = reason
+        return self.plan
+
+    def consider(self, job: PendingJob) -> str | None:
+        """Start ``job`` (returning None) or say why it waits."""
+        reason = q.gate_reason(job, self.view)
+        if reason is not None:
+            return reason
+        part = self.view.partitions[job.partition]
+        pnodes = self.partition_nodes[part.name]
+        if self.config.policy == "fifo" and not self.blocked_nodes.isdisjoint(pnodes):
+            return q.PRIORITY
+        if job.array_job_id is not None and job.array_throttle is not None:
+            if self.array_active[job.array_job_id] >= job.array_throttle:
+                return q.ARRAY_TASK_LIMIT
+        if self.config.max_jobs_per_pass is not None and self.tested >= self.config.max_jobs_per_pass:
+            return q.PRIORITY
+        self.tested += 1
+        d = self.demands.get(job.request)
+        if d is None:
+            d = self.demands[job.request] = Demand.of(job.request)
+        unavailable = [
+            name for name in d.nodelist
+            if name not in pnodes or name not in self.state.by_name
+            or self.state.by_name[name].info.state is not NodeState.UP
+        ]
+        if unavailable:
+            return f"{q.REQ_NODE_NOT_AVAIL}, UnavailableNodes:{','.join(unavailable)}"
+        limit = q.effective_time_limit(job, part.default_time_s, part.max_time_s)
+        end = None if limit is None else self.now + limit
+        binding = [i for i, r in enumerate(self.reservations) if r.binds(end)
+                   and not r.partition_nodes.isdisjoint(pnodes)]
+        key = (part.name, d.static_key, tuple(binding))
+        failed = self.failures.get(key, ())
+        if not any(d.dominates(shape) for shape in failed):
+            placement = place(d, self.state, "now", partition=part,
+                              reserved=[self.reservations[i].shares for i in binding])
+            if placement.allocation is not None:
+                self.start(job, placement.allocation, end, binding)
+                return None
+            shapes = self.failures.setdefault(key, [])
+            shapes.append(d.shape)
+            del shapes[:-_FAILURES_KEPT]
+        return self.blocked(job, d, part, pnodes)
+
+    def start(self, job: PendingJob, allocation: Allocation, end: float | None,
+              binding: list[int]) -> None:
+        self.state.commit(allocation)
+        self.plan.starts.append(Start(job.id, allocation))
+        self.holders.append((allocation, end))
+        if job.array_job_id is not None:
+            self.array_active[job.array_job_id] += 1
+        self.view.started(job)
+        for i in binding:
+            shares = self.reservations[i].shares
+            for name, alloc in allocation.nodes:
+                share = shares.get(name)
+                if share is not None:
+                    share.cpus -= alloc.cpus
+                    share.mem_mb -= alloc.memory_mb
+
+    def blocked(self, job: PendingJob, d: Demand, part: Partition, pnodes: frozenset[str]) -> str:
+        """The reason for a job that does not fit now; the first such job becomes a blocker."""
+        if self.config.policy == "backfill" and any(
+            not r.partition_nodes.isdisjoint(pnodes) for r in self.reservations
+        ):
+            return q.PRIORITY
+        why = self.unrunnable(d, part)
+        if why is not None:
+            return why
+        if self.config.policy == "fifo":
+            self.blocked_nodes |= pnodes
+        else:
+            self.reservations.append(self.reserve(job, d, part, pnodes))
+        return q.RESOURCES
+
+    def unrunnable(self, d: Demand, part: Partition) -> str | None:
+        """ReqNodeNotAvail / BadConstraints when ``d`` cannot fit even the empty UP nodes."""
+        key = (part.name, d)
+        if key not in self.unrunnable_cache:
+            nodes = self.snapshot.nodes
+            up = ClusterState(n for n in nodes if n.state is NodeState.UP)
+            if place(d, up, "now", partition=part).ok:
+                why = None
+            else:
+                revived = ClusterState(dataclasses.replace(n, state=NodeState.UP) for n in nodes)
+                fits = place(d, revived, "now", partition=part).ok
+                why = q.REQ_NODE_NOT_AVAIL if fits else q.BAD_CONSTRAINTS
+            self.unrunnable_cache[key] = why
+        return self.unrunnable_cache[key]
+
+    def reserve(self, job: PendingJob, d: Demand, part: Partition,
+                pnodes: frozenset[str]) -> Reservation:
+        """Earliest time ``d`` fits as holders end, and what it needs then (Slurm's shadow)."""
+        ends = sorted({end for _, end in self.holders if end is not None})
+
+        def at(t: float) -> tuple[ClusterState, Allocation | None]:
+            state = ClusterState(
+                self.snapshot.nodes,
+                (a for a, end in self.holders if end is None or end > t),
+            )
+            return state, place(d, state, "now", partition=part).allocation
+
+        if ends and at(ends[-1])[1] is not None:
+            lo, hi = 0, len(ends) - 1  # the fit is monotone in time: more ends, more room
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if at(ends[mid])[1] is not None:
+                    hi = mid
+                else:
+                    lo = mid + 1
+            state, allocation = at(ends[lo])
+            assert allocation is not None
+            shares = {
+                name: ReservedShare(
+                    cpus=state.by_name[name].cpus_free - alloc.cpus,
+                    mem_mb=state.by_name[name].mem_free - alloc.memory_mb,
+                    gpus=frozenset(alloc.gpus),
+                    whole=allocation.exclusive,
+                )
+                for name, alloc in allocation.nodes
+            }
+            return Reservation(job.id, pnodes, ends[lo], shares)
+        closed = {
+            self.state.nodes[rank].info.name: ReservedShare(whole=True)
+            for rank in self.state.candidates(d, part, "now")
+        }
+        return Reservation(job.id, pnodes, None, closed)

@@ -1,0 +1,1 @@
+"""The control plane: API routers, auth, the scheduler loop and controllers, in one process."""

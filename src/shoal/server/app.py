@@ -1,0 +1,543 @@
+"""HTTP routes. Thin: parse, authorise, call a service inside one transaction, answer."""
+
+from __future__ import annotations
+
+import asyncio
+from contextlib import asynccontextmanager
+
+from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+from sqlalchemy import func, select
+
+from shoal import __version__
+from shoal.model.arrays import format_array
+from shoal.model.hostlist import compress
+from shoal.model.job import JobState
+from shoal.model.node import NodeState, display_state
+from shoal.model.resources import Allocation
+from shoal.sched.placement import check_feasible
+from shoal.server import jobs as jobsvc
+from shoal.server import steps as stepsvc
+from shoal.server.auth import AuthError, Principal, agent_credential, node_step_key
+from shoal.server.core import Server
+from shoal.server.schemas import (AgentRegister, AgentReport, BulkCancelRequest, CancelRequest,
+                                  InteractiveComplete, JobSubmit, JobUpdate, NodeUpdate, StepComplete,
+                                  StepCreate, TokenCreate)
+from shoal.server.snapshot import node_info
+from shoal.server.work import node_work
+from shoal.store.models import CleanupRow, JobRow, NodeRow, StepRow
+
+ACTIVE = (JobState.PENDING.value, JobState.RUNNING.value)
+
+
+def create_app(server: Server) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app):
+        server.hub.loop = asyncio.get_running_loop()
+        server.start()
+        yield
+        server.stop()
+
+    app = FastAPI(title="Shoal", version=__version__, lifespan=lifespan)
+    app.state.server = server
+
+    @app.exception_handler(AuthError)
+    async def _auth_error(request, exc: AuthError):
+        return JSONResponse({"detail": exc.message}, status_code=exc.status)
+
+    @app.exception_handler(jobsvc.JobError)
+    async def _job_error(request, exc: jobsvc.JobError):
+        return JSONResponse({"detail": exc.message}, status_code=exc.status)
+
+    def principal(authorization: str | None = Header(default=None),
+                  x_shoal_job_token: str | None = Header(default=None),
+                  x_shoal_user: str | None = Header(default=None)) -> Principal:
+        return server.auth.resolve(authorization, x_shoal_job_token, x_shoal_user)
+
+    def admin(p: Principal = Depends(principal)) -> Principal:
+        if not p.is_admin:
+            raise AuthError(403, "Access/permission denied: this needs an admin token")
+        return p
+
+    def user_or_admin(p: Principal = Depends(principal)) -> Principal:
+        if p.role not in ("admin", "user"):
+            raise AuthError(403, "Access/permission denied: a job or node credential cannot do this")
+        return p
+
+    # ------------------------------------------------------------------ health
+
+    @app.get("/healthz")
+    def healthz():
+        return {"ok": True, "version": __version__}
+
+    # ------------------------------------------------------------------ jobs
+
+    @app.post("/api/v1/jobs", status_code=201)
+    def submit(body: JobSubmit, p: Principal = Depends(user_or_admin)):
+        now = server.clock()
+        with server.sessions() as s, s.begin():
+            nodes = [node_info(n) for n in s.scalars(select(NodeRow))]
+            out = jobsvc.submit(s, p, body, partitions=server.partitions, nodes=nodes, now=now,
+                                max_array_size=server.config.scheduler.max_array_size,
+                                def_mem_per_cpu_mb=server.config.scheduler.def_mem_per_cpu_mb,
+                                feasible=check_feasible)
+        server.controller.wake()
+        return out
+
+    @app.get("/api/v1/jobs")
+    def list_jobs(job_id: list[str] = Query(default=[]), user: str | None = None,
+                  partition: str | None = None, state: list[str] = Query(default=[]),
+                  name: str | None = None, all: bool = False, since: float | None = None,
+                  p: Principal = Depends(principal)):
+        with server.sessions() as s:
+            q = select(JobRow)
+            ids, arrays = _parse_job_ids(job_id)
+            if ids or arrays:
+                conds = []
+                if ids:
+                    conds.append(JobRow.id.in_(ids) | JobRow.array_job_id.in_(ids))
+                for aid, tid in arrays:
+                    conds.append((JobRow.array_job_id == aid) & (JobRow.array_task_id == tid))
+                from sqlalchemy import or_
+
+                q = q.where(or_(*conds))
+            elif not all:
+                q = q.where(JobRow.state.in_(ACTIVE) | JobRow.id.in_(select(CleanupRow.job_id)))
+            if user:
+                q = q.where(JobRow.user.in_(user.split(",")))
+            if partition:
+                q = q.where(JobRow.partition.in_(partition.split(",")))
+            if state:
+                q = q.where(JobRow.state.in_([x.upper() for x in state]))
+            if name:
+                q = q.where(JobRow.name.in_(name.split(",")))
+            if since is not None:
+                q = q.where((JobRow.end_time.is_(None)) | (JobRow.end_time >= since))
+            rows = list(s.scalars(q.order_by(JobRow.id)))
+            return {"jobs": _jobs_json(s, rows)}
+
+    @app.get("/api/v1/jobs/{job_id}")
+    def get_job(job_id: int, p: Principal = Depends(principal)):
+        with server.sessions() as s:
+            row = _job(s, job_id)
+            return _jobs_json(s, [row])[0]
+
+    @app.post("/api/v1/jobs/cancel")
+    def bulk_cancel(body: BulkCancelRequest, p: Principal = Depends(principal)):
+        now = server.clock()
+        sig = jobsvc.parse_signal(body.signal)
+        done, touched = [], set()
+        with server.sessions() as s, s.begin():
+            q = select(JobRow).where(JobRow.state.in_(ACTIVE))
+            ids, arrays = _parse_job_ids(body.job_ids)
+            if body.job_ids:
+                from sqlalchemy import or_
+
+                conds = [JobRow.id.in_(ids) | JobRow.array_job_id.in_(ids)] if ids else []
+                conds += [(JobRow.array_job_id == a) & (JobRow.array_task_id == t) for a, t in arrays]
+                q = q.where(or_(*conds))
+            if body.user:
+                q = q.where(JobRow.user == body.user)
+            if body.partition:
+                q = q.where(JobRow.partition == body.partition)
+            if body.states:
+                q = q.where(JobRow.state.in_([_long_state(x) for x in body.states]))
+            if body.name:
+                q = q.where(JobRow.name == body.name)
+            if not p.is_admin and not body.job_ids:
+                q = q.where(JobRow.user == p.user)
+            for row in s.scalars(q):
+                touched |= _cancel_one(s, row, p, sig, _target(body), now)
+                done.append(row.id)
+        _after_change(touched)
+        return {"jobs": done}
+
+    @app.post("/api/v1/jobs/{job_id}/cancel")
+    def cancel(job_id: int, body: CancelRequest | None = None, p: Principal = Depends(principal)):
+        body = body or CancelRequest()
+        now = server.clock()
+        sig = jobsvc.parse_signal(body.signal)
+        with server.sessions() as s, s.begin():
+            rows = list(s.scalars(select(JobRow).where((JobRow.id == job_id) | (JobRow.array_job_id == job_id))))
+            if not rows:
+                raise jobsvc.JobError(f"Invalid job id specified: {job_id}", 404)
+            live = [r for r in rows if not JobState(r.state).terminal]
+            if not live:
+                for r in rows:
+                    jobsvc.check_owner(r, p)
+                raise jobsvc.JobError(f"Job/step already completing or completed: {job_id}", 409)
+            touched: set[str] = set()
+            for row in live:
+                touched |= _cancel_one(s, row, p, sig, _target(body), now)
+        _after_change(touched)
+        return {"jobs": [r.id for r in live]}
+
+    def _target(body: CancelRequest) -> str:
+        return "full" if body.full else "batch" if body.batch else "steps"
+
+    def _cancel_one(s, row: JobRow, p: Principal, sig: int | None, target: str, now: float) -> set[str]:
+        jobsvc.check_owner(row, p)
+        names = Allocation.from_json(row.allocation).node_names if row.allocation else ()
+        if sig is not None and sig != 9:
+            if row.state != JobState.RUNNING.value:
+                raise jobsvc.JobError(f"job {row.id} is not running, so it cannot be signalled", 409)
+            key = jobsvc.job_run_key(row.id, row.restart_count)
+            for node in names:
+                if target != "steps" and node != row.batch_host and target != "full":
+                    continue
+                server.hub.signal(node, key, sig, target)
+            return set()
+        jobsvc.cancel(s, row, p, now)
+        return set(names)
+
+    def _after_change(touched: set[str]) -> None:
+        if touched:
+            server.hub.bump(touched)
+        server.controller.wake()
+
+    @app.post("/api/v1/jobs/{job_id}/hold")
+    def hold(job_id: int, p: Principal = Depends(principal)):
+        return _set_hold(job_id, p, True)
+
+    @app.post("/api/v1/jobs/{job_id}/release")
+    def release(job_id: int, p: Principal = Depends(principal)):
+        return _set_hold(job_id, p, False)
+
+    def _set_hold(job_id: int, p: Principal, held: bool):
+        with server.sessions() as s, s.begin():
+            rows = list(s.scalars(select(JobRow).where((JobRow.id == job_id) | (JobRow.array_job_id == job_id))))
+            if not rows:
+                raise jobsvc.JobError(f"Invalid job id specified: {job_id}", 404)
+            pending = [r for r in rows if r.state == JobState.PENDING.value]
+            if not pending:
+                raise jobsvc.JobError(f"Job is no longer pending execution: {job_id}", 409)
+            for r in pending:
+                jobsvc.check_owner(r, p)
+                r.held = held
+                r.reason = "JobHeldUser" if held else "None"
+        server.controller.wake()
+        return {"jobs": [r.id for r in pending]}
+
+    @app.post("/api/v1/jobs/{job_id}/requeue")
+    def requeue(job_id: int, p: Principal = Depends(principal)):
+        now = server.clock()
+        with server.sessions() as s, s.begin():
+            row = _job(s, job_id)
+            jobsvc.check_owner(row, p)
+            if row.state != JobState.RUNNING.value:
+                raise jobsvc.JobError(f"Job {job_id} is not running: only running jobs can be requeued", 409)
+            names = Allocation.from_json(row.allocation).node_names
+            jobsvc.requeue(s, row, now, via=JobState.PREEMPTED, reason="BeginTime")
+            row.begin_time = now
+        _after_change(set(names))
+        return {"jobs": [job_id]}
+
+    @app.patch("/api/v1/jobs/{job_id}")
+    def update(job_id: int, body: JobUpdate, p: Principal = Depends(principal)):
+        with server.sessions() as s, s.begin():
+            row = _job(s, job_id)
+            jobsvc.check_owner(row, p)
+            if JobState(row.state).terminal:
+                raise jobsvc.JobError(f"Job {job_id} has already finished", 409)
+            if body.time_limit_s is not None:
+                new = body.time_limit_s or None
+                if not p.is_admin and (new is None or (row.time_limit_s is not None and new > row.time_limit_s)):
+                    raise jobsvc.JobError("Access/permission denied: only an admin may raise a time limit", 403)
+                row.time_limit_s = new
+            if body.name is not None:
+                row.name = body.name
+            if body.comment is not None:
+                row.comment = body.comment
+            if body.partition is not None or body.nodes is not None:
+                if row.state != JobState.PENDING.value:
+                    raise jobsvc.JobError("Job is no longer pending execution: partition and node count "
+                                          "can only change while pending", 409)
+                if body.partition is not None:
+                    row.partition = jobsvc.pick_partition(server.partitions, body.partition).name
+                if body.nodes is not None:
+                    row.request = {**row.request, "nodes": body.nodes,
+                                   "ntasks": max(row.request["ntasks"], body.nodes)}
+            out = _jobs_json(s, [row])[0]
+        server.controller.wake()
+        return out
+
+    # ------------------------------------------------------------------ steps (srun)
+
+    @app.post("/api/v1/jobs/{job_id}/steps", status_code=201)
+    def create_step(job_id: int, body: StepCreate, p: Principal = Depends(principal)):
+        with server.sessions() as s, s.begin():
+            row = _job(s, job_id)
+            jobsvc.check_owner(row, p)
+            nodes = {n.name: n for n in s.scalars(select(NodeRow))}
+            return stepsvc.create_step(s, server, row, body, nodes, server.clock())
+
+    @app.post("/api/v1/jobs/{job_id}/steps/{step_id}/complete")
+    def complete_step(job_id: int, step_id: int, body: StepComplete, p: Principal = Depends(principal)):
+        with server.sessions() as s, s.begin():
+            row = _job(s, job_id)
+            jobsvc.check_owner(row, p)
+            step = s.get(StepRow, (job_id, step_id))
+            if step is None:
+                raise jobsvc.JobError(f"no step {job_id}.{step_id}", 404)
+            stepsvc.complete_step(step, body.exit_code, body.signal, server.clock())
+        return {"ok": True}
+
+    @app.post("/api/v1/jobs/{job_id}/complete")
+    def complete_interactive(job_id: int, body: InteractiveComplete, p: Principal = Depends(principal)):
+        now = server.clock()
+        with server.sessions() as s, s.begin():
+            row = _job(s, job_id)
+            jobsvc.check_owner(row, p)
+            if not row.interactive:
+                raise jobsvc.JobError("only srun/salloc allocations are completed by their client", 409)
+            names = Allocation.from_json(row.allocation).node_names if row.allocation else ()
+            if row.state == JobState.RUNNING.value:
+                state = JobState.COMPLETED if body.exit_code == 0 and body.signal == 0 else JobState.FAILED
+                jobsvc.finish(s, row, state, now, exit_code=body.exit_code, signal=body.signal)
+            elif row.state == JobState.PENDING.value:
+                jobsvc.finish(s, row, JobState.CANCELLED, now)
+        _after_change(set(names))
+        return {"ok": True}
+
+    # ------------------------------------------------------------------ nodes and partitions
+
+    @app.get("/api/v1/nodes")
+    def list_nodes(p: Principal = Depends(principal)):
+        with server.sessions() as s:
+            return {"nodes": _nodes_json(s, list(s.scalars(select(NodeRow).order_by(NodeRow.name))))}
+
+    @app.get("/api/v1/nodes/{name}")
+    def get_node(name: str, p: Principal = Depends(principal)):
+        with server.sessions() as s:
+            row = s.get(NodeRow, name)
+            if row is None:
+                raise jobsvc.JobError(f"Invalid node name specified: {name}", 404)
+            return _nodes_json(s, [row])[0]
+
+    @app.patch("/api/v1/nodes/{name}")
+    def update_node(name: str, body: NodeUpdate, p: Principal = Depends(admin)):
+        now = server.clock()
+        touched: set[str] = set()
+        with server.sessions() as s, s.begin():
+            row = s.get(NodeRow, name)
+            if row is None:
+                raise jobsvc.JobError(f"Invalid node name specified: {name}", 404)
+            if body.state in ("DRAIN", "DOWN") and not body.reason:
+                raise jobsvc.JobError(f"a reason is required to set node {name} to {body.state}")
+            if body.state == "DRAIN":
+                row.state, row.reason, row.reason_time = NodeState.DRAIN.value, body.reason, now
+            elif body.state == "DOWN":
+                row.state, row.reason, row.reason_time = NodeState.DOWN.value, body.reason, now
+                touched = server.controller.fail_node_jobs(s, name, now)
+            elif body.state in ("RESUME", "UP", "IDLE"):
+                if row.state == NodeState.DOWN.value and now - row.last_heartbeat > server.config.nodes.heartbeat_timeout_s:
+                    raise jobsvc.JobError(f"node {name} is not responding; it returns when its agent does", 409)
+                row.state, row.reason, row.reason_time = NodeState.UP.value, None, None
+            elif body.reason is not None:
+                row.reason = body.reason
+            out = _nodes_json(s, [row])[0]
+        _after_change(touched | {name})
+        return out
+
+    @app.get("/api/v1/partitions")
+    def list_partitions(p: Principal = Depends(principal)):
+        return {"partitions": [
+            {"name": pt.name, "nodes": compress(pt.nodes) if pt.nodes else "", "node_names": list(pt.nodes),
+             "default": pt.default, "default_time_s": pt.default_time_s, "max_time_s": pt.max_time_s,
+             "max_nodes": pt.max_nodes, "state": pt.state}
+            for pt in server.partitions
+        ]}
+
+    # ------------------------------------------------------------------ tokens
+
+    @app.post("/api/v1/tokens", status_code=201)
+    def create_token(body: TokenCreate, p: Principal = Depends(admin)):
+        with server.sessions() as s, s.begin():
+            token = server.auth.create_token(s, body.user, body.role, body.description)
+        return {"user": body.user, "role": body.role, "token": token}
+
+    @app.get("/api/v1/whoami")
+    def whoami(p: Principal = Depends(principal)):
+        return {"user": p.user, "role": p.role, "job_id": p.job_id}
+
+    # ------------------------------------------------------------------ agents
+
+    @app.post("/api/v1/agents/register")
+    def register(body: AgentRegister, authorization: str | None = Header(default=None)):
+        p = server.auth.resolve(authorization, None, None)
+        if p.role != "join":
+            raise AuthError(403, "registering a node needs the cluster's join token")
+        now = server.clock()
+        with server.sessions() as s, s.begin():
+            row = s.get(NodeRow, body.name)
+            gpus = [g.model_dump() for g in body.gpus]
+            if row is None:
+                row = NodeRow(name=body.name, state=NodeState.UP.value, registered_at=now)
+                s.add(row)
+            elif row.state == NodeState.DOWN.value and row.reason == "Not responding":
+                row.state, row.reason, row.reason_time = NodeState.UP.value, None, None
+            row.address, row.port, row.cpus, row.memory_mb = body.address, body.port, body.cpus, body.memory_mb
+            row.gpus, row.labels, row.features = gpus, body.labels, body.features
+            row.boot_time, row.last_heartbeat = body.boot_time, now
+        server.hub.bump([body.name])
+        server.controller.wake()
+        return {
+            "credential": agent_credential(server.secret, body.name),
+            "step_key": node_step_key(server.secret, body.name),
+            "epoch": server.hub.epoch,
+            "heartbeat_interval_s": server.config.nodes.heartbeat_interval_s,
+            "kill_wait_s": server.config.nodes.kill_wait_s,
+        }
+
+    @app.get("/api/v1/agents/{node}/work")
+    async def work(node: str, epoch: str | None = None, gen: int | None = None,
+                   wait: float = Query(default=0, ge=0, le=60),
+                   authorization: str | None = Header(default=None)):
+        server.auth.verify_agent(authorization, node)
+        if wait:
+            await server.hub.wait(node, epoch, gen, wait)
+        current = server.hub.generation(node)
+
+        def build():
+            with server.sessions() as s:
+                return node_work(s, server, node)
+
+        out = await run_in_threadpool(build)
+        out["gen"] = current
+        return out
+
+    @app.post("/api/v1/agents/{node}/report")
+    def report(node: str, body: AgentReport, authorization: str | None = Header(default=None)):
+        server.auth.verify_agent(authorization, node)
+        now = server.clock()
+        touched: set[str] = set()
+        with server.sessions() as s, s.begin():
+            row = s.get(NodeRow, node)
+            if row is None:
+                raise jobsvc.JobError(f"node {node} is not registered", 404)
+            row.last_heartbeat = now
+            if row.state == NodeState.DOWN.value and row.reason == "Not responding":
+                row.state, row.reason, row.reason_time = NodeState.UP.value, None, None
+            for ev in body.events:
+                touched |= _agent_exit(s, node, ev, now)
+            alive = set(body.alive)
+            for c in list(s.scalars(select(CleanupRow).where(CleanupRow.node == node))):
+                if jobsvc.job_run_key(c.job_id, c.run) not in alive:
+                    s.delete(c)
+                    touched.add(node)
+        if touched:
+            server.hub.bump(touched)
+            server.controller.wake()
+        return {"ok": True}
+
+    def _agent_exit(s, node: str, ev, now: float) -> set[str]:
+        row = s.get(JobRow, ev.job_id)
+        if row is None or row.restart_count != ev.run or row.batch_host != node:
+            return set()  # a report about an old run: already handled
+        names = set(Allocation.from_json(row.allocation).node_names) if row.allocation else set()
+        if row.state != JobState.RUNNING.value:
+            if row.exit_code is None:
+                row.exit_code, row.signal = ev.exit_code or 0, ev.signal or 0
+            return names
+        ok = (ev.exit_code or 0) == 0 and not ev.signal
+        jobsvc.finish(s, row, JobState.COMPLETED if ok else JobState.FAILED, ev.time or now,
+                      exit_code=ev.exit_code or 0, signal=ev.signal or 0)
+        return names
+
+    # ------------------------------------------------------------------ helpers
+
+    def _job(s, job_id: int) -> JobRow:
+        row = s.get(JobRow, job_id)
+        if row is None:
+            raise jobsvc.JobError(f"Invalid job id specified: {job_id}", 404)
+        return row
+
+    def _jobs_json(s, rows: list[JobRow]) -> list[dict]:
+        if not rows:
+            return []
+        ids = [r.id for r in rows]
+        steps: dict[int, list[StepRow]] = {}
+        for st in s.scalars(select(StepRow).where(StepRow.job_id.in_(ids)).order_by(StepRow.step_id)):
+            steps.setdefault(st.job_id, []).append(st)
+        completing = set(s.scalars(select(CleanupRow.job_id).where(CleanupRow.job_id.in_(ids))))
+        out = [jobsvc.to_json(r, steps=steps.get(r.id, []), completing=r.id in completing) for r in rows]
+        # pending array tasks: let squeue collapse them
+        arrays: dict[int, list[dict]] = {}
+        for j in out:
+            if j["array_job_id"] is not None:
+                arrays.setdefault(j["array_job_id"], []).append(j)
+        for members in arrays.values():
+            pend = [m["array_task_id"] for m in members if m["state"] == "PENDING"]
+            spec = format_array(pend, members[0]["array_throttle"]) if pend else None
+            for m in members:
+                m["array_spec"] = spec
+        return out
+
+    def _nodes_json(s, rows: list[NodeRow]) -> list[dict]:
+        running = list(s.scalars(select(JobRow).where(JobRow.state == JobState.RUNNING.value)))
+        cleanups = list(s.scalars(select(CleanupRow)))
+        use: dict[str, list] = {r.name: [0, 0, 0, []] for r in rows}
+        for j in running:
+            for n in (j.allocation or {"nodes": []})["nodes"]:
+                if n["name"] in use:
+                    u = use[n["name"]]
+                    u[0] += n["cpus"]; u[1] += n["memory_mb"]; u[2] += len(n["gpus"]); u[3].append(j.id)
+        for c in cleanups:
+            if c.node in use:
+                u = use[c.node]
+                u[0] += c.cpus; u[1] += c.memory_mb; u[2] += len(c.gpus)
+                if c.job_id not in u[3]:
+                    u[3].append(c.job_id)
+        parts_of = {}
+        for pt in server.partitions:
+            for n in pt.nodes:
+                parts_of.setdefault(n, []).append(pt.name)
+        from shoal.agent.labels import gpu_gres
+
+        out = []
+        for r in rows:
+            cpus, mem, gpus, jobs = use[r.name]
+            state = NodeState(r.state)
+            out.append({
+                "name": r.name, "address": r.address, "port": r.port, "state": r.state,
+                "display_state": display_state(state, cpus, r.cpus, gpus, len(r.gpus), bool(jobs)),
+                "reason": r.reason, "reason_time": r.reason_time,
+                "cpus": r.cpus, "cpus_alloc": cpus, "memory_mb": r.memory_mb, "memory_alloc_mb": mem,
+                "gpus": r.gpus, "gpus_alloc": gpus, "gres": gpu_gres(tuple(_gpu(g) for g in r.gpus)) if r.gpus else "",
+                "labels": r.labels, "features": r.features, "partitions": parts_of.get(r.name, []),
+                "last_heartbeat": r.last_heartbeat, "boot_time": r.boot_time, "jobs": sorted(jobs),
+            })
+        return out
+
+    return app
+
+
+def _gpu(g: dict):
+    from shoal.model.resources import GPU
+
+    return GPU(**g)
+
+
+def _parse_job_ids(values: list[str]) -> tuple[list[int], list[tuple[int, int]]]:
+    ids: list[int] = []
+    arrays: list[tuple[int, int]] = []
+    for v in values:
+        for part in str(v).split(","):
+            part = part.strip()
+            if not part:
+                continue
+            try:
+                if "_" in part:
+                    a, _, t = part.partition("_")
+                    arrays.append((int(a), int(t)))
+                else:
+                    ids.append(int(part))
+            except ValueError:
+                raise jobsvc.JobError(f"Invalid job id specified: {part}") from None
+    return ids, arrays
+
+
+def _long_state(s: str) -> str:
+    short = {st.short: st.value for st in JobState}
+    return short.get(s.upper(), s.upper())

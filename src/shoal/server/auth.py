@@ -1,0 +1,125 @@
+"""Who is calling: user tokens (stored hashed), agent credentials and job credentials.
+
+Agent and job credentials are HMACs of the cluster secret, so the server verifies them
+without storing them: an agent's credential is bound to its node name, a job's to the job
+id and its run (restart count), so a requeued run's credential stops working for the old one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import time
+from dataclasses import dataclass
+from urllib.parse import unquote
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from shoal.store.models import TokenRow
+
+
+class AuthError(Exception):
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Principal:
+    user: str
+    role: str  # admin | user | agent | job | join
+    node: str | None = None  # agents: the one node they may speak for
+    job_id: int | None = None  # job credentials: the one job they may act in
+
+    @property
+    def is_admin(self) -> bool:
+        return self.role == "admin"
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def new_token(prefix: str) -> str:
+    return f"{prefix}_{secrets.token_urlsafe(32)}"
+
+
+def sign(secret: bytes, message: str) -> str:
+    return hmac.new(secret, message.encode(), hashlib.sha256).hexdigest()
+
+
+def agent_credential(secret: bytes, node: str) -> str:
+    return "node_" + sign(secret, f"node:{node}")
+
+
+def job_credential(secret: bytes, job_id: int, run: int) -> str:
+    return f"job_{job_id}.{run}.{sign(secret, f'job:{job_id}:{run}')}"
+
+
+def node_step_key(secret: bytes, node: str) -> str:
+    """The key an agent uses to check srun's step credentials (it learns it at registration)."""
+    return sign(secret, f"stepkey:{node}")
+
+
+def step_credential(secret: bytes, node: str, job_id: int, run: int, step_id: int) -> str:
+    return sign(node_step_key(secret, node).encode(), f"{job_id}.{run}.{step_id}")
+
+
+class Authenticator:
+    """Resolves the headers of a request to a Principal. Caches token lookups in memory."""
+
+    def __init__(self, sessions, secret: bytes):
+        self.sessions = sessions
+        self.secret = secret
+        self._cache: dict[str, Principal] = {}
+
+    def create_token(self, session: Session, user: str, role: str, description: str | None = None) -> str:
+        token = new_token("shoal" if role != "join" else "join")
+        session.add(TokenRow(user=user, role=role, token_hash=hash_token(token), created=time.time(),
+                             description=description))
+        return token
+
+    def resolve(self, authorization: str | None, job_token: str | None, acting_user: str | None) -> Principal:
+        if job_token:
+            p = self._job(job_token)
+            if p is not None:
+                return p
+            raise AuthError(401, "invalid job credential (SHOAL_JOB_TOKEN)")
+        if not authorization or not authorization.lower().startswith("bearer "):
+            raise AuthError(401, "authentication required: send 'Authorization: Bearer <token>' "
+                                 "(the CLI reads it from your Shoal config or $SHOAL_TOKEN)")
+        token = authorization[7:].strip()
+        if token.startswith("node_"):
+            raise AuthError(403, "a node credential may only be used on that node's agent endpoints")
+        p = self._cache.get(token)
+        if p is None:
+            with self.sessions() as s:
+                row = s.scalar(select(TokenRow).where(TokenRow.token_hash == hash_token(token)))
+            if row is None:
+                raise AuthError(401, "invalid token")
+            p = Principal(user=row.user, role=row.role)
+            self._cache[token] = p
+        if p.is_admin and acting_user:
+            return Principal(user=unquote(acting_user), role="admin")
+        return p
+
+    def verify_agent(self, authorization: str | None, node: str) -> Principal:
+        """Agent endpoints: the credential must be the one issued to the node named in the path."""
+        token = (authorization or "")[7:].strip()
+        if not hmac.compare_digest(token, agent_credential(self.secret, node)):
+            raise AuthError(403, f"this credential does not belong to node {node}")
+        return Principal(user="agent", role="agent", node=node)
+
+    def _job(self, token: str) -> Principal | None:
+        try:
+            head, _, mac = token[4:].rpartition(".")
+            job_s, _, run_s = head.partition(".")
+            job_id, run = int(job_s), int(run_s)
+        except ValueError:
+            return None
+        if not token.startswith("job_") or not hmac.compare_digest(token, job_credential(self.secret, job_id, run)):
+            return None
+        return Principal(user="", role="job", job_id=job_id)

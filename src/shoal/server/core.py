@@ -1,0 +1,90 @@
+"""The server object: store, configuration, secrets, hub and controller wired together."""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import socket
+import time
+from pathlib import Path
+
+from sqlalchemy import select
+
+from shoal.model.snapshot import Partition
+from shoal.sched.config import SchedConfig
+from shoal.server.auth import Authenticator
+from shoal.server.config import ClusterConfig
+from shoal.server.controller import Controller
+from shoal.server.hub import WorkHub
+from shoal.store.engine import make_engine, migrate, session_factory
+from shoal.store.models import TokenRow
+
+log = logging.getLogger("shoal.server")
+
+ADMIN_TOKEN_FILE = "admin.token"
+JOIN_TOKEN_FILE = "join.token"
+SECRET_FILE = "cluster.key"
+
+
+class Server:
+    def __init__(self, db_url: str, config: ClusterConfig, state_dir: str | Path, clock=time.time,
+                 join_token: str | None = None) -> None:
+        self.config = config
+        self.state_dir = Path(state_dir)
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.clock = clock
+        self.engine = make_engine(db_url)
+        migrate(self.engine)
+        self.sessions = session_factory(self.engine)
+        self.partitions: tuple[Partition, ...] = config.partition_list()
+        self.sched_config = SchedConfig(policy=config.scheduler.policy)
+        self.secret = self._load_secret()
+        self.auth = Authenticator(self.sessions, self.secret)
+        self.hub = WorkHub()
+        self.controller = Controller(self)
+        self.submit_host = socket.gethostname()
+        self._bootstrap_tokens(join_token)
+
+    def _load_secret(self) -> bytes:
+        """The cluster secret signs agent and job credentials. Kept in the state dir (0600)."""
+        path = self.state_dir / SECRET_FILE
+        if path.exists():
+            return path.read_bytes()
+        key = secrets.token_bytes(32)
+        _write_private(path, key)
+        return key
+
+    def _bootstrap_tokens(self, join_token: str | None) -> None:
+        """At first start: an admin token and a join token, written to the state dir for `shoal up`."""
+        with self.sessions() as s, s.begin():
+            have_admin = s.scalar(select(TokenRow).where(TokenRow.role == "admin").limit(1)) is not None
+            if not have_admin:
+                token = self.auth.create_token(s, "root", "admin", "created at first start")
+                _write_private(self.state_dir / ADMIN_TOKEN_FILE, token.encode())
+                log.info("admin token written to %s", self.state_dir / ADMIN_TOKEN_FILE)
+            if join_token:
+                from shoal.server.auth import hash_token
+
+                if s.scalar(select(TokenRow).where(TokenRow.token_hash == hash_token(join_token))) is None:
+                    s.add(TokenRow(user="join", role="join", token_hash=hash_token(join_token),
+                                   created=time.time(), description="agent join token"))
+            elif s.scalar(select(TokenRow).where(TokenRow.role == "join").limit(1)) is None:
+                token = self.auth.create_token(s, "join", "join", "agent join token")
+                _write_private(self.state_dir / JOIN_TOKEN_FILE, token.encode())
+
+    def start(self) -> None:
+        self.controller.start()
+        self.controller.wake()
+
+    def stop(self) -> None:
+        self.controller.stop()
+        self.engine.dispose()
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+
+

@@ -1,0 +1,68 @@
+"""Long-poll hub: agents wait here for their node's desired state to change.
+
+Each node has a generation counter that bumps whenever its work may have changed; an
+agent passes the (epoch, generation) it last saw and returns at once if it differs. The
+epoch changes with every server start, so an agent never waits on a stale counter.
+Signals (scancel --signal, --signal=SIG@secs) are edge events kept in a short queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import secrets
+import threading
+from collections import defaultdict, deque
+
+
+class WorkHub:
+    def __init__(self) -> None:
+        self.epoch = secrets.token_hex(4)
+        self._gens: dict[str, int] = defaultdict(int)
+        self._waiters: dict[str, list[asyncio.Future]] = defaultdict(list)
+        self._signals: dict[str, deque] = defaultdict(lambda: deque(maxlen=256))
+        self._seq = itertools.count(1)
+        self._lock = threading.Lock()
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    def generation(self, node: str) -> int:
+        return self._gens[node]
+
+    def bump(self, nodes) -> None:
+        """Called from any thread after a commit that changes these nodes' work."""
+        with self._lock:
+            for n in nodes:
+                self._gens[n] += 1
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(self._wake, list(nodes))
+
+    def signal(self, node: str, key: str, signum: int, target: str) -> None:
+        """target: 'steps' (scancel -s), 'batch' (scancel -b: the batch shell and its children),
+        'batch_shell' (--signal=B:..., the shell alone) or 'full' (scancel -f: everything)."""
+        with self._lock:
+            self._signals[node].append({"seq": next(self._seq), "key": key, "signal": signum,
+                                        "target": target})
+        self.bump([node])
+
+    def signals(self, node: str) -> list[dict]:
+        with self._lock:
+            return list(self._signals[node])
+
+    def _wake(self, nodes) -> None:
+        for n in nodes:
+            for fut in self._waiters.pop(n, ()):
+                if not fut.done():
+                    fut.set_result(None)
+
+    async def wait(self, node: str, epoch: str | None, gen: int | None, timeout: float) -> None:
+        if epoch != self.epoch or gen != self._gens[node]:
+            return
+        fut = asyncio.get_running_loop().create_future()
+        self._waiters[node].append(fut)
+        try:
+            await asyncio.wait_for(fut, timeout)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            if fut in self._waiters.get(node, ()):
+                self._waiters[node].remove(fut)

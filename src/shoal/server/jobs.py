@@ -1,0 +1,429 @@
+"""Job services: submit (validate, normalise, store), query, cancel, hold, update, finish.
+
+Services own the transaction boundary; they take a Session and never commit themselves
+except where the function says so. State changes go through `finish` and `requeue` so the
+job state machine lives in one place (shoal.model.job).
+"""
+
+from __future__ import annotations
+
+import math
+import signal as signals
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from shoal.model.arrays import ArraySpecError, format_array, parse_array
+from shoal.model.dependency import DependencyError, parse_dependency
+from shoal.model.filename import expand_pattern
+from shoal.model.hostlist import HostlistError, compress, expand
+from shoal.model.job import JobState, check_transition
+from shoal.model.resources import Allocation, ResourceRequest
+from shoal.model.snapshot import NodeInfo, Partition
+from shoal.server.auth import Principal
+from shoal.server.schemas import JobSubmit
+from shoal.store.models import CleanupRow, JobRow, StepRow
+
+DEFAULT_OUTPUT = "slurm-%j.out"
+DEFAULT_ARRAY_OUTPUT = "slurm-%A_%a.out"
+
+
+class JobError(Exception):
+    """A request about a job that cannot be honoured. ``status`` is the HTTP status to answer."""
+
+    def __init__(self, message: str, status: int = 400):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def pick_partition(partitions: tuple[Partition, ...], name: str | None) -> Partition:
+    if name:
+        for p in partitions:
+            if p.name == name:
+                return p
+        known = ", ".join(p.name for p in partitions)
+        raise JobError(f"invalid partition specified: {name} (partitions: {known})")
+    for p in partitions:
+        if p.default:
+            return p
+    return partitions[0]
+
+
+def normalise(body: JobSubmit, partition: Partition, def_mem_per_cpu_mb: int) -> tuple[ResourceRequest, int | None]:
+    """Turn the user's options into the scheduler's per-node gang demand, as Slurm derives it."""
+    n, t, tpn = body.nodes, body.ntasks, body.ntasks_per_node
+    if n is None:
+        n = math.ceil(t / tpn) if (t and tpn) else 1
+    if t is None:
+        t = n * tpn if tpn else n
+    if tpn is not None and t > n * tpn:
+        raise JobError(f"--ntasks={t} does not fit --nodes={n} with --ntasks-per-node={tpn}")
+    if t < n:
+        raise JobError(f"--ntasks={t} is fewer than --nodes={n}: every node needs at least one task")
+    tasks_per_node = tpn if tpn is not None else math.ceil(t / n)
+    cpt = body.cpus_per_task or 1
+    cpus_per_node = tasks_per_node * cpt
+
+    gpu_sources = [x for x in (body.gpus, body.gpus_per_node, body.gpus_per_task) if x]
+    if len(gpu_sources) > 1:
+        raise JobError("use only one of --gpus, --gpus-per-node and --gpus-per-task")
+    if body.gpus_per_node:
+        gpn = body.gpus_per_node
+    elif body.gpus:
+        gpn = math.ceil(body.gpus / n)
+    elif body.gpus_per_task:
+        gpn = body.gpus_per_task * tasks_per_node
+    else:
+        gpn = 0
+
+    if body.mem_per_node_mb is not None and body.mem_per_cpu_mb is not None:
+        raise JobError("--mem and --mem-per-cpu are mutually exclusive")
+    if body.mem_per_node_mb is not None:
+        mem = body.mem_per_node_mb
+    elif body.mem_per_cpu_mb is not None:
+        mem = body.mem_per_cpu_mb * cpus_per_node
+    else:
+        mem = def_mem_per_cpu_mb * cpus_per_node
+    if body.exclusive and body.mem_per_node_mb is None and body.mem_per_cpu_mb is None:
+        mem = 0  # an exclusive job owns the node's memory too
+
+    features: tuple[str, ...] = ()
+    if body.constraint:
+        if "|" in body.constraint or "[" in body.constraint:
+            raise JobError("--constraint supports features joined by '&' or ',' (all required); '|' and '[...]' are not supported")
+        features = tuple(f.strip() for f in body.constraint.replace("&", ",").split(",") if f.strip())
+    try:
+        nodelist = tuple(expand(body.nodelist)) if body.nodelist else ()
+        exclude = tuple(expand(body.exclude)) if body.exclude else ()
+    except HostlistError as e:
+        raise JobError(f"invalid --nodelist/--exclude: {e}") from None
+    if len(nodelist) > n:
+        n = len(nodelist)  # Slurm raises the node count to cover the requested nodes
+
+    time_limit = body.time_limit_s or partition.default_time_s
+    if time_limit is not None and partition.max_time_s is not None and time_limit > partition.max_time_s:
+        from shoal.model.timefmt import format_duration
+
+        raise JobError(
+            f"requested time limit {format_duration(time_limit)} exceeds the maximum "
+            f"{format_duration(partition.max_time_s)} of partition {partition.name}"
+        )
+    req = ResourceRequest(
+        nodes=n,
+        ntasks=t,
+        ntasks_per_node=tpn,
+        cpus_per_task=cpt,
+        mem_per_node_mb=mem,
+        gpus_per_node=gpn,
+        gpu_type=body.gpu_type,
+        exclusive=body.exclusive,
+        features=features,
+        nodelist=nodelist,
+        exclude=exclude,
+    )
+    return req, time_limit
+
+
+def request_to_json(req: ResourceRequest) -> dict:
+    return {
+        "nodes": req.nodes, "ntasks": req.ntasks, "ntasks_per_node": req.ntasks_per_node,
+        "cpus_per_task": req.cpus_per_task, "mem_per_node_mb": req.mem_per_node_mb,
+        "gpus_per_node": req.gpus_per_node, "gpu_type": req.gpu_type, "exclusive": req.exclusive,
+        "features": list(req.features), "nodelist": list(req.nodelist), "exclude": list(req.exclude),
+    }
+
+
+def request_from_json(d: dict) -> ResourceRequest:
+    return ResourceRequest(
+        nodes=d["nodes"], ntasks=d["ntasks"], ntasks_per_node=d.get("ntasks_per_node"),
+        cpus_per_task=d["cpus_per_task"], mem_per_node_mb=d["mem_per_node_mb"],
+        gpus_per_node=d["gpus_per_node"], gpu_type=d.get("gpu_type"), exclusive=d["exclusive"],
+        features=tuple(d.get("features", ())), nodelist=tuple(d.get("nodelist", ())),
+        exclude=tuple(d.get("exclude", ())),
+    )
+
+
+def parse_signal(value: str | int | None) -> int | None:
+    """'USR1', 'SIGUSR1', '10' or 10 -> 10."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, int) or str(value).isdigit():
+        num = int(value)
+        try:
+            signals.Signals(num)
+        except ValueError:
+            raise JobError(f"invalid signal number: {num}") from None
+        return num
+    name = str(value).upper()
+    if not name.startswith("SIG"):
+        name = "SIG" + name
+    try:
+        return int(signals.Signals[name])
+    except KeyError:
+        raise JobError(f"invalid signal name: {value}") from None
+
+
+def submit(session: Session, principal: Principal, body: JobSubmit, *, partitions, nodes: list[NodeInfo],
+           now: float, max_array_size: int, def_mem_per_cpu_mb: int, feasible) -> dict:
+    """Validate and store a submission (one row per array task). The caller commits."""
+    if principal.role == "job":
+        raise JobError("a job credential cannot submit new jobs", 403)
+    if body.script is None and not body.interactive:
+        raise JobError("a batch job needs a script (or --wrap)")
+    if body.script is not None and not body.script.startswith("#!"):
+        raise JobError("this does not look like a batch script: the first line must start with #! "
+                       "followed by the path to an interpreter, e.g. #!/bin/sh")
+    if not body.workdir.startswith("/"):
+        raise JobError(f"workdir must be an absolute path, not {body.workdir!r}")
+    partition = pick_partition(partitions, body.partition)
+    req, time_limit = normalise(body, partition, def_mem_per_cpu_mb)
+    members = [n for n in nodes if n.name in set(partition.nodes)]
+    reason = feasible(req, partition, members, time_limit_s=time_limit) if members else None
+    if reason:
+        raise JobError(f"Requested node configuration is not available: {reason}")
+    deps, dep_any = (), False
+    if body.dependency:
+        try:
+            deps, dep_any = parse_dependency(body.dependency)
+        except DependencyError as e:
+            raise JobError(f"invalid --dependency: {e}") from None
+        wanted = {j for d in deps for j in d.job_ids}
+        if wanted:
+            found = set(session.scalars(select(JobRow.id).where(JobRow.id.in_(wanted))))
+            missing = sorted(wanted - found)
+            if missing:
+                raise JobError(f"Job dependency problem: no such job {', '.join(map(str, missing))}")
+    task_ids: list[int] | None = None
+    throttle = None
+    if body.array:
+        try:
+            task_ids, throttle = parse_array(body.array, max_size=max_array_size)
+        except ArraySpecError as e:
+            raise JobError(f"invalid --array: {e}") from None
+        if body.interactive:
+            raise JobError("--array is for batch jobs only")
+    signal_spec = None
+    if body.signal:
+        signal_spec = _parse_signal_option(body.signal)
+    name = body.name or ("interactive" if body.interactive else "sbatch")
+    spec = {
+        "script": body.script,
+        "argv": body.argv,
+        "environment": body.environment,
+        "stdout": body.stdout or (DEFAULT_ARRAY_OUTPUT if task_ids is not None else DEFAULT_OUTPUT),
+        "stderr": body.stderr,
+        "stdin": body.stdin,
+        "open_mode": body.open_mode or "truncate",
+        "signal": signal_spec,
+        "dependency_any": dep_any,
+        "dependencies": [{"kind": d.kind, "job_ids": list(d.job_ids)} for d in deps],
+        "command": body.environment.get("SHOAL_SUBMIT_COMMAND") or ("srun" if body.interactive else "(script)"),
+        "account": body.account,
+        "qos": body.qos,
+        "time_min_s": body.time_min_s,
+    }
+    common = dict(
+        name=name, user=principal.user, partition=partition.name, state=JobState.PENDING.value,
+        reason="None", held=body.hold, interactive=body.interactive, requeue=body.requeue,
+        submit_time=now, begin_time=body.begin_time, time_limit_s=time_limit,
+        request=request_to_json(req), spec=spec, workdir=body.workdir, dependency=body.dependency,
+        comment=body.comment,
+    )
+    if task_ids is None:
+        row = JobRow(**common)
+        session.add(row)
+        session.flush()
+        return {"job_id": row.id, "array_job_id": None, "array_task_ids": None}
+    first = None
+    for tid in task_ids:
+        row = JobRow(**common, array_task_id=tid, array_throttle=throttle)
+        session.add(row)
+        session.flush()
+        if first is None:
+            first = row.id
+        row.array_job_id = first
+    return {"job_id": first, "array_job_id": first, "array_task_ids": task_ids}
+
+
+def _parse_signal_option(text: str) -> dict:
+    """--signal=[{R|B}:]<sig>[@sig_time] -> {"signal": n, "time": s, "batch_only": bool}."""
+    batch_only = False
+    body = text
+    if ":" in body:
+        flags, _, body = body.partition(":")
+        if not set(flags.upper()) <= {"B", "R"}:
+            raise JobError(f"invalid --signal {text!r}: expected [{{R|B}}:]<sig>[@<secs>]")
+        batch_only = "B" in flags.upper()
+    sig_s, _, at = body.partition("@")
+    try:
+        when = int(at) if at else 60
+    except ValueError:
+        raise JobError(f"invalid --signal {text!r}: the time after @ must be whole seconds") from None
+    return {"signal": parse_signal(sig_s), "time": when, "batch_only": batch_only}
+
+
+# ---------------------------------------------------------------- state changes
+
+
+def finish(session: Session, row: JobRow, state: JobState, now: float, *, exit_code: int | None = None,
+           signal: int | None = None, reason: str | None = None, kill_signal: str = "TERM",
+           skip_nodes: frozenset[str] = frozenset()) -> None:
+    """End a job's run: record the state, and hold its resources as cleanups until its processes are gone."""
+    current = JobState(row.state)
+    check_transition(current, state)
+    row.state = state.value
+    row.end_time = now
+    if exit_code is not None:
+        row.exit_code = exit_code
+    if signal is not None:
+        row.signal = signal
+    if reason is not None:
+        row.reason = reason
+    if current is JobState.RUNNING:
+        _hold_for_cleanup(session, row, now, kill_signal, skip_nodes)
+
+
+def requeue(session: Session, row: JobRow, now: float, *, via: JobState, reason: str,
+            skip_nodes: frozenset[str] = frozenset()) -> None:
+    """Put a running job back in the queue (NODE_FAIL with --requeue, scontrol requeue)."""
+    current = JobState(row.state)
+    check_transition(current, via)
+    if current is JobState.RUNNING:
+        _hold_for_cleanup(session, row, now, "TERM", skip_nodes)
+    check_transition(via, JobState.PENDING)
+    row.state = JobState.PENDING.value
+    row.restart_count += 1
+    row.reason = reason
+    row.allocation = None
+    row.batch_host = None
+    row.start_time = None
+    row.end_time = None
+    row.exit_code = None
+    row.signal = None
+    row.begin_time = now  # Slurm holds a requeued job back briefly; BeginTime shows why it waits
+
+
+def _hold_for_cleanup(session: Session, row: JobRow, now: float, kill_signal: str, skip_nodes) -> None:
+    alloc = Allocation.from_json(row.allocation)
+    for node, a in alloc.nodes:
+        if node in skip_nodes:
+            continue
+        session.merge(CleanupRow(job_id=row.id, run=row.restart_count, node=node, cpus=a.cpus,
+                                 memory_mb=a.memory_mb, gpus=list(a.gpus), exclusive=alloc.exclusive,
+                                 since=now, signal=kill_signal))
+
+
+def cancel(session: Session, row: JobRow, principal: Principal, now: float) -> bool:
+    """scancel: pending jobs end at once; running ones end and their processes are killed."""
+    check_owner(row, principal)
+    state = JobState(row.state)
+    if state.terminal:
+        return False
+    finish(session, row, JobState.CANCELLED, now, reason="None")
+    return True
+
+
+def check_owner(row: JobRow, principal: Principal) -> None:
+    if principal.is_admin:
+        return
+    if principal.role == "job":
+        if principal.job_id == row.id:
+            return
+    elif principal.user == row.user:
+        return
+    raise JobError(f"Access/permission denied: job {row.id} belongs to {row.user}", 403)
+
+
+# ---------------------------------------------------------------- views
+
+
+def job_run_key(job_id: int, run: int) -> str:
+    return f"{job_id}.{run}"
+
+
+def output_path(row: JobRow, pattern: str | None, node: str | None) -> str | None:
+    if not pattern:
+        return None
+    path = expand_pattern(
+        pattern, job_id=row.id, job_name=row.name, user=row.user, node=node or "",
+        array_job_id=row.array_job_id, array_task_id=row.array_task_id,
+    )
+    return path if path.startswith("/") else f"{row.workdir.rstrip('/')}/{path}"
+
+
+def to_json(row: JobRow, *, steps: list[StepRow] = (), completing: bool = False) -> dict:
+    req = row.request
+    alloc = row.allocation
+    nodelist = compress(n["name"] for n in alloc["nodes"]) if alloc else ""
+    cpus = sum(n["cpus"] for n in alloc["nodes"]) if alloc else req["cpus_per_task"] * req["ntasks"]
+    spec = row.spec
+    stdout = output_path(row, spec.get("stdout"), row.batch_host)
+    stderr = output_path(row, spec.get("stderr"), row.batch_host) or stdout
+    out_steps = []
+    if not row.interactive and row.start_time is not None:
+        state = row.state if JobState(row.state).terminal else "RUNNING"
+        if row.state == JobState.TIMEOUT.value or row.state == JobState.CANCELLED.value:
+            state = "CANCELLED"
+        out_steps.append({
+            "step_id": "batch", "name": "batch", "state": state, "start_time": row.start_time,
+            "end_time": row.end_time, "exit_code": row.exit_code, "signal": row.signal, "ntasks": 1,
+            "nodelist": row.batch_host or "", "cpus": alloc["nodes"][0]["cpus"] if alloc else 0,
+        })
+    for st in steps:
+        out_steps.append({
+            "step_id": str(st.step_id), "name": st.name, "state": st.state, "start_time": st.start_time,
+            "end_time": st.end_time, "exit_code": st.exit_code, "signal": st.signal, "ntasks": st.ntasks,
+            "nodelist": st.nodelist,
+        })
+    return {
+        "job_id": row.id,
+        "array_job_id": row.array_job_id,
+        "array_task_id": row.array_task_id,
+        "array_throttle": row.array_throttle,
+        "name": row.name,
+        "user": row.user,
+        "partition": row.partition,
+        "state": row.state,
+        "completing": completing,
+        "reason": row.reason,
+        "submit_time": row.submit_time,
+        "eligible_time": row.begin_time or row.submit_time,
+        "start_time": row.start_time,
+        "end_time": row.end_time,
+        "time_limit_s": row.time_limit_s,
+        "nodes": len(alloc["nodes"]) if alloc else req["nodes"],
+        "ntasks": req["ntasks"],
+        "ntasks_per_node": req["ntasks_per_node"],
+        "cpus_per_task": req["cpus_per_task"],
+        "cpus": cpus,
+        "mem_per_node_mb": req["mem_per_node_mb"],
+        "gpus_per_node": req["gpus_per_node"],
+        "gpu_type": req["gpu_type"],
+        "exclusive": req["exclusive"],
+        "features": req.get("features", []),
+        "nodelist": nodelist,
+        "allocation": alloc,
+        "batch_host": row.batch_host,
+        "exit_code": row.exit_code,
+        "signal": row.signal,
+        "workdir": row.workdir,
+        "stdout": stdout,
+        "stderr": stderr,
+        "command": spec.get("command"),
+        "dependency": row.dependency,
+        "requeue": row.requeue,
+        "restart_count": row.restart_count,
+        "priority": row.priority,
+        "held": row.held,
+        "interactive": row.interactive,
+        "comment": row.comment,
+        "account": spec.get("account"),
+        "qos": spec.get("qos"),
+        "array_spec": None,
+        "steps": out_steps,
+    }
+
+
+def array_summary(task_ids: list[int], throttle: int | None) -> str:
+    return format_array(task_ids, throttle)

@@ -1,0 +1,164 @@
+"""Request bodies at the API edge (pydantic). Internal code works on frozen dataclasses."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+MAX_SCRIPT_BYTES = 4 * 1024 * 1024
+MAX_NAME = 255
+
+
+class JobSubmit(BaseModel):
+    """What sbatch/srun send. Field names match docs/API.md; unknown fields are refused."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = Field(default=None, max_length=MAX_NAME)
+    partition: str | None = Field(default=None, max_length=64)
+    script: str | None = Field(default=None, max_length=MAX_SCRIPT_BYTES)
+    argv: list[str] = Field(default_factory=list, max_length=4096)
+    workdir: str = Field(min_length=1, max_length=4096)
+    environment: dict[str, str] = Field(default_factory=dict)
+    stdout: str | None = Field(default=None, max_length=4096)
+    stderr: str | None = Field(default=None, max_length=4096)
+    stdin: str | None = Field(default=None, max_length=4096)
+    open_mode: str | None = Field(default=None, pattern="^(truncate|append)$")
+    nodes: int | None = Field(default=None, ge=1, le=100000)
+    nodes_max: int | None = Field(default=None, ge=1, le=100000)
+    ntasks: int | None = Field(default=None, ge=1, le=10_000_000)
+    ntasks_per_node: int | None = Field(default=None, ge=1, le=100000)
+    cpus_per_task: int | None = Field(default=None, ge=1, le=100000)
+    mem_per_node_mb: int | None = Field(default=None, ge=0)
+    mem_per_cpu_mb: int | None = Field(default=None, ge=0)
+    gpus: int | None = Field(default=None, ge=0, le=1_000_000)
+    gpus_per_node: int | None = Field(default=None, ge=0, le=1024)
+    gpus_per_task: int | None = Field(default=None, ge=0, le=1024)
+    gpu_type: str | None = Field(default=None, max_length=64)
+    exclusive: bool = False
+    time_limit_s: int | None = Field(default=None, ge=0)
+    time_min_s: int | None = Field(default=None, ge=0)
+    hold: bool = False
+    requeue: bool = False
+    array: str | None = Field(default=None, max_length=4096)
+    dependency: str | None = Field(default=None, max_length=4096)
+    begin_time: float | None = None
+    constraint: str | None = Field(default=None, max_length=1024)
+    nodelist: str | None = Field(default=None, max_length=65536)
+    exclude: str | None = Field(default=None, max_length=65536)
+    signal: str | None = Field(default=None, max_length=32)
+    interactive: bool = False
+    comment: str | None = Field(default=None, max_length=4096)
+    account: str | None = Field(default=None, max_length=64)
+    qos: str | None = Field(default=None, max_length=64)
+    kill_on_invalid_dep: bool | None = None
+
+
+class CancelRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    signal: str | int | None = None
+    batch: bool = False
+    full: bool = False
+
+
+class BulkCancelRequest(CancelRequest):
+    job_ids: list[str] = Field(default_factory=list)
+    user: str | None = None
+    partition: str | None = None
+    states: list[str] = Field(default_factory=list)
+    name: str | None = None
+
+
+class JobUpdate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    time_limit_s: int | None = Field(default=None, ge=0)
+    name: str | None = Field(default=None, max_length=MAX_NAME)
+    partition: str | None = None
+    nodes: int | None = Field(default=None, ge=1)
+    comment: str | None = Field(default=None, max_length=4096)
+
+
+class StepCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(default="", max_length=MAX_NAME)
+    argv: list[str] = Field(min_length=1)
+    nodes: int | None = Field(default=None, ge=1)
+    ntasks: int | None = Field(default=None, ge=1)
+    ntasks_per_node: int | None = Field(default=None, ge=1)
+    cpus_per_task: int | None = Field(default=None, ge=1)
+    gpus_per_task: int | None = Field(default=None, ge=0)
+    gpus_per_node: int | None = Field(default=None, ge=0)
+    nodelist: str | None = None
+    exclude: str | None = None
+
+
+class StepComplete(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    exit_code: int = 0
+    signal: int = 0
+
+
+class InteractiveComplete(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    exit_code: int = 0
+    signal: int = 0
+
+
+class NodeUpdate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    state: str | None = Field(default=None, pattern="^(DRAIN|RESUME|DOWN|UP|IDLE)$")
+    reason: str | None = Field(default=None, max_length=255)
+
+
+class GPUFacts(BaseModel):
+    index: int
+    uuid: str
+    product: str
+    memory_mb: int
+    mig_capable: bool = False
+    mig_enabled: bool = False
+
+
+class AgentRegister(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    address: str = Field(min_length=1, max_length=255)
+    port: int = Field(ge=1, le=65535)
+    cpus: int = Field(ge=1)
+    memory_mb: int = Field(ge=1)
+    gpus: list[GPUFacts] = Field(default_factory=list)
+    labels: dict[str, str] = Field(default_factory=dict)
+    features: list[str] = Field(default_factory=list)
+    boot_time: float | None = None
+    alive: list[str] = Field(default_factory=list)
+
+
+class AgentEvent(BaseModel):
+    type: str  # "exit"
+    key: str
+    job_id: int
+    run: int
+    exit_code: int | None = None
+    signal: int | None = None
+    time: float | None = None
+
+
+class AgentReport(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    events: list[AgentEvent] = Field(default_factory=list)
+    alive: list[str] = Field(default_factory=list)
+
+
+class TokenCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    user: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.@-]+$")
+    role: str = Field(default="user", pattern="^(admin|user)$")
+    description: str | None = None

@@ -1,0 +1,99 @@
+"""Build the scheduler's immutable Snapshot from the store."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from shoal.model.job import JobState
+from shoal.model.node import NodeState
+from shoal.model.resources import GPU, Allocation, NodeAllocation
+from shoal.model.snapshot import ActiveJob, Dependency, JobRecord, NodeInfo, PendingJob, Snapshot
+from shoal.server.jobs import request_from_json
+from shoal.store.models import CleanupRow, JobRow, NodeRow
+
+
+def node_info(row: NodeRow) -> NodeInfo:
+    return NodeInfo(
+        name=row.name,
+        state=NodeState(row.state),
+        cpus=row.cpus,
+        memory_mb=row.memory_mb,
+        gpus=tuple(GPU(**g) for g in row.gpus),
+        features=frozenset(row.features),
+        labels=dict(row.labels),
+    )
+
+
+def pending_job(row: JobRow) -> PendingJob:
+    spec = row.spec
+    return PendingJob(
+        id=row.id,
+        user=row.user,
+        name=row.name,
+        partition=row.partition,
+        request=request_from_json(row.request),
+        submit_time=row.submit_time,
+        time_limit_s=row.time_limit_s,
+        priority=row.priority,
+        held=row.held,
+        begin_time=row.begin_time,
+        dependencies=tuple(Dependency(d["kind"], tuple(d["job_ids"])) for d in spec.get("dependencies", ())),
+        dependency_any=bool(spec.get("dependency_any")),
+        array_job_id=row.array_job_id,
+        array_task_id=row.array_task_id,
+        array_throttle=row.array_throttle,
+    )
+
+
+def active_job(row: JobRow) -> ActiveJob:
+    return ActiveJob(
+        id=row.id, user=row.user, name=row.name, partition=row.partition,
+        allocation=Allocation.from_json(row.allocation), start_time=row.start_time or 0.0,
+        time_limit_s=row.time_limit_s, array_job_id=row.array_job_id,
+    )
+
+
+def cleanup_jobs(rows: list[CleanupRow], jobs_by_id: dict[int, JobRow]) -> list[ActiveJob]:
+    """Completing runs still hold their resources: one ActiveJob per (job, run)."""
+    grouped: dict[tuple[int, int], list[CleanupRow]] = {}
+    for r in rows:
+        grouped.setdefault((r.job_id, r.run), []).append(r)
+    out = []
+    for (job_id, _run), parts in grouped.items():
+        job = jobs_by_id.get(job_id)
+        alloc = Allocation(
+            nodes=tuple((p.node, NodeAllocation(p.cpus, p.memory_mb, tuple(p.gpus))) for p in parts),
+            exclusive=parts[0].exclusive,
+        )
+        out.append(ActiveJob(
+            id=job_id, user=job.user if job else "", name=job.name if job else "",
+            partition=job.partition if job else "", allocation=alloc, start_time=parts[0].since,
+            time_limit_s=0, array_job_id=job.array_job_id if job else None,
+        ))
+    return out
+
+
+def build(session: Session, partitions, now: float) -> Snapshot:
+    nodes = tuple(node_info(n) for n in session.scalars(select(NodeRow).order_by(NodeRow.name)))
+    live = list(session.scalars(
+        select(JobRow).where(JobRow.state.in_((JobState.PENDING.value, JobState.RUNNING.value))).order_by(JobRow.id)
+    ))
+    pending = tuple(pending_job(j) for j in live if j.state == JobState.PENDING.value)
+    running = [j for j in live if j.state == JobState.RUNNING.value]
+    cleanups = list(session.scalars(select(CleanupRow)))
+    by_id = {j.id: j for j in live}
+    missing = {c.job_id for c in cleanups} - by_id.keys()
+    wanted = {jid for p in pending for d in p.dependencies for jid in d.job_ids}
+    fetch = (missing | wanted) - by_id.keys()
+    extra = {j.id: j for j in session.scalars(select(JobRow).where(JobRow.id.in_(fetch)))} if fetch else {}
+    all_rows = {**extra, **by_id}
+    active = tuple([active_job(j) for j in running] + cleanup_jobs(cleanups, all_rows))
+    records = {
+        jid: JobRecord(id=jid, state=JobState(r.state), user=r.user, name=r.name, exit_code=r.exit_code,
+                       start_time=r.start_time)
+        for jid, r in all_rows.items()
+        if jid in wanted or r.state == JobState.RUNNING.value or r.state == JobState.PENDING.value
+    }
+    return Snapshot(now=now, nodes=nodes, partitions=tuple(partitions), pending=pending, active=active,
+                    jobs=records)

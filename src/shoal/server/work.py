@@ -1,0 +1,131 @@
+"""What an agent is told: the desired state of its node (runs to keep, runs to kill, signals).
+
+The agent reconciles against this: it launches batch scripts it has not started, kills
+processes of runs listed under ``kill`` (TERM, then KILL after KillWait), and kills any
+local process whose run is in neither list (so a node that was cut off and came back
+stops work that was already ended or restarted elsewhere).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from shoal.model.hostlist import compress
+from shoal.model.job import JobState
+from shoal.server.auth import job_credential
+from shoal.server.jobs import job_run_key
+from shoal.store.models import CleanupRow, JobRow
+
+
+def tasks_per_node_text(counts: list[int]) -> str:
+    """SLURM_TASKS_PER_NODE's compact form: [8, 8, 8] -> '8(x3)', [2, 1] -> '2,1'."""
+    out: list[str] = []
+    i = 0
+    while i < len(counts):
+        j = i
+        while j + 1 < len(counts) and counts[j + 1] == counts[i]:
+            j += 1
+        run = j - i + 1
+        out.append(f"{counts[i]}(x{run})" if run > 1 else str(counts[i]))
+        i = j + 1
+    return ",".join(out)
+
+
+def task_layout(ntasks: int, nodes: int, per_node: int | None) -> list[int]:
+    """How many tasks each node runs (Slurm's block distribution)."""
+    if per_node is not None:
+        counts = [min(per_node, max(0, ntasks - i * per_node)) for i in range(nodes)]
+        return [c for c in counts if c > 0] or [0]
+    base, extra = divmod(ntasks, nodes)
+    return [base + (1 if i < extra else 0) for i in range(nodes)]
+
+
+def slurm_environment(row: JobRow, cluster_name: str, submit_host: str, secret: bytes) -> dict[str, str]:
+    """The SLURM_* variables a batch script sees (per-node ones are added by the agent)."""
+    req = row.request
+    alloc = row.allocation["nodes"]
+    names = [n["name"] for n in alloc]
+    nodelist = compress(names)
+    counts = task_layout(req["ntasks"], len(names), req.get("ntasks_per_node"))
+    env = {
+        "SLURM_JOB_ID": str(row.id),
+        "SLURM_JOBID": str(row.id),
+        "SLURM_JOB_NAME": row.name,
+        "SLURM_JOB_USER": row.user,
+        "SLURM_JOB_PARTITION": row.partition,
+        "SLURM_JOB_NODELIST": nodelist,
+        "SLURM_NODELIST": nodelist,
+        "SLURM_JOB_NUM_NODES": str(len(names)),
+        "SLURM_NNODES": str(len(names)),
+        "SLURM_NTASKS": str(req["ntasks"]),
+        "SLURM_NPROCS": str(req["ntasks"]),
+        "SLURM_TASKS_PER_NODE": tasks_per_node_text(counts),
+        "SLURM_JOB_CPUS_PER_NODE": tasks_per_node_text([n["cpus"] for n in alloc]),
+        "SLURM_SUBMIT_DIR": row.workdir,
+        "SLURM_SUBMIT_HOST": submit_host,
+        "SLURM_CLUSTER_NAME": cluster_name,
+        "SLURM_RESTART_COUNT": str(row.restart_count),
+        "SLURM_JOB_QOS": row.spec.get("qos") or "normal",
+        "SLURM_JOB_ACCOUNT": row.spec.get("account") or "",
+        "SLURM_MEM_PER_NODE": str(alloc[0]["memory_mb"]),
+        "SLURM_GTIDS": "0",
+        "SHOAL_JOB_TOKEN": job_credential(secret, row.id, row.restart_count),
+    }
+    if req.get("ntasks_per_node") is not None:
+        env["SLURM_NTASKS_PER_NODE"] = str(req["ntasks_per_node"])
+    if req.get("cpus_per_task"):
+        env["SLURM_CPUS_PER_TASK"] = str(req["cpus_per_task"])
+    if req.get("gpus_per_node"):
+        gpn = str(req["gpus_per_node"])
+        env["SLURM_GPUS_PER_NODE"] = f"{req['gpu_type']}:{gpn}" if req.get("gpu_type") else gpn
+    if row.array_job_id is not None:
+        env["SLURM_ARRAY_JOB_ID"] = str(row.array_job_id)
+        env["SLURM_ARRAY_TASK_ID"] = str(row.array_task_id)
+    if row.time_limit_s:
+        env["SLURM_JOB_END_TIME"] = str(int((row.start_time or 0) + row.time_limit_s))
+    env["SLURM_JOB_START_TIME"] = str(int(row.start_time or 0))
+    return env
+
+
+def node_work(session: Session, server, node: str) -> dict:
+    runs = []
+    for row in session.scalars(select(JobRow).where(JobRow.state == JobState.RUNNING.value)):
+        alloc = row.allocation or {"nodes": []}
+        mine = next((n for n in alloc["nodes"] if n["name"] == node), None)
+        if mine is None:
+            continue
+        nodeid = [n["name"] for n in alloc["nodes"]].index(node)
+        entry = {
+            "key": job_run_key(row.id, row.restart_count), "job_id": row.id, "run": row.restart_count,
+            "user": row.user, "gpus": mine["gpus"], "cpus": mine["cpus"], "nodeid": nodeid,
+        }
+        if row.batch_host == node and not row.interactive:
+            spec = row.spec
+            entry["batch"] = {
+                "script": spec["script"],
+                "argv": spec.get("argv", []),
+                "workdir": row.workdir,
+                "environment": spec.get("environment", {}),
+                "slurm_env": slurm_environment(row, server.config.cluster_name, server.submit_host, server.secret),
+                "stdout": spec.get("stdout"),
+                "stderr": spec.get("stderr"),
+                "stdin": spec.get("stdin"),
+                "open_mode": spec.get("open_mode", "truncate"),
+                "job_name": row.name,
+                "array_job_id": row.array_job_id,
+                "array_task_id": row.array_task_id,
+            }
+        runs.append(entry)
+    kills = [
+        {"key": job_run_key(c.job_id, c.run), "job_id": c.job_id, "run": c.run, "signal": c.signal}
+        for c in session.scalars(select(CleanupRow).where(CleanupRow.node == node))
+    ]
+    return {
+        "epoch": server.hub.epoch,
+        "runs": runs,
+        "kill": kills,
+        "signals": server.hub.signals(node),
+        "kill_wait_s": server.config.nodes.kill_wait_s,
+        "heartbeat_interval_s": server.config.nodes.heartbeat_interval_s,
+    }

@@ -1,0 +1,121 @@
+"""Tables. Jobs and nodes carry a ``version`` column for optimistic concurrency."""
+
+from __future__ import annotations
+
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Integer, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class TokenRow(Base):
+    """An API token, stored only as its SHA-256 hash."""
+
+    __tablename__ = "tokens"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    user: Mapped[str] = mapped_column(String(64), index=True)
+    role: Mapped[str] = mapped_column(String(16))  # admin | user
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created: Mapped[float] = mapped_column(Float)
+    description: Mapped[str | None] = mapped_column(String(200), nullable=True)
+
+
+class NodeRow(Base):
+    __tablename__ = "nodes"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    address: Mapped[str] = mapped_column(String(255))
+    port: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(16))  # NodeState
+    reason: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    reason_time: Mapped[float | None] = mapped_column(Float, nullable=True)
+    cpus: Mapped[int] = mapped_column(Integer)
+    memory_mb: Mapped[int] = mapped_column(Integer)
+    gpus: Mapped[list] = mapped_column(JSON, default=list)
+    labels: Mapped[dict] = mapped_column(JSON, default=dict)
+    features: Mapped[list] = mapped_column(JSON, default=list)
+    registered_at: Mapped[float] = mapped_column(Float)
+    last_heartbeat: Mapped[float] = mapped_column(Float)
+    boot_time: Mapped[float | None] = mapped_column(Float, nullable=True)
+    version: Mapped[int] = mapped_column(Integer, default=1)
+
+    __mapper_args__ = {"version_id_col": version}
+
+
+class JobRow(Base):
+    __tablename__ = "jobs"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    array_job_id: Mapped[int | None] = mapped_column(Integer, nullable=True, index=True)
+    array_task_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    array_throttle: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    name: Mapped[str] = mapped_column(String(255))
+    user: Mapped[str] = mapped_column(String(64), index=True)
+    partition: Mapped[str] = mapped_column(String(64))
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    reason: Mapped[str] = mapped_column(String(64), default="None")
+    held: Mapped[bool] = mapped_column(Boolean, default=False)
+    interactive: Mapped[bool] = mapped_column(Boolean, default=False)
+    requeue: Mapped[bool] = mapped_column(Boolean, default=False)
+    restart_count: Mapped[int] = mapped_column(Integer, default=0)
+    priority: Mapped[int] = mapped_column(Integer, default=1)
+    submit_time: Mapped[float] = mapped_column(Float)
+    begin_time: Mapped[float | None] = mapped_column(Float, nullable=True)
+    start_time: Mapped[float | None] = mapped_column(Float, nullable=True)
+    end_time: Mapped[float | None] = mapped_column(Float, nullable=True)
+    time_limit_s: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    request: Mapped[dict] = mapped_column(JSON)  # normalised ResourceRequest fields
+    spec: Mapped[dict] = mapped_column(JSON)  # script, argv, environment, output patterns, signal...
+    workdir: Mapped[str] = mapped_column(Text)
+    dependency: Mapped[str | None] = mapped_column(Text, nullable=True)
+    allocation: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    batch_host: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    signal: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    comment: Mapped[str | None] = mapped_column(Text, nullable=True)
+    version: Mapped[int] = mapped_column(Integer, default=1)
+
+    # SQLAlchemy adds "AND version = :old" to every UPDATE and raises StaleDataError
+    # when another writer got there first: optimistic concurrency on every engine alike.
+    __mapper_args__ = {"version_id_col": version}
+
+
+class StepRow(Base):
+    """A job step launched by srun. The batch step is derived from the job itself."""
+
+    __tablename__ = "steps"
+
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    step_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run: Mapped[int] = mapped_column(Integer, default=0)
+    name: Mapped[str] = mapped_column(String(255))
+    state: Mapped[str] = mapped_column(String(16))
+    ntasks: Mapped[int] = mapped_column(Integer)
+    nodelist: Mapped[str] = mapped_column(Text)
+    start_time: Mapped[float] = mapped_column(Float)
+    end_time: Mapped[float | None] = mapped_column(Float, nullable=True)
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    signal: Mapped[int | None] = mapped_column(Integer, nullable=True)
+
+
+class CleanupRow(Base):
+    """Resources a finished run still holds on one node until its agent reports its processes gone.
+
+    While any row exists for a job, squeue shows it COMPLETING (CG), and the scheduler
+    counts these resources as used, so no GPU is handed out while a process may still hold it.
+    """
+
+    __tablename__ = "cleanups"
+
+    job_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run: Mapped[int] = mapped_column(Integer, primary_key=True)
+    node: Mapped[str] = mapped_column(String(64), primary_key=True)
+    cpus: Mapped[int] = mapped_column(Integer)
+    memory_mb: Mapped[int] = mapped_column(Integer)
+    gpus: Mapped[list] = mapped_column(JSON, default=list)
+    exclusive: Mapped[bool] = mapped_column(Boolean, default=False)
+    since: Mapped[float] = mapped_column(Float)
+    signal: Mapped[str] = mapped_column(String(16), default="KILL")

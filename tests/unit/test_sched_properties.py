@@ -1,0 +1,252 @@
+"""Invariants of a scheduling pass over random clusters and queues (hypothesis)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sched_cluster import A100, H100, gpu_node, running
+
+from shoal.model.job import JobState
+from shoal.model.node import NodeState
+from shoal.model.resources import ResourceRequest
+from shoal.model.snapshot import Dependency, JobRecord, Partition, PendingJob, Snapshot
+from shoal.sched import SchedConfig, check_feasible, place, queue_order, schedule
+from shoal.sched.placement import ClusterState, Demand, feature_matches, gpu_type_matches
+
+FEATURES = ("ib", "nvlink")
+NOW = 1000.0
+SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@st.composite
+def clusters(draw, all_up: bool = False):
+    count = draw(st.integers(1, 6))
+    out = []
+    for i in range(1, count + 1):
+        state = NodeState.UP if all_up else draw(
+            st.sampled_from([NodeState.UP] * 4 + [NodeState.DOWN, NodeState.DRAIN]))
+        out.append(gpu_node(
+            f"n{i}", gpus=draw(st.integers(0, 4)), cpus=draw(st.integers(1, 8)),
+            memory_mb=draw(st.sampled_from([1000, 2000, 4000])),
+            product=draw(st.sampled_from([H100, A100])), state=state,
+            features=tuple(draw(st.sets(st.sampled_from(FEATURES))))))
+    return tuple(out)
+
+
+@st.composite
+def actives(draw, cluster):
+    """Per node, maybe one job holding part of it (or all of it, exclusively)."""
+    out = []
+    for i, node in enumerate(cluster):
+        if not draw(st.booleans()):
+            continue
+        exclusive = draw(st.integers(0, 4)) == 0
+        if exclusive:
+            hold = (node.cpus, node.memory_mb, tuple(g.index for g in node.gpus))
+        else:
+            gpus = draw(st.sets(st.sampled_from([g.index for g in node.gpus]))) if node.gpus else set()
+            hold = (draw(st.integers(0, node.cpus)), draw(st.integers(0, node.memory_mb)),
+                    tuple(sorted(gpus)))
+        out.append(running(
+            900 + i, {node.name: hold}, exclusive=exclusive,
+            start_time=draw(st.sampled_from([0.0, 500.0, 900.0])),
+            time_limit_s=draw(st.sampled_from([None, 200, 1000, 5000])),
+            array_job_id=draw(st.sampled_from([None, 70]))))
+    return out
+
+
+@st.composite
+def requests(draw, names):
+    return ResourceRequest(
+        nodes=draw(st.integers(1, 3)),
+        ntasks=draw(st.integers(1, 4)),
+        cpus_per_task=draw(st.integers(1, 2)),
+        mem_per_node_mb=draw(st.sampled_from([0, 500, 1500])),
+        gpus_per_node=draw(st.integers(0, 4)),
+        gpu_type=draw(st.sampled_from([None, "h100", "a100"])),
+        exclusive=draw(st.integers(0, 5)) == 0,
+        features=tuple(draw(st.sets(st.sampled_from(FEATURES), max_size=1))),
+        nodelist=tuple(draw(st.sets(st.sampled_from(names), max_size=1))),
+        exclude=tuple(draw(st.sets(st.sampled_from(names), max_size=1))),
+    )
+
+
+@st.composite
+def queues(draw, cluster, partitions, plain: bool = False):
+    names = [n.name for n in cluster]
+    count = draw(st.integers(1, 10))
+    out = []
+    for job_id in range(1, count + 1):
+        deps: tuple[Dependency, ...] = ()
+        if not plain and draw(st.integers(0, 3)) == 0:
+            kind = draw(st.sampled_from(["after", "afterany", "afterok", "afternotok", "singleton"]))
+            target = () if kind == "singleton" else (draw(st.sampled_from([1, 2, 50, 51, 404])),)
+            deps = (Dependency(kind, target),)
+        array = None if plain else draw(st.sampled_from([None, None, 70, 71]))
+        out.append(PendingJob(
+            id=job_id, user=draw(st.sampled_from(["alice", "bob"])),
+            name=draw(st.sampled_from(["train", "eval"])),
+            partition=draw(st.sampled_from([p.name for p in partitions])),
+            request=draw(requests(names)), submit_time=float(draw(st.integers(0, 5))),
+            time_limit_s=draw(st.sampled_from([None, 100, 600, 3600])),
+            priority=draw(st.integers(0, 2)),
+            held=False if plain else draw(st.integers(0, 6)) == 0,
+            begin_time=None if plain else draw(st.sampled_from([None, None, 500.0, 5000.0])),
+            dependencies=deps, dependency_any=draw(st.booleans()),
+            array_job_id=array, array_throttle=None if array is None else draw(st.integers(1, 2)),
+        ))
+    return out
+
+
+JOB_RECORDS = {
+    50: JobRecord(50, JobState.COMPLETED), 51: JobRecord(51, JobState.FAILED),
+}
+
+
+@st.composite
+def scenarios(draw):
+    cluster = draw(clusters())
+    names = [n.name for n in cluster]
+    partitions = [Partition("p0", tuple(names))]
+    if draw(st.booleans()):
+        partitions.append(Partition("p1", tuple(draw(st.sets(st.sampled_from(names), min_size=1))),
+                                    max_nodes=draw(st.sampled_from([None, 1, 2])),
+                                    max_time_s=draw(st.sampled_from([None, 600]))))
+    snap = Snapshot(NOW, cluster, tuple(partitions), tuple(draw(queues(cluster, partitions))),
+                    tuple(draw(actives(cluster))), dict(JOB_RECORDS))
+    config = SchedConfig(policy=draw(st.sampled_from(["fifo", "backfill"])),
+                         kill_invalid_depend=draw(st.booleans()))
+    return snap, config
+
+
+def expected_share(node, request: ResourceRequest):
+    if request.exclusive:
+        return node.cpus, node.memory_mb, len(node.gpus)
+    return request.cpus_per_node, request.mem_per_node_mb or node.memory_mb, request.gpus_per_node
+
+
+@given(scenarios())
+@SETTINGS
+def test_no_resource_is_ever_oversubscribed(scenario):
+    snap, config = scenario
+    plan = schedule(snap, config)
+    nodes = {n.name: n for n in snap.nodes}
+    cpus, mem, jobs_on = defaultdict(int), defaultdict(int), defaultdict(int)
+    gpus: dict[str, list[int]] = defaultdict(list)
+    exclusive_on = defaultdict(int)
+    for allocation in [a.allocation for a in snap.active] + [s.allocation for s in plan.starts]:
+        for name, a in allocation.nodes:
+            cpus[name] += a.cpus
+            mem[name] += a.memory_mb
+            gpus[name].extend(a.gpus)
+            jobs_on[name] += 1
+            exclusive_on[name] += allocation.exclusive
+    for name, node in nodes.items():
+        assert cpus[name] <= node.cpus
+        assert mem[name] <= node.memory_mb
+        assert len(gpus[name]) == len(set(gpus[name])), f"GPU given twice on {name}"
+        assert set(gpus[name]) <= {g.index for g in node.gpus}
+        if exclusive_on[name]:
+            assert jobs_on[name] == 1, f"{name} is held exclusively but shared"
+
+
+@given(scenarios())
+@SETTINGS
+def test_each_start_is_a_whole_gang_that_honours_the_request(scenario):
+    snap, config = scenario
+    plan = schedule(snap, config)
+    nodes = {n.name: n for n in snap.nodes}
+    pending = {j.id: j for j in snap.pending}
+    parts = {p.name: p for p in snap.partitions}
+    for start in plan.starts:
+        job = pending[start.job_id]
+        request, d = job.request, Demand.of(job.request)
+        names = start.allocation.node_names
+        assert len(names) == len(set(names)) == d.nodes
+        assert set(request.nodelist) <= set(names)
+        assert start.allocation.exclusive == request.exclusive
+        for name, a in start.allocation.nodes:
+            node = nodes[name]
+            assert node.state is NodeState.UP
+            assert name in parts[job.partition].nodes
+            assert name not in request.exclude
+            assert all(feature_matches(f, node.features) for f in request.features)
+            want_cpus, want_mem, want_gpus = expected_share(node, request)
+            assert (a.cpus, a.memory_mb, len(a.gpus)) == (want_cpus, want_mem, want_gpus)
+            if request.gpu_type and request.gpus_per_node and not request.exclusive:
+                products = {g.index: g.product for g in node.gpus}
+                assert all(gpu_type_matches(request.gpu_type, products[i]) for i in a.gpus)
+
+
+@given(scenarios())
+@SETTINGS
+def test_every_pending_job_is_started_or_given_exactly_one_reason(scenario):
+    snap, config = scenario
+    plan = schedule(snap, config)
+    started = [s.job_id for s in plan.starts]
+    assert len(started) == len(set(started))
+    for job in snap.pending:
+        places = (job.id in started) + (job.id in plan.reasons) + (job.id in plan.never)
+        assert places == 1, f"job {job.id} is in {places} of starts/reasons/never"
+        if job.id in plan.reasons:
+            assert plan.reasons[job.id]
+    assert set(plan.reasons) | set(plan.never) | set(started) == {j.id for j in snap.pending}
+
+
+@given(st.data())
+@SETTINGS
+def test_a_job_that_fits_an_empty_cluster_starts_on_one(data):
+    cluster = data.draw(clusters(all_up=True))
+    part = Partition("p0", tuple(n.name for n in cluster))
+    job = data.draw(queues(cluster, [part], plain=True))[0]
+    snap = Snapshot(NOW, cluster, (part,), (job,), ())
+    plan = schedule(snap, data.draw(st.sampled_from([SchedConfig("fifo"), SchedConfig()])))
+    feasible = check_feasible(job.request, part, cluster, time_limit_s=job.time_limit_s) is None
+    assert feasible == bool(plan.starts), (check_feasible(job.request, part, cluster), plan)
+
+
+@given(st.data())
+@SETTINGS
+def test_backfill_never_delays_the_reserved_job(data):
+    """The job waiting with Resources fits at the earliest time it would have fitted had
+    nothing backfilled; with no such time, nothing started on the nodes it could use."""
+    cluster = data.draw(clusters())
+    part = Partition("p0", tuple(n.name for n in cluster))
+    active = data.draw(actives(cluster))
+    queue = data.draw(queues(cluster, [part], plain=True))
+    snap = Snapshot(NOW, cluster, (part,), tuple(queue), tuple(active))
+    plan = schedule(snap, SchedConfig("backfill"))
+    waiting = [j for j in queue if plan.reasons.get(j.id) == "Resources"]
+    assert len(waiting) <= 1
+    if not waiting:
+        return
+    reserved = waiting[0]
+    by_id = {j.id: j for j in queue}
+    rank = {j.id: i for i, j in enumerate(queue_order(queue))}
+    ahead = [s for s in plan.starts if rank[s.job_id] < rank[reserved.id]]
+    behind = [s for s in plan.starts if rank[s.job_id] > rank[reserved.id]]
+
+    def ends(start, limit):
+        return None if limit is None else max(NOW, start + limit)
+
+    # Jobs ahead of it in the queue may take what they like; those behind must not delay it.
+    before = [(a.allocation, ends(a.start_time, a.time_limit_s)) for a in active] + [
+        (s.allocation, ends(NOW, by_id[s.job_id].time_limit_s)) for s in ahead]
+    after = before + [(s.allocation, ends(NOW, by_id[s.job_id].time_limit_s)) for s in behind]
+
+    def fits_at(holders, t):
+        state = ClusterState(cluster, [a for a, end in holders if end is None or end > t])
+        return place(reserved.request, state, partition=part).ok
+
+    times = sorted({end for _, end in before if end is not None})
+    shadow = next((t for t in times if fits_at(before, t)), None)
+    if shadow is not None:
+        assert fits_at(after, shadow), f"reserved job {reserved.id} delayed past {shadow}"
+    else:
+        d = Demand.of(reserved.request)
+        state = ClusterState(cluster)
+        usable = {state.nodes[r].info.name for r in state.candidates(d, part, "now")}
+        for s in behind:
+            assert not usable & set(s.allocation.node_names)
