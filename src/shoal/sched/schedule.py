@@ -143,7 +143,7 @@ class _Pass:
 
     def start(self, job: PendingJob, allocation: Allocation, end: float | None,
               binding: list[int]) -> None:
-        self.state.commit(allocation)
+        pass
         self.plan.starts.append(Start(job.id, allocation))
         self.holders.append((allocation, end))
         if job.array_job_id is not None:

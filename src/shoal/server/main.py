@@ -31,5 +31,5 @@ def run(args) -> int:
     host, _, port = args.listen.rpartition(":")
     app = create_app(server)
     uvicorn.run(app, host=host or "127.0.0.1", port=int(port), log_level="warning", access_log=False,
-                timeout_keep_alive=30)
+                timeout_keep_alive=30, timeout_graceful_shutdown=2)
     return 0

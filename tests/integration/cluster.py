@@ -1,0 +1,134 @@
+"""A real local cluster for tests: `shoal up` in a temporary state dir, the real commands on PATH.
+
+Each cluster gets its own ports, its own 127.0.N.x addresses, its own client config and
+state dir, so a test never sees another's cluster and `shoal down` stops exactly its own.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+BIN = Path(sys.executable).parent
+_counter = itertools.count(1)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LocalCluster:
+    def __init__(self, root: Path, nodes: int = 2, gpus_per_node: int = 4, *, gpu_model: str = "A100-SXM4-80GB",
+                 cpus_per_node: int = 64, memory: str = "512G", config: str | None = None,
+                 extra: tuple[str, ...] = (), heartbeat_timeout: float | None = None,
+                 kill_wait: float | None = 2.0) -> None:
+        self.root = root
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.workdir = root / "work"
+        self.workdir.mkdir(exist_ok=True)
+        self.nodes = nodes
+        self.port = free_port()
+        self.agent_port = free_port()
+        n = (os.getpid() + next(_counter)) % 250 + 2
+        self.address_base = f"127.0.{n}.2"
+        self.env = dict(os.environ)
+        self.env.update({
+            "SHOAL_CONFIG": str(root / "client.yaml"),
+            "SHOAL_STATE_DIR": str(root / "state"),
+            "PATH": f"{BIN}{os.pathsep}{self.env.get('PATH', '')}",
+            "SHOAL_LOG_LEVEL": "INFO",
+        })
+        for k in ("SLURM_JOB_ID", "SHOAL_JOB_TOKEN", "SHOAL_SERVER", "SHOAL_TOKEN"):
+            self.env.pop(k, None)
+        self.args = ["--nodes", str(nodes), "--gpus-per-node", str(gpus_per_node), "--gpu-model", gpu_model,
+                     "--cpus-per-node", str(cpus_per_node), "--memory-per-node", memory,
+                     "--port", str(self.port), "--agent-port", str(self.agent_port),
+                     "--address-base", self.address_base, *extra]
+        if config:
+            self.args += ["--config", config]
+        if heartbeat_timeout is not None:
+            self.args += ["--heartbeat-timeout", str(heartbeat_timeout)]
+        if kill_wait is not None:
+            self.args += ["--kill-wait", str(kill_wait)]
+
+    # ------------------------------------------------------------------ life cycle
+
+    def up(self) -> "LocalCluster":
+        out = self.run(["shoal", "up", *self.args], check=False, timeout=90)
+        if out.returncode != 0:
+            raise AssertionError(f"shoal up failed ({out.returncode}):\n{out.stdout}\n{out.stderr}")
+        self.state = json.loads((self.root / "state" / "cluster.json").read_text())
+        self.admin_token = json.loads((self.root / "client.yaml").read_text())["token"]
+        return self
+
+    def down(self) -> None:
+        self.run(["shoal", "down"], check=False, timeout=60)
+
+    @property
+    def server(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    # ------------------------------------------------------------------ commands
+
+    def run(self, cmd: list[str], *, check: bool = True, timeout: float = 60, env: dict | None = None,
+            cwd: Path | None = None, input: str | None = None) -> subprocess.CompletedProcess:
+        out = subprocess.run(cmd, env={**self.env, **(env or {})}, cwd=cwd or self.workdir, capture_output=True,
+                             text=True, timeout=timeout, input=input)
+        if check and out.returncode != 0:
+            raise AssertionError(f"{' '.join(cmd)} exited {out.returncode}:\n{out.stdout}\n{out.stderr}")
+        return out
+
+    def sbatch(self, *args: str, script: str | None = None, env: dict | None = None) -> int:
+        """Submit (a script text, written to a file in the work dir, or --wrap args); return the job id."""
+        argv = ["sbatch", "--parsable", *args]
+        if script is not None:
+            path = self.workdir / f"job-{time.time_ns()}.sh"
+            path.write_text(script)
+            argv.append(str(path))
+        out = self.run(argv, env=env)
+        return int(out.stdout.strip().split(";")[0])
+
+    def api(self, method: str, path: str, body: dict | None = None, token: str | None = None):
+        from shoal.cli.client import Client
+
+        c = Client(self.server, token or self.admin_token)
+        c.job_token = None
+        return c.request(method, path, body)
+
+    def job(self, job_id: int | str) -> dict:
+        return self.api("GET", f"/api/v1/jobs/{job_id}")
+
+    def jobs(self, **params) -> list[dict]:
+        from urllib.parse import urlencode
+
+        q = urlencode({"all": "true", **params}, doseq=True)
+        return self.api("GET", f"/api/v1/jobs?{q}")["jobs"]
+
+    def wait_for(self, job_id: int, states=("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"),
+                 timeout: float = 30.0, settled: bool = True) -> dict:
+        """Wait until the job is in one of ``states`` (and, for ended jobs, no longer completing)."""
+        deadline = time.time() + timeout
+        job = None
+        while time.time() < deadline:
+            job = self.job(job_id)
+            if job["state"] in states and not (settled and job["completing"]):
+                return job
+            time.sleep(0.05)
+        raise AssertionError(f"job {job_id} did not reach {states} within {timeout}s: {job}")
+
+    def nodes_json(self) -> list[dict]:
+        return self.api("GET", "/api/v1/nodes")["nodes"]
+
+    def agent_pid(self, node: str) -> int:
+        return self.state["pids"]["agents"][node]
+
+    def node_names(self) -> list[str]:
+        return list(self.state["pids"]["agents"])
