@@ -132,7 +132,7 @@ class _Pass:
         failed = self.failures.get(key, ())
         if not any(d.dominates(shape) for shape in failed):
             placement = place(d, self.state, "now", partition=part,
-                              reserved=[self.reservations[i].shares for i in binding])
+                              reserved=[])
             if placement.allocation is not None:
                 self.start(job, placement.allocation, end, binding)
                 return None
@@ -143,7 +143,7 @@ class _Pass:
 
     def start(self, job: PendingJob, allocation: Allocation, end: float | None,
               binding: list[int]) -> None:
-        pass
+        self.state.commit(allocation)
         self.plan.starts.append(Start(job.id, allocation))
         self.holders.append((allocation, end))
         if job.array_job_id is not None:

@@ -154,12 +154,19 @@ def create_app(server: Server) -> FastAPI:
         return {"jobs": done}
 
     @app.post("/api/v1/jobs/{job_id}/cancel")
-    def cancel(job_id: int, body: CancelRequest | None = None, p: Principal = Depends(principal)):
+    def cancel(job_id: str, body: CancelRequest | None = None, p: Principal = Depends(principal)):
+        """Cancel or signal a job: `12` (with all its array tasks) or `12_3` (one task)."""
         body = body or CancelRequest()
         now = server.clock()
         sig = jobsvc.parse_signal(body.signal)
+        ids, arrays = _parse_job_ids([job_id])
         with server.sessions() as s, s.begin():
-            rows = list(s.scalars(select(JobRow).where((JobRow.id == job_id) | (JobRow.array_job_id == job_id))))
+            if arrays:
+                aid, tid = arrays[0]
+                where = (JobRow.array_job_id == aid) & (JobRow.array_task_id == tid)
+            else:
+                where = (JobRow.id == ids[0]) | (JobRow.array_job_id == ids[0])
+            rows = list(s.scalars(select(JobRow).where(where)))
             if not rows:
                 raise jobsvc.JobError(f"Invalid job id specified: {job_id}", 404)
             live = [r for r in rows if not JobState(r.state).terminal]
