@@ -133,8 +133,8 @@ def test_bad_time_says_which_forms_are_accepted():
     )
 
 
-def test_unlimited_time_is_sent_as_null():
-    assert body(["-t", "UNLIMITED", "x.sh"])["time_limit_s"] is None
+def test_unlimited_time_is_sent_as_minus_one():
+    assert body(["-t", "UNLIMITED", "x.sh"])["time_limit_s"] == -1  # UNLIMITED on the wire
 
 
 def test_hold_requeue_and_their_opposites():

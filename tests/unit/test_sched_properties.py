@@ -17,7 +17,7 @@ from shoal.sched.placement import ClusterState, Demand, feature_matches, gpu_typ
 
 FEATURES = ("ib", "nvlink")
 NOW = 1000.0
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @st.composite

@@ -193,8 +193,15 @@ def _gres(value: str, ctx: _Context) -> dict[str, Any]:
     return out
 
 
+UNLIMITED = -1  # the API's word for "no limit" (the partition's MaxTime still applies)
+
+
 def _time(key: str) -> Converter:
-    return lambda v, ctx: {key: timefmt.parse_time_limit(v)}
+    def convert(value: str, ctx: _Context) -> dict[str, Any]:
+        seconds = timefmt.parse_time_limit(value)
+        return {key: UNLIMITED if seconds is None else seconds}
+
+    return convert
 
 
 def _begin(value: str, ctx: _Context) -> dict[str, Any]:

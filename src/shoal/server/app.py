@@ -24,6 +24,9 @@ from shoal.server.core import Server
 from shoal.server.schemas import (AgentRegister, AgentReport, BulkCancelRequest, CancelRequest,
                                   InteractiveComplete, JobSubmit, JobUpdate, NodeUpdate, StepComplete,
                                   StepCreate, TokenCreate)
+from shoal.model.timefmt import format_timestamp
+from shoal.sched.schedule import schedule
+from shoal.server.snapshot import build as build_snapshot
 from shoal.server.snapshot import node_info
 from shoal.server.work import node_work
 from shoal.store.models import CleanupRow, JobRow, NodeRow, StepRow
@@ -84,6 +87,32 @@ def create_app(server: Server) -> FastAPI:
                                 feasible=check_feasible)
         server.controller.wake()
         return out
+
+    @app.post("/api/v1/jobs/test")
+    def test_only(body: JobSubmit, p: Principal = Depends(user_or_admin)):
+        """sbatch --test-only: validate exactly as a submit would, plan it, and roll it back."""
+        now = server.clock()
+        with server.sessions() as s:
+            s.begin()
+            try:
+                nodes = [node_info(n) for n in s.scalars(select(NodeRow))]
+                out = jobsvc.submit(s, p, body, partitions=server.partitions, nodes=nodes, now=now,
+                                    max_array_size=server.config.scheduler.max_array_size,
+                                    def_mem_per_cpu_mb=server.config.scheduler.def_mem_per_cpu_mb,
+                                    feasible=check_feasible)
+                snap = build_snapshot(s, server.partitions, now)
+                plan = schedule(snap, server.sched_config)
+                row = s.get(JobRow, out["job_id"])
+                start = next((st for st in plan.starts if st.job_id == row.id), None)
+                return {
+                    "job_id": row.id, "partition": row.partition,
+                    "start_time": format_timestamp(now) if start else "Unknown",
+                    "reason": None if start else plan.reasons.get(row.id),
+                    "nodelist": compress(start.allocation.node_names) if start else "",
+                    "cpus": sum(a.cpus for _, a in start.allocation.nodes) if start else 0,
+                }
+            finally:
+                s.rollback()
 
     @app.get("/api/v1/jobs")
     def list_jobs(job_id: list[str] = Query(default=[]), user: str | None = None,

@@ -101,7 +101,10 @@ def normalise(body: JobSubmit, partition: Partition, def_mem_per_cpu_mb: int) ->
     if len(nodelist) > n:
         n = len(nodelist)  # Slurm raises the node count to cover the requested nodes
 
-    time_limit = body.time_limit_s or partition.default_time_s
+    if body.time_limit_s == -1:  # UNLIMITED: as long as the partition allows
+        time_limit = partition.max_time_s
+    else:
+        time_limit = body.time_limit_s or partition.default_time_s
     if time_limit is not None and partition.max_time_s is not None and time_limit > partition.max_time_s:
         from shoal.model.timefmt import format_duration
 

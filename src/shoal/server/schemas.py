@@ -35,8 +35,8 @@ class JobSubmit(BaseModel):
     gpus_per_task: int | None = Field(default=None, ge=0, le=1024)
     gpu_type: str | None = Field(default=None, max_length=64)
     exclusive: bool = False
-    time_limit_s: int | None = Field(default=None, ge=0)
-    time_min_s: int | None = Field(default=None, ge=0)
+    time_limit_s: int | None = Field(default=None, ge=-1, description="-1: UNLIMITED; null: partition default")
+    time_min_s: int | None = Field(default=None, ge=-1)
     hold: bool = False
     requeue: bool = False
     array: str | None = Field(default=None, max_length=4096)
