@@ -17,7 +17,7 @@ from shoal.sched.placement import ClusterState, Demand, feature_matches, gpu_typ
 
 FEATURES = ("ib", "nvlink")
 NOW = 1000.0
-SETTINGS = settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @st.composite
@@ -36,11 +36,11 @@ def clusters(draw, all_up: bool = False):
 
 
 @st.composite
-def actives(draw, cluster):
+def actives(draw, cluster, busy: bool = False):
     """Per node, maybe one job holding part of it (or all of it, exclusively)."""
     out = []
     for i, node in enumerate(cluster):
-        if not draw(st.booleans()):
+        if not draw(st.booleans()) and not (busy and draw(st.booleans())):
             continue
         exclusive = draw(st.integers(0, 4)) == 0
         if exclusive:
@@ -52,7 +52,7 @@ def actives(draw, cluster):
         out.append(running(
             900 + i, {node.name: hold}, exclusive=exclusive,
             start_time=draw(st.sampled_from([0.0, 500.0, 900.0])),
-            time_limit_s=draw(st.sampled_from([None, 200, 1000, 5000])),
+            time_limit_s=draw(st.sampled_from([200, 1000, 5000] + ([] if busy else [None]))),
             array_job_id=draw(st.sampled_from([None, 70]))))
     return out
 
@@ -74,9 +74,9 @@ def requests(draw, names):
 
 
 @st.composite
-def queues(draw, cluster, partitions, plain: bool = False):
+def queues(draw, cluster, partitions, plain: bool = False, min_size: int = 1):
     names = [n.name for n in cluster]
-    count = draw(st.integers(1, 10))
+    count = draw(st.integers(min_size, 10))
     out = []
     for job_id in range(1, count + 1):
         deps: tuple[Dependency, ...] = ()
@@ -208,14 +208,14 @@ def test_a_job_that_fits_an_empty_cluster_starts_on_one(data):
 
 
 @given(st.data())
-@SETTINGS
+@settings(SETTINGS, max_examples=200)
 def test_backfill_never_delays_the_reserved_job(data):
     """The job waiting with Resources fits at the earliest time it would have fitted had
     nothing backfilled; with no such time, nothing started on the nodes it could use."""
     cluster = data.draw(clusters())
     part = Partition("p0", tuple(n.name for n in cluster))
-    active = data.draw(actives(cluster))
-    queue = data.draw(queues(cluster, [part], plain=True))
+    active = data.draw(actives(cluster, busy=True))
+    queue = data.draw(queues(cluster, [part], plain=True, min_size=3))
     snap = Snapshot(NOW, cluster, (part,), tuple(queue), tuple(active))
     plan = schedule(snap, SchedConfig("backfill"))
     waiting = [j for j in queue if plan.reasons.get(j.id) == "Resources"]

@@ -14,6 +14,10 @@ from typing import Any, Mapping
 from shoal.model.hostlist import HostlistError, compress, expand
 
 SHOW_ENTITIES = ("job", "node", "partition", "hostnames", "hostlist", "config")
+# Slurm's scontrol takes any prefix of an entity's full word down to a minimum length, so
+# `show hostname`, `show jobs` and `show part` work as there: (entity, full word, shortest).
+_SHOW_PREFIXES = (("hostnames", "hostnames", 5), ("hostlist", "hostlist", 5), ("job", "jobs", 1),
+                  ("node", "nodes", 1), ("partition", "partitions", 2), ("config", "config", 1))
 COMMANDS = ("show", "update", "hold", "release", "requeue")
 JOB_UPDATE_KEYS = {"timelimit": "time_limit_s", "jobname": "name", "name": "name",
                    "partition": "partition", "numnodes": "nodes", "comment": "comment"}
@@ -202,6 +206,15 @@ def render_partition(part: Mapping[str, Any], nodes: list[dict], oneliner: bool 
     return _layout(lines, oneliner)
 
 
+def show_entity(word: str) -> str | None:
+    """The entity a `scontrol show WORD` names ("hostname" -> "hostnames"), or None."""
+    word = word.lower()
+    for entity, full, shortest in _SHOW_PREFIXES:
+        if len(word) >= shortest and full.startswith(word):
+            return entity
+    return None
+
+
 def show_hostnames(args: list[str]) -> str:
     """One name per line, from the argument or $SLURM_JOB_NODELIST; never asks the server."""
     text = args[0] if args else os.environ.get("SLURM_JOB_NODELIST", "")
@@ -340,9 +353,10 @@ def parse_args(argv: list[str] | None):
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
     # Job scripts call these in tight loops: no argparse, no client, no server.
-    if len(args) >= 2 and args[0] == "show" and args[1] in ("hostnames", "hostlist"):
+    fast = show_entity(args[1]) if len(args) >= 2 and args[0] == "show" else None
+    if fast in ("hostnames", "hostlist"):
         try:
-            out = show_hostnames(args[2:]) if args[1] == "hostnames" else show_hostlist(args[2:])
+            out = show_hostnames(args[2:]) if fast == "hostnames" else show_hostlist(args[2:])
         except (UsageError, HostlistError) as e:
             _fail(str(e))
         sys.stdout.write(out)
@@ -357,10 +371,10 @@ def main(argv: list[str] | None = None) -> int:
         if command not in COMMANDS:
             raise UsageError(f"invalid command '{options.command or ''}' (expected one of {', '.join(COMMANDS)})")
         if command == "show":
-            if not rest or rest[0].lower() not in SHOW_ENTITIES:
+            entity = show_entity(rest[0]) if rest else None
+            if entity is None:
                 got = f"'{rest[0]}'" if rest else "nothing"
                 raise UsageError(f"show expects one of {', '.join(SHOW_ENTITIES)}, got {got}")
-            entity = rest[0].lower()
             if entity in ("hostnames", "hostlist"):
                 emit(show_hostnames(rest[1:]) if entity == "hostnames" else show_hostlist(rest[1:]))
                 return 0

@@ -129,6 +129,8 @@ class Launcher:
         self.step = step
         self.command = command
         self.label = bool(opts.get("label"))
+        # As Slurm's srun, whole lines per task unless --unbuffered, so tasks never interleave mid-line.
+        self.unbuffered = bool(opts.get("unbuffered")) and not self.label
         self.env = env
         self.cwd = opts.get("workdir") or os.getcwd()
         self.exits: dict[int, tuple[int, int]] = {}
@@ -222,22 +224,27 @@ class Launcher:
     def _write(self, procid: int, stream: str, text: str) -> None:
         out = sys.stdout if stream == "o" else sys.stderr
         with self.lock:
-            if not self.label:
+            if self.unbuffered:
                 out.write(text)
                 out.flush()
                 return
             buf = self.partial.pop((procid, stream), "") + text
             lines = buf.split("\n")
-            self.partial[(procid, stream)] = lines.pop()
-            for line in lines:
-                out.write(f"{procid}: {line}\n")
-            out.flush()
+            rest = lines.pop()
+            if rest:
+                self.partial[(procid, stream)] = rest
+            prefix = f"{procid}: " if self.label else ""
+            if lines:
+                out.write("".join(f"{prefix}{line}\n" for line in lines))
+                out.flush()
 
     def _flush_partial(self) -> None:
+        """A task's last line without a newline: printed as is, after a label if any."""
         for (procid, stream), rest in self.partial.items():
-            if rest:
-                (sys.stdout if stream == "o" else sys.stderr).write(f"{procid}: {rest}\n")
+            out = sys.stdout if stream == "o" else sys.stderr
+            out.write(f"{procid}: {rest}\n" if self.label else rest)
         sys.stdout.flush()
+        sys.stderr.flush()
 
 
 if __name__ == "__main__":

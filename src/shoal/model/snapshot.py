@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from shoal.model.dependency import Dependency  # noqa: F401  (re-exported: the snapshot's clause type)
 from shoal.model.job import JobState
 from shoal.model.node import NodeState
 from shoal.model.resources import GPU, Allocation, ResourceRequest
@@ -32,14 +33,6 @@ class NodeInfo:
     gpus: tuple[GPU, ...] = ()
     features: frozenset[str] = frozenset()
     labels: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Dependency:
-    """One clause of --dependency: kind is after, afterok, afternotok, afterany or singleton."""
-
-    kind: str
-    job_ids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

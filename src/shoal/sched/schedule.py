@@ -132,7 +132,7 @@ class _Pass:
         failed = self.failures.get(key, ())
         if not any(d.dominates(shape) for shape in failed):
             placement = place(d, self.state, "now", partition=part,
-                              reserved=[])
+                              reserved=[self.reservations[i].shares for i in binding])
             if placement.allocation is not None:
                 self.start(job, placement.allocation, end, binding)
                 return None

@@ -15,7 +15,8 @@ from shoal.model.arrays import format_array
 from shoal.model.hostlist import compress
 from shoal.model.job import JobState
 from shoal.model.node import NodeState, display_state
-from shoal.model.resources import Allocation
+from shoal.model.gpu import gpu_gres
+from shoal.model.resources import GPU, Allocation
 from shoal.sched.placement import check_feasible
 from shoal.server import jobs as jobsvc
 from shoal.server import steps as stepsvc
@@ -245,11 +246,12 @@ def create_app(server: Server) -> FastAPI:
             rows = list(s.scalars(select(JobRow).where((JobRow.id == job_id) | (JobRow.array_job_id == job_id))))
             if not rows:
                 raise jobsvc.JobError(f"Invalid job id specified: {job_id}", 404)
+            for r in rows:  # someone else's job is refused as such, whatever its state
+                jobsvc.check_owner(r, p)
             pending = [r for r in rows if r.state == JobState.PENDING.value]
             if not pending:
                 raise jobsvc.JobError(f"Job is no longer pending execution: {job_id}", 409)
             for r in pending:
-                jobsvc.check_owner(r, p)
                 r.held = held
                 r.reason = "JobHeldUser" if held else "None"
         server.controller.wake()
@@ -529,8 +531,6 @@ def create_app(server: Server) -> FastAPI:
         for pt in server.partitions:
             for n in pt.nodes:
                 parts_of.setdefault(n, []).append(pt.name)
-        from shoal.agent.labels import gpu_gres
-
         out = []
         for r in rows:
             cpus, mem, gpus, jobs = use[r.name]
@@ -540,19 +540,13 @@ def create_app(server: Server) -> FastAPI:
                 "display_state": display_state(state, cpus, r.cpus, gpus, len(r.gpus), bool(jobs)),
                 "reason": r.reason, "reason_time": r.reason_time,
                 "cpus": r.cpus, "cpus_alloc": cpus, "memory_mb": r.memory_mb, "memory_alloc_mb": mem,
-                "gpus": r.gpus, "gpus_alloc": gpus, "gres": gpu_gres(tuple(_gpu(g) for g in r.gpus)) if r.gpus else "",
+                "gpus": r.gpus, "gpus_alloc": gpus, "gres": gpu_gres(tuple(GPU(**g) for g in r.gpus)),
                 "labels": r.labels, "features": r.features, "partitions": parts_of.get(r.name, []),
                 "last_heartbeat": r.last_heartbeat, "boot_time": r.boot_time, "jobs": sorted(jobs),
             })
         return out
 
     return app
-
-
-def _gpu(g: dict):
-    from shoal.model.resources import GPU
-
-    return GPU(**g)
 
 
 def _parse_job_ids(values: list[str]) -> tuple[list[int], list[tuple[int, int]]]:

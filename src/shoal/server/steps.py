@@ -56,7 +56,8 @@ def create_step(session: Session, server, job: JobRow, body: StepCreate, nodes: 
     for name, count in zip(names, counts):
         if count * cpt > by_name[name]["cpus"]:
             raise JobError(f"step needs {count * cpt} CPUs on {name} but the job holds {by_name[name]['cpus']} there")
-    step_id = (session.scalar(select(func.max(StepRow.step_id)).where(StepRow.job_id == job.id)) or -1) + 1
+    last = session.scalar(select(func.max(StepRow.step_id)).where(StepRow.job_id == job.id))
+    step_id = 0 if last is None else last + 1  # not `last or -1`: step 0 is falsy
     layout = []
     procid = 0
     for nodeid, (name, count) in enumerate(zip(names, counts)):

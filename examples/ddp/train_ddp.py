@@ -1,0 +1,51 @@
+"""A real two-node PyTorch DDP run on CPU (gloo): a tiny model, a few steps, all-reduced.
+
+Every rank trains on its own data; DDP all-reduces the gradients, so every rank must end
+with the same parameters. Each rank prints their checksum, and the ranks also compare
+checksums among themselves (all_gather) and exit 1 if any differs.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import warnings
+
+warnings.filterwarnings("ignore", message="Failed to initialize NumPy")  # a CPU-only env without numpy is fine
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from torch.nn.parallel import DistributedDataParallel  # noqa: E402
+
+STEPS = 5
+
+
+def main() -> int:
+    dist.init_process_group("gloo")  # RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT from torchrun
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(0)  # same initial weights everywhere (DDP would broadcast rank 0's anyway)
+    model = DistributedDataParallel(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(),
+                                                        torch.nn.Linear(16, 1)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    data = torch.Generator().manual_seed(1000 + rank)  # different data on every rank
+    for step in range(STEPS):
+        x = torch.randn(32, 8, generator=data)
+        y = x.sum(dim=1, keepdim=True)
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()  # gradients are all-reduced across all ranks here
+        opt.step()
+    mine = sum(p.detach().double().sum() for p in model.parameters()).reshape(1)
+    gathered = [torch.zeros(1, dtype=torch.float64) for _ in range(world)]
+    dist.all_gather(gathered, mine)
+    checksum, everyone = mine.item(), [t.item() for t in gathered]
+    agree = len(set(everyone)) == 1
+    print(f"rank={rank} world={world} node={os.environ.get('GROUP_RANK')} host={socket.gethostname()} "
+          f"steps={STEPS} loss={loss.item():.4f} checksum={checksum:.10f} "
+          f"{'ranks agree' if agree else 'MISMATCH: ' + ' '.join(f'{c:.10f}' for c in everyone)}", flush=True)
+    dist.destroy_process_group()
+    return 0 if agree else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

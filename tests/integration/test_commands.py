@@ -1,0 +1,88 @@
+"""The Slurm commands end to end, as an administrator uses them on a real cluster."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.integration.cluster import LocalCluster
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory) -> LocalCluster:
+    c = LocalCluster(tmp_path_factory.mktemp("commands"), nodes=2, gpus_per_node=4)
+    c.up()
+    yield c
+    c.down()
+
+
+def sacct_state(cluster, job_id: int) -> str:
+    return cluster.run(["sacct", "-j", str(job_id), "-X", "-n", "-P", "-o", "State,ExitCode"]).stdout.strip()
+
+
+def test_squeue_sacct_and_sinfo_follow_a_job_through_its_life(cluster):
+    names = cluster.node_names()
+    assert cluster.run(["sinfo", "-h", "-N", "-o", "%N %t"]).stdout.split() == [names[0], "idle", names[1], "idle"]
+    running = cluster.sbatch("--job-name=long", "--gpus=1", "--time=10", "--wrap", "sleep 300")
+    cluster.wait_for(running, states=("RUNNING",), timeout=15)
+    pending = cluster.sbatch("--job-name=later", "--hold", "--nodes=2", "--wrap", "true")
+    fmt = "%i %j %u %T %r %P %D %N %M %l"
+    lines = {line.split()[0]: line.split() for line in
+             cluster.run(["squeue", "-h", "-o", fmt]).stdout.splitlines()}
+    run_line = lines[str(running)]
+    assert run_line[:7] == [str(running), "long", "root", "RUNNING", "None", "gpu-a100", "1"], run_line
+    assert run_line[7] in names and run_line[9] == "10:00"
+    pend_line = lines[str(pending)]
+    assert pend_line[:7] == [str(pending), "later", "root", "PENDING", "JobHeldUser", "gpu-a100", "2"], pend_line
+    assert pend_line[7:] == ["0:00", "UNLIMITED"], f"a pending job has no nodes (empty %N): {pend_line}"
+    assert sacct_state(cluster, pending) == "PENDING|0:0"
+    assert sacct_state(cluster, running) == "RUNNING|0:0"
+    states = dict(zip(*[iter(cluster.run(["sinfo", "-h", "-N", "-o", "%N %t"]).stdout.split())] * 2))
+    assert sorted(states.values()) == ["idle", "mix"], states
+    whole = cluster.sbatch("--exclusive", "--wrap", "sleep 300")
+    cluster.wait_for(whole, states=("RUNNING",), timeout=15)
+    states = dict(zip(*[iter(cluster.run(["sinfo", "-h", "-N", "-o", "%N %t"]).stdout.split())] * 2))
+    assert sorted(states.values()) == ["alloc", "mix"], states
+    show = cluster.run(["scontrol", "show", "job", str(running)]).stdout
+    for key in ("JobId=", "JobName=long", "UserId=root", "JobState=RUNNING", "Partition=gpu-a100",
+                "NodeList=", "TimeLimit=00:10:00", "NumNodes=1"):
+        assert key in show, f"{key} missing from scontrol show job:\n{show}"
+    cluster.run(["scancel", str(running), str(pending), str(whole)])
+    failing = cluster.sbatch("--wrap", "exit 3")
+    cluster.wait_for(failing)
+    assert sacct_state(cluster, failing) == "FAILED|3:0"
+
+
+def test_scontrol_show_hostname_expands_a_hostlist(cluster):
+    assert cluster.run(["scontrol", "show", "hostname", "node[01-02]"]).stdout.split("\n")[:2] == ["node01", "node02"]
+
+
+def test_bad_submissions_are_one_line_errors(cluster):
+    bad = cluster.workdir / "bad.sh"
+    bad.write_text("#!/bin/bash\n#SBATCH --nodes=two\ntrue\n")
+    out = cluster.run(["sbatch", str(bad)], check=False)
+    assert out.returncode != 0 and "Traceback" not in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and "--nodes" in out.stderr and "2" in out.stderr, out.stderr
+    out = cluster.run(["sbatch", "--gpus-per-node=16", "--wrap", "true"], check=False)
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert "Requested node configuration is not available" in out.stderr, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_submit_options_shape_the_job(cluster):
+    sub = cluster.workdir / "sub"
+    sub.mkdir()
+    job = cluster.sbatch("--mem=0", "--chdir", str(sub), "--job-name=opts", "--output=%x-%j.out",
+                         "--export=NONE", "--wrap", "pwd; echo mem=$SLURM_MEM_PER_NODE; echo home=${MYVAR:-unset}",
+                         env={"MYVAR": "leaked"})
+    assert cluster.wait_for(job)["state"] == "COMPLETED"
+    out = (sub / f"opts-{job}.out").read_text().split()
+    assert out[0] == str(sub)
+    assert out[1] == f"mem={512 * 1024}", out
+    assert out[2] == "home=unset", "--export=NONE must not pass the submitter's environment"
+
+
+def test_srun_outside_a_job_runs_on_both_nodes(cluster):
+    out = cluster.run(["srun", "-N2", "hostname"], timeout=60)
+    assert sorted(out.stdout.split()) == cluster.node_names()

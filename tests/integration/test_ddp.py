@@ -1,0 +1,44 @@
+"""A real two-node PyTorch DDP job (CPU, gloo) through sbatch, srun and real torchrun.
+
+examples/ddp/ddp.sbatch starts one torchrun per node, two workers each; the four ranks
+all-reduce their gradients and must finish with the same parameters.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+DDP = Path(__file__).resolve().parents[2] / "examples" / "ddp"
+RANK_LINE = re.compile(r"^rank=(\d+) world=4 node=(\d+) host=(\S+) .* checksum=(\S+) ranks agree$", re.M)
+
+pytestmark = [
+    pytest.mark.slow,  # six Python processes import torch: about 40 s on two cores
+    pytest.mark.skipif(importlib.util.find_spec("torch") is None,
+                       reason="PyTorch is not installed (pip install torch) - the DDP example runs real torchrun"),
+    pytest.mark.skipif(os.geteuid() != 0,
+                       reason="needs root: the nodes' hostnames resolve (via /etc/hosts) only as root, and "
+                              "torchrun's MASTER_ADDR is the first node's name"),
+]
+
+
+def test_two_node_ddp_job_trains_to_the_same_weights_on_all_four_ranks(make_cluster):
+    cluster = make_cluster(nodes=2, gpus_per_node=0, cpus_per_node=4, memory="16G")
+    for name in ("ddp.sbatch", "train_ddp.py"):
+        shutil.copy(DDP / name, cluster.workdir / name)
+    job_id = cluster.sbatch("ddp.sbatch")
+    job = cluster.wait_for(job_id, timeout=180)
+    out = (cluster.workdir / f"slurm-{job_id}.out").read_text()
+    assert job["state"] == "COMPLETED", out
+
+    ranks = {int(m[0]): m for m in RANK_LINE.findall(out)}
+    assert sorted(ranks) == [0, 1, 2, 3], out
+    names = [n["name"] for n in job["allocation"]["nodes"]]
+    for rank, (_, node, host, _) in ranks.items():
+        assert int(node) == rank // 2 and host == names[rank // 2]
+    assert len({checksum for *_, checksum in ranks.values()}) == 1

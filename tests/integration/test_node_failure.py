@@ -1,0 +1,78 @@
+"""A node dies under running jobs: the server notices the silent agent, marks the node down,
+ends the job that cannot survive it (NODE_FAIL) and puts the --requeue job back in the queue,
+where it runs again on the nodes that remain, knowing it was restarted.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from tests.integration.cluster import LocalCluster
+
+
+def wait_until(predicate, timeout: float, what: str, interval: float = 0.1):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def test_killed_agent_fails_its_jobs_and_requeues_the_ones_that_asked(make_cluster):
+    cluster: LocalCluster = make_cluster(nodes=3, gpus_per_node=4, heartbeat_timeout=3)
+    pids = cluster.workdir / "pids"
+    pids.mkdir()
+    survivor = cluster.sbatch("--requeue", "--nodes=2", "--gpus-per-node=1", "--open-mode=append",
+                              "--output=requeue-%j.out", script=f"""#!/bin/bash
+echo $$ > {pids}/requeue-$SLURM_RESTART_COUNT
+echo "run=$SLURM_RESTART_COUNT nodes=$SLURM_JOB_NODELIST host=$(hostname)"
+srun bash -c 'echo "step=$SLURM_RESTART_COUNT host=$(hostname)"'
+sleep 60
+""")
+    first = cluster.wait_for(survivor, states=("RUNNING",), timeout=15)
+    victim = first["batch_host"]
+    doomed = cluster.sbatch("--nodelist", victim, "--gpus=1", "--wrap", f"echo $$ > {pids}/doomed; sleep 60")
+    cluster.wait_for(doomed, states=("RUNNING",), timeout=15)
+    wait_until(lambda: (pids / "requeue-0").exists() and (pids / "doomed").exists(), 10, "both jobs to start")
+    try:
+        os.kill(cluster.agent_pid(victim), signal.SIGKILL)
+
+        def victim_down():
+            line = cluster.run(["sinfo", "-h", "-N", "-n", victim, "-o", "%N %t"]).stdout.split()
+            return line if line and line[1].startswith("down") else None
+
+        line = wait_until(victim_down, 15, f"sinfo to show {victim} down")
+        assert line == [victim, "down*"], line
+        node = [n for n in cluster.nodes_json() if n["name"] == victim][0]
+        assert (node["state"], node["reason"]) == ("DOWN", "Not responding")
+
+        failed = cluster.wait_for(doomed, timeout=10)
+        assert failed["state"] == "NODE_FAIL", failed
+        sacct = cluster.run(["sacct", "-j", str(doomed), "-X", "-n", "-P", "-o", "State"]).stdout.strip()
+        assert sacct == "NODE_FAIL"
+
+        again = cluster.wait_for(survivor, states=("RUNNING",), timeout=20)
+        assert again["restart_count"] == 1
+        assert victim not in again["nodelist"] and again["nodes"] == 2, again
+        wait_until(lambda: "step=1" in (cluster.workdir / f"requeue-{survivor}.out").read_text(), 15,
+                   "the restarted run to run its step")
+        out = (cluster.workdir / f"requeue-{survivor}.out").read_text()
+        assert f"run=1 nodes={again['nodelist']}" in out
+        assert len([line for line in out.splitlines() if line.startswith("step=1")]) == 2
+        assert cluster.job(survivor)["state"] == "RUNNING"
+        # The dead node takes no new work: a job asking for it is turned away at submit.
+        probe = cluster.run(["sbatch", "--nodelist", victim, "--wrap", "true"], check=False)
+        assert probe.returncode == 1 and victim in probe.stderr and "Traceback" not in probe.stderr, probe.stderr
+        cluster.run(["scancel", str(survivor)])
+        assert cluster.wait_for(survivor, timeout=20)["state"] == "CANCELLED"
+    finally:
+        # The killed agent's orphans keep running (as on a cut-off node): stop them.
+        for f in pids.iterdir():
+            try:
+                os.killpg(int(f.read_text()), signal.SIGKILL)
+            except (ProcessLookupError, ValueError):
+                pass
