@@ -24,11 +24,11 @@ def test_natural_order_puts_node2_before_node10():
 
 
 def test_gpu_type_matches_product_words_case_insensitively():
-    assert gpu_type_matches("h100", H100)
-    assert gpu_type_matches("a100", A100)
-    assert gpu_type_matches("A100 80GB", A100)
-    assert not gpu_type_matches("a10", A100)  # an A10 is not an A100
-    assert not gpu_type_matches("h100", A100)
+    assert gpu_type_matches(H100, "h100")
+    assert gpu_type_matches(A100, "a100")
+    assert gpu_type_matches(A100, "A100 80GB")
+    assert not gpu_type_matches(A100, "a10")  # an A10 is not an A100
+    assert not gpu_type_matches(A100, "h100")
 
 
 def test_best_fit_packs_a_one_gpu_job_onto_the_partly_used_node():

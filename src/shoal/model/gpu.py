@@ -43,7 +43,7 @@ def gpu_gres(gpus: tuple[GPU, ...]) -> str:
 def gpu_type_matches(product: str, requested: str) -> bool:
     """Whether ``--gres=gpu:TYPE`` / ``--gpus=TYPE:N`` asks for this product.
 
-    Case-insensitive, on whole words: "h100" and "h100-80gb" match "NVIDIA H100 80GB HBM3"
+    Case-insensitive, on whole words in order: "h100", "h100-80gb" and "a100 80gb" match "NVIDIA H100 80GB HBM3"
     and "a100" matches "NVIDIA A100-SXM4-80GB", but "a10" matches neither an A100 nor an
     A10G. The full product, GFD's sanitised product and the Gres type match too.
     """
@@ -52,6 +52,5 @@ def gpu_type_matches(product: str, requested: str) -> bool:
         return False
     if requested.strip().lower() == gpu_type(product):
         return True
-    have = _words(product)
-    n = len(want)
-    return any(have[i:i + n] == want for i in range(len(have) - n + 1))
+    have = iter(_words(product))
+    return all(any(w == h for h in have) for w in want)  # whole words, in order

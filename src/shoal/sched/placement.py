@@ -30,26 +30,20 @@ from dataclasses import dataclass, field
 from typing import Iterable, Iterator, Literal, Mapping, Sequence
 
 from shoal.model.node import NodeState
+from shoal.model.gpu import gpu_type_matches
+from shoal.model.timefmt import format_duration
 from shoal.model.resources import Allocation, NodeAllocation, ResourceRequest
 from shoal.model.snapshot import NodeInfo, Partition, Snapshot
 
 Mode = Literal["now", "ever"]
 
 _DIGITS = re.compile(r"(\d+)")
-_WORD = re.compile(r"[a-z0-9]+")
 
 
 def natural_key(name: str) -> tuple:
     """Sort key that orders node2 before node10."""
     parts = _DIGITS.split(name)
     return tuple(int(p) if i % 2 else p for i, p in enumerate(parts))
-
-
-def gpu_type_matches(gpu_type: str, product: str) -> bool:
-    """True when the words of ``gpu_type`` appear in order among the words of ``product``."""
-    wanted = _WORD.findall(gpu_type.lower())
-    have = iter(_WORD.findall(product.lower()))
-    return all(any(word == h for h in have) for word in wanted)
 
 
 def feature_matches(feature: str, node_features: frozenset[str]) -> bool:
@@ -158,7 +152,7 @@ class NodeFree:
         if found is None:
             found = frozenset(
                 g.index for g in self.info.gpus
-                if gpu_type is None or gpu_type_matches(gpu_type, g.product)
+                if gpu_type is None or gpu_type_matches(g.product, gpu_type)
             )
             self._typed[gpu_type] = found
         return found
@@ -434,12 +428,3 @@ def check_feasible(
         return (f"requested time limit {format_duration(time_limit_s)} exceeds partition "
                 f"{partition.name}'s MaxTime {format_duration(partition.max_time_s)}")
     return place(d, ClusterState(nodes), "ever", partition=partition).reason
-
-
-def format_duration(seconds: int) -> str:
-    """Slurm's time format: [D-]HH:MM:SS."""
-    days, rest = divmod(int(seconds), 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    clock = f"{hours:02d}:{minutes:02d}:{secs:02d}"
-    return f"{days}-{clock}" if days else clock
