@@ -12,8 +12,11 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
+$(VENV)/.installed: pyproject.toml $(wildcard src/shoal/*/*.py) | $(BIN)/python
 	$(BIN)/pip install -q -e .
+	# Byte-compile now: the Slurm commands start in tight loops, and some environments set
+	# PYTHONDONTWRITEBYTECODE, which would make every call recompile from source.
+	$(BIN)/python -m compileall -q src
 	touch $@
 
 $(VENV)/.installed-test: pyproject.toml $(VENV)/.installed
