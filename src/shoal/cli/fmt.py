@@ -10,6 +10,8 @@ only for fields that Slurm cuts (not node lists, not durations). ``%%`` is a lit
 
 from __future__ import annotations
 
+from shoal.model.timefmt import format_hms  # noqa: F401  (sacct and scontrol use it from here)
+
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -163,22 +165,6 @@ def render(specs: Sequence[Spec], rows: Iterable[Mapping[str, Any]], now: float,
             for k, s in enumerate(specs)
         ))
     return "".join(line + "\n" for line in lines)
-
-
-def format_hms(seconds: float | int | None, unlimited: str = "UNLIMITED") -> str:
-    """Slurm's secs2time_str, used by sacct and scontrol: ``00:05:03``, ``1-02:03:04``.
-
-    (squeue and sinfo print ``5:03`` instead: that is timefmt.format_duration.)
-    """
-    if seconds is None:
-        return unlimited
-    total = max(0, int(seconds))
-    days, rem = divmod(total, 86400)
-    hours, rem = divmod(rem, 3600)
-    minutes, secs = divmod(rem, 60)
-    if days:
-        return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
-    return f"{hours:02d}:{minutes:02d}:{secs:02d}"
 
 
 def split_list(values: Iterable[str] | None) -> list[str]:

@@ -77,15 +77,30 @@ def format_duration(seconds: float | int | None) -> str:
     """
     if seconds is None:
         return "UNLIMITED"
-    total = max(0, int(seconds))
-    days, rem = divmod(total, 86400)
-    hours, rem = divmod(rem, 3600)
-    minutes, secs = divmod(rem, 60)
+    days, hours, minutes, secs = _split(seconds)
     if days:
         return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
     if hours:
         return f"{hours}:{minutes:02d}:{secs:02d}"
     return f"{minutes}:{secs:02d}"
+
+
+def format_hms(seconds: float | int | None, unlimited: str = "UNLIMITED") -> str:
+    """Slurm's secs2time_str, used by sacct and scontrol: ``00:05:03``, ``1-02:03:04``."""
+    if seconds is None:
+        return unlimited
+    days, hours, minutes, secs = _split(seconds)
+    if days:
+        return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
+    return f"{hours:02d}:{minutes:02d}:{secs:02d}"
+
+
+def _split(seconds: float | int) -> tuple[int, int, int, int]:
+    """Whole seconds as (days, hours, minutes, seconds); negative counts as 0."""
+    days, rem = divmod(max(0, int(seconds)), 86400)
+    hours, rem = divmod(rem, 3600)
+    minutes, secs = divmod(rem, 60)
+    return days, hours, minutes, secs
 
 
 def format_timestamp(epoch: float | None) -> str:
