@@ -116,6 +116,19 @@ def machine_facts() -> dict[str, str]:
     }
 
 
+def ensure_bytecode() -> str:
+    """Byte-compile Shoal as `make install` does, so start-up figures never include compiling.
+
+    With PYTHONDONTWRITEBYTECODE set (as in some CI and container images) a module whose
+    .pyc is missing or stale is compiled again on every start of every command.
+    """
+    import compileall
+
+    compileall.compile_dir(str(REPO / "src" / "shoal"), quiet=1)
+    flag = os.environ.get("PYTHONDONTWRITEBYTECODE")
+    return "compiled before measuring" + (f" (PYTHONDONTWRITEBYTECODE={flag} in the environment)" if flag else "")
+
+
 def load_average() -> str:
     """Other work on the machine skews every figure here; the report says how busy it was."""
     try:
@@ -299,6 +312,7 @@ class Throughput:
     completed_s: float  # first submission to the last job's end (server's end_time)
     idle_s: float  # first submission to nothing pending/running/completing, as a poller sees it
     states: dict[str, int]
+    load: str = ""  # 1-minute load average just before the run
 
 
 def bench_throughput(c: LocalCluster, label: str, jobs: int, command: str, submitters: int = 1,
@@ -313,6 +327,7 @@ def bench_throughput(c: LocalCluster, label: str, jobs: int, command: str, submi
             subprocess.run([*base, "--wrap", command], env=c.env, cwd=workdir, stdout=subprocess.DEVNULL,
                            check=True)
 
+    load = f"{os.getloadavg()[0]:.1f}"
     spy = _start_py_spy(c, profile, name) if profile else None
     t0 = time.time()
     if array:
@@ -337,7 +352,7 @@ def bench_throughput(c: LocalCluster, label: str, jobs: int, command: str, submi
         label=label, jobs=jobs, calls=calls, submit_s=t_submitted - t0,
         started_s=max(j["start_time"] or 0 for j in rows) - t0,
         completed_s=max(j["end_time"] or 0 for j in rows) - t0,
-        idle_s=t_idle - t0, states=dict(states),
+        idle_s=t_idle - t0, states=dict(states), load=load,
     )
 
 
@@ -422,10 +437,12 @@ def render(facts: dict[str, str], command: str, mode: Mode, c: LocalCluster, cli
 
     out.append(f"### Command start-up (fresh process per call, {mode.cli_calls} calls each, interleaved)")
     out.append("")
-    out.append("| Command | median ms | p90 ms | min ms |")
-    out.append("|---|---:|---:|---:|")
+    out.append("| Command | median ms | p90 ms | min ms | median above the floor ms |")
+    out.append("|---|---:|---:|---:|---:|")
+    floor = median(cli[0].times)
     for t in cli:
-        out.append(f"| {t.label} | {ms(median(t.times))} | {ms(p90(t.times))} | {ms(min(t.times))} |")
+        out.append(f"| {t.label} | {ms(median(t.times))} | {ms(p90(t.times))} | {ms(min(t.times))} "
+                   f"| {ms(median(t.times) - floor)} |")
     out.append("")
     for cmd, (total, by_cumul, by_self) in imports.items():
         out.append(f"`python -X importtime {cmd}` (median of {mode.importtime_runs} runs): "
@@ -458,12 +475,12 @@ def render(facts: dict[str, str], command: str, mode: Mode, c: LocalCluster, cli
                "seeing nothing pending, running or completing.")
     out.append("")
     out.append("| Submission | sbatch calls | submitted s | submissions/s | last start s | all COMPLETED s "
-               "| jobs/s | idle seen s | end states |")
-    out.append("|---|---:|---:|---:|---:|---:|---:|---:|---|")
+               "| jobs/s | idle seen s | end states | load before |")
+    out.append("|---|---:|---:|---:|---:|---:|---:|---:|---|---:|")
     for t in tps:
         states = ", ".join(f"{k} {v}" for k, v in sorted(t.states.items()))
         out.append(f"| {t.label} | {t.calls} | {t.submit_s:.1f} | {t.jobs / t.submit_s:.1f} | {t.started_s:.1f} "
-                   f"| {t.completed_s:.1f} | {t.jobs / t.completed_s:.1f} | {t.idle_s:.1f} | {states} |")
+                   f"| {t.completed_s:.1f} | {t.jobs / t.completed_s:.1f} | {t.idle_s:.1f} | {states} | {t.load} |")
     out.append("")
     return "\n".join(out)
 
@@ -498,9 +515,10 @@ def main(argv: list[str] | None = None) -> int:
     mode = SHORT if args.short else FULL
     if args.jobs:
         mode = Mode(mode.name, mode.cli_calls, mode.importtime_runs, mode.latency_jobs, args.jobs)
-    command = "python bench/bench_foundation.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    command = shlex.join([".venv/bin/python", "bench/bench_foundation.py", *(sys.argv[1:] if argv is None else argv)])
     started = time.time()
     facts = machine_facts()
+    facts["Shoal bytecode"] = ensure_bytecode()
     root = Path(tempfile.mkdtemp(prefix="shoal-bench-"))
     print(f"state in {root}; machine: {facts}", flush=True)
     c = start_cluster(root, mode)

@@ -40,9 +40,13 @@ def main() -> int:
     dist.all_gather(gathered, mine)
     checksum, everyone = mine.item(), [t.item() for t in gathered]
     agree = len(set(everyone)) == 1
-    print(f"rank={rank} world={world} node={os.environ.get('GROUP_RANK')} host={socket.gethostname()} "
-          f"steps={STEPS} loss={loss.item():.4f} checksum={checksum:.10f} "
-          f"{'ranks agree' if agree else 'MISMATCH: ' + ' '.join(f'{c:.10f}' for c in everyone)}", flush=True)
+    line = (f"rank={rank} world={world} node={os.environ.get('GROUP_RANK')} host={socket.gethostname()} "
+            f"steps={STEPS} loss={loss.item():.4f} checksum={checksum:.10f} "
+            f"{'ranks agree' if agree else 'MISMATCH: ' + ' '.join(f'{c:.10f}' for c in everyone)}\n")
+    # One write per line: the node's two workers share one stdout, and print() may write
+    # the text and its newline separately (PYTHONUNBUFFERED), interleaving their lines.
+    sys.stdout.write(line)
+    sys.stdout.flush()
     dist.destroy_process_group()
     return 0 if agree else 1
 

@@ -177,7 +177,7 @@ def test_each_start_is_a_whole_gang_that_honours_the_request(scenario):
             assert (a.cpus, a.memory_mb, len(a.gpus)) == (want_cpus, want_mem, want_gpus)
             if request.gpu_type and request.gpus_per_node and not request.exclusive:
                 products = {g.index: g.product for g in node.gpus}
-                assert all(gpu_type_matches(request.gpu_type, products[i]) for i in a.gpus)
+                assert all(gpu_type_matches(products[i], request.gpu_type) for i in a.gpus)
 
 
 @given(scenarios())

@@ -8,7 +8,8 @@ from contextlib import asynccontextmanager
 from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
-from sqlalchemy import func, select
+from sqlalchemy import select
+from sqlalchemy.orm.exc import StaleDataError
 
 from shoal import __version__
 from shoal.model.arrays import format_array
@@ -53,6 +54,12 @@ def create_app(server: Server) -> FastAPI:
     @app.exception_handler(jobsvc.JobError)
     async def _job_error(request, exc: jobsvc.JobError):
         return JSONResponse({"detail": exc.message}, status_code=exc.status)
+
+    @app.exception_handler(StaleDataError)
+    async def _conflict(request, exc: StaleDataError):
+        # Optimistic concurrency: someone else changed the same row first. Safe to retry.
+        return JSONResponse({"detail": "the object was changed concurrently; retry the request"},
+                            status_code=409)
 
     def principal(authorization: str | None = Header(default=None),
                   x_shoal_job_token: str | None = Header(default=None),

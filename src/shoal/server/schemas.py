@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 MAX_SCRIPT_BYTES = 4 * 1024 * 1024
 MAX_NAME = 255
+MAX_TIME_S = 2**31 - 1  # time limits are stored in 32-bit INTEGER columns (PostgreSQL enforces it)
 
 
-class JobSubmit(BaseModel):
+class StoredText(BaseModel):
+    """A body whose text fields are stored in text columns, which in PostgreSQL cannot hold NUL."""
+
+    @field_validator("*")
+    @classmethod
+    def _no_nul(cls, v):
+        if isinstance(v, str) and "\x00" in v:
+            raise ValueError("must not contain NUL (\\x00) characters")
+        return v
+
+
+class JobSubmit(StoredText):
     """What sbatch/srun send. Field names match docs/API.md; unknown fields are refused."""
 
     model_config = ConfigDict(extra="forbid")
@@ -35,8 +47,9 @@ class JobSubmit(BaseModel):
     gpus_per_task: int | None = Field(default=None, ge=0, le=1024)
     gpu_type: str | None = Field(default=None, max_length=64)
     exclusive: bool = False
-    time_limit_s: int | None = Field(default=None, ge=-1, description="-1: UNLIMITED; null: partition default")
-    time_min_s: int | None = Field(default=None, ge=-1)
+    time_limit_s: int | None = Field(default=None, ge=-1, le=MAX_TIME_S,
+                                     description="-1: UNLIMITED; null: partition default")
+    time_min_s: int | None = Field(default=None, ge=-1, le=MAX_TIME_S)
     hold: bool = False
     requeue: bool = False
     array: str | None = Field(default=None, max_length=4096)
@@ -69,17 +82,17 @@ class BulkCancelRequest(CancelRequest):
     name: str | None = None
 
 
-class JobUpdate(BaseModel):
+class JobUpdate(StoredText):
     model_config = ConfigDict(extra="forbid")
 
-    time_limit_s: int | None = Field(default=None, ge=0)
+    time_limit_s: int | None = Field(default=None, ge=0, le=MAX_TIME_S)
     name: str | None = Field(default=None, max_length=MAX_NAME)
     partition: str | None = None
     nodes: int | None = Field(default=None, ge=1)
     comment: str | None = Field(default=None, max_length=4096)
 
 
-class StepCreate(BaseModel):
+class StepCreate(StoredText):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(default="", max_length=MAX_NAME)
@@ -108,7 +121,7 @@ class InteractiveComplete(BaseModel):
     signal: int = 0
 
 
-class NodeUpdate(BaseModel):
+class NodeUpdate(StoredText):
     model_config = ConfigDict(extra="forbid")
 
     state: str | None = Field(default=None, pattern="^(DRAIN|RESUME|DOWN|UP|IDLE)$")
@@ -124,7 +137,7 @@ class GPUFacts(BaseModel):
     mig_enabled: bool = False
 
 
-class AgentRegister(BaseModel):
+class AgentRegister(StoredText):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -156,9 +169,9 @@ class AgentReport(BaseModel):
     alive: list[str] = Field(default_factory=list)
 
 
-class TokenCreate(BaseModel):
+class TokenCreate(StoredText):
     model_config = ConfigDict(extra="forbid")
 
     user: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.@-]+$")
     role: str = Field(default="user", pattern="^(admin|user)$")
-    description: str | None = None
+    description: str | None = Field(default=None, max_length=200)

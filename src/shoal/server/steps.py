@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from shoal.model.hostlist import HostlistError, compress, expand
@@ -56,6 +56,7 @@ def create_step(session: Session, server, job: JobRow, body: StepCreate, nodes: 
     for name, count in zip(names, counts):
         if count * cpt > by_name[name]["cpus"]:
             raise JobError(f"step needs {count * cpt} CPUs on {name} but the job holds {by_name[name]['cpus']} there")
+    _serialise_step_ids(session, job.id)
     last = session.scalar(select(func.max(StepRow.step_id)).where(StepRow.job_id == job.id))
     step_id = 0 if last is None else last + 1  # not `last or -1`: step 0 is falsy
     layout = []
@@ -100,6 +101,18 @@ def create_step(session: Session, server, job: JobRow, body: StepCreate, nodes: 
     if cpt:
         env["SLURM_CPUS_PER_TASK"] = str(cpt)
     return {"job_id": job.id, "run": job.restart_count, "step_id": step_id, "nodes": layout, "env": env}
+
+
+def _serialise_step_ids(session: Session, job_id: int) -> None:
+    """Make concurrent sruns of one job take step ids one after another.
+
+    ``srun a & srun b`` both read max(step_id) and both insert the same key. Writing the job
+    row (a no-op write: the version, and so optimistic checks elsewhere, stay as they are)
+    makes the second wait for the first to commit, on SQLite (database write lock) and on
+    PostgreSQL (row lock) alike, and then read the step id the first one took.
+    """
+    session.execute(update(JobRow).where(JobRow.id == job_id).values(version=JobRow.version)
+                    .execution_options(synchronize_session=False))
 
 
 def complete_step(step: StepRow, exit_code: int, signal: int, now: float) -> None:

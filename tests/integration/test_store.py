@@ -1,0 +1,237 @@
+"""The store on every engine Shoal supports: SQLite (the default) and PostgreSQL (`--db`).
+
+An administrator moving a cluster to PostgreSQL expects the same three promises:
+the schema comes from the migrations alone, two writers never silently overwrite each
+other, and a job the API acknowledged survives the server being killed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy import inspect, select
+from sqlalchemy.orm.exc import StaleDataError
+
+from shoal.store.engine import make_engine, migrate, session_factory
+from shoal.store.models import Base, JobRow, NodeRow
+from tests.integration.cluster import free_port
+from tests.integration.postgres import *  # noqa: F401,F403  (fixtures: postgres, postgres_url, db_url)
+
+
+@pytest.fixture
+def engine(db_url):
+    engine = make_engine(db_url)
+    yield engine
+    engine.dispose()
+
+
+def _job(**kw) -> JobRow:
+    fields = dict(name="train", user="alice", partition="gpu", state="PENDING", submit_time=time.time(),
+                  request={"nodes": 2, "ntasks": 2, "gpus_per_node": 4}, spec={"script": "#!/bin/sh\ntrue\n"},
+                  workdir="/tmp")
+    return JobRow(**{**fields, **kw})
+
+
+def _node(name: str) -> NodeRow:
+    now = time.time()
+    return NodeRow(name=name, address="127.0.0.2", port=6818, state="UP", cpus=64, memory_mb=512 * 1024,
+                   gpus=[{"index": 0, "uuid": "GPU-0"}], labels={"gpu": "a100"}, features=["a100"],
+                   registered_at=now, last_heartbeat=now)
+
+
+# ------------------------------------------------------------------ migrations
+
+
+def test_migrations_bring_an_empty_database_to_head(engine):
+    migrate(engine)
+    tables = set(inspect(engine).get_table_names())
+    assert set(Base.metadata.tables) <= tables
+    assert "alembic_version" in tables
+    with engine.connect() as conn:
+        head = conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalars().all()
+    assert head == ["0001"]
+
+
+def test_migrating_twice_is_a_no_op_and_keeps_the_rows(engine):
+    migrate(engine)
+    sessions = session_factory(engine)
+    with sessions() as s, s.begin():
+        s.add(_job())
+    migrate(engine)
+    with sessions() as s:
+        assert [j.name for j in s.scalars(select(JobRow))] == ["train"]
+    with engine.connect() as conn:
+        assert conn.exec_driver_sql("SELECT count(*) FROM alembic_version").scalar() == 1
+
+
+def test_the_migrated_schema_matches_the_models(engine):
+    """Nothing the ORM relies on is left to the SQLite-only leniency of the migration."""
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+
+    migrate(engine)
+    with engine.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
+    assert diff == []
+
+
+def test_rows_round_trip_json_booleans_and_floats(engine):
+    migrate(engine)
+    sessions = session_factory(engine)
+    submitted = 1_767_225_600.123456
+    with sessions() as s, s.begin():
+        s.add(_job(submit_time=submitted, held=True, allocation={"nodes": [{"name": "n01", "gpus": [0, 1]}]}))
+        s.add(_node("n01"))
+    with sessions() as s:
+        job = s.scalar(select(JobRow))
+        node = s.get(NodeRow, "n01")
+    assert job.held is True and job.interactive is False and job.requeue is False
+    assert job.submit_time == submitted  # double precision, not float4
+    assert job.allocation == {"nodes": [{"name": "n01", "gpus": [0, 1]}]}
+    assert job.version == 1 and job.reason == "None" and job.priority == 1
+    assert node.gpus == [{"index": 0, "uuid": "GPU-0"}] and node.labels == {"gpu": "a100"}
+
+
+def test_job_ids_keep_counting_across_commits(engine):
+    migrate(engine)
+    sessions = session_factory(engine)
+    ids = []
+    for _ in range(3):
+        with sessions() as s, s.begin():
+            row = _job()
+            s.add(row)
+            s.flush()
+            ids.append(row.id)
+    assert ids == sorted(ids) and len(set(ids)) == 3
+
+
+# ------------------------------------------------------------------ optimistic concurrency
+
+
+@pytest.mark.parametrize("kind", ["job", "node"])
+def test_the_second_of_two_writers_to_one_row_gets_a_stale_data_error(engine, kind):
+    """The scheduler and an API call both change a job (or node): the later commit must not win silently."""
+    migrate(engine)
+    sessions = session_factory(engine)
+    with sessions() as s, s.begin():
+        row = _job() if kind == "job" else _node("n01")
+        s.add(row)
+        s.flush()
+        key = row.id if kind == "job" else row.name
+    model = JobRow if kind == "job" else NodeRow
+
+    first, second = sessions(), sessions()
+    try:
+        a = first.get(model, key)
+        b = second.get(model, key)
+        assert a.version == b.version == 1
+        a.reason = "Priority"
+        first.commit()
+        b.reason = "Resources"
+        with pytest.raises(StaleDataError):
+            second.commit()
+        second.rollback()
+    finally:
+        first.close()
+        second.close()
+
+    with sessions() as s:
+        row = s.get(model, key)
+        assert row.reason == "Priority" and row.version == 2
+
+
+# ------------------------------------------------------------------ durability
+
+
+CONFIG = {"cluster_name": "store-test", "partitions": [{"name": "gpu", "nodes": "n[01-02]", "default": True}]}
+
+
+class ServerProcess:
+    """`shoal server` alone (no agents): enough to submit jobs and read them back."""
+
+    def __init__(self, root: Path, db: str) -> None:
+        self.root = root
+        self.db = db
+        self.port = free_port()
+        self.config = root / "cluster.yaml"
+        self.config.write_text(json.dumps(CONFIG))
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> "ServerProcess":
+        env = {**os.environ, "SHOAL_LOG_LEVEL": "WARNING"}
+        log = open(self.root / "server.log", "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "shoal", "server", "--listen", f"127.0.0.1:{self.port}", "--config",
+             str(self.config), "--state-dir", str(self.root / "state"), "--db", self.db],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env)
+        log.close()
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"shoal server exited {self.proc.returncode}:\n{self.log_tail()}")
+            try:
+                self.client().get("/healthz", timeout=1)
+                return self
+            except Exception:
+                time.sleep(0.05)
+        raise AssertionError(f"shoal server did not come up within 60s:\n{self.log_tail()}")
+
+    def client(self):
+        from shoal.cli.client import Client
+
+        token_file = self.root / "state" / "admin.token"
+        token = token_file.read_text().strip() if token_file.exists() else None
+        c = Client(self.url, token)
+        c.job_token = None
+        return c
+
+    def kill(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def log_tail(self) -> str:
+        return (self.root / "server.log").read_text(errors="replace")[-3000:]
+
+
+@pytest.fixture
+def server_process(tmp_path, db_url):
+    procs: list[ServerProcess] = []
+
+    def make() -> ServerProcess:
+        p = ServerProcess(tmp_path, db_url)
+        procs.append(p)
+        return p
+
+    yield make
+    for p in procs:
+        p.kill()
+
+
+def test_a_submitted_job_survives_the_server_being_killed(server_process, tmp_path):
+    server = server_process().start()
+    body = {"name": "survivor", "script": "#!/bin/sh\nsleep 1\n", "workdir": str(tmp_path), "nodes": 2,
+            "gpus_per_node": 4, "comment": "must outlive a SIGKILL"}
+    job_id = server.client().request("POST", "/api/v1/jobs", body)["job_id"]
+
+    server.kill()  # no shutdown hooks, no flush: only what was committed before the 201 counts
+    server.start()
+
+    job = server.client().get(f"/api/v1/jobs/{job_id}")
+    assert job["job_id"] == job_id
+    assert job["name"] == "survivor" and job["state"] == "PENDING"
+    assert job["nodes"] == 2 and job["gpus_per_node"] == 4 and job["comment"] == "must outlive a SIGKILL"
+    # The restarted server keeps counting: no job id is handed out twice.
+    again = server.client().request("POST", "/api/v1/jobs", {**body, "name": "after-restart"})["job_id"]
+    assert again > job_id
