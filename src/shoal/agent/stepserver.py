@@ -9,6 +9,7 @@ passing through the control plane. The reply is NDJSON, one object per output ch
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import hmac
 import json
@@ -18,7 +19,6 @@ import selectors
 import socket
 import subprocess
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from shoal.agent.runtime import Runtime, _killpg, set_gpu_env
@@ -134,6 +134,8 @@ def _run_step(runtime: Runtime, run, req: dict, conn: socket.socket, wfile, node
         os.set_blocking(p.stderr.fileno(), False)
         sel.register(p.stdout, selectors.EVENT_READ, (task["procid"], "o"))
         sel.register(p.stderr, selectors.EVENT_READ, (task["procid"], "e"))
+    # A chunk may end inside a multi-byte character: decode each stream incrementally.
+    decoders = {(t, k): codecs.getincrementaldecoder("utf-8")("replace") for t in procs for k in "oe"}
     sel.register(conn, selectors.EVENT_READ, None)  # readable = the client went away
     open_pipes = 2 * len(procs)
     client_gone = False
@@ -156,16 +158,20 @@ def _run_step(runtime: Runtime, run, req: dict, conn: socket.socket, wfile, node
             except BlockingIOError:
                 continue
             if not data:
+                tail = decoders[(procid, stream)].decode(b"", final=True)
+                if tail and not client_gone:
+                    emit({"t": procid, stream: tail})
                 sel.unregister(key.fileobj)
                 key.fileobj.close()
                 open_pipes -= 1
                 continue
             if not client_gone:
-                emit({"t": procid, stream: data.decode("utf-8", errors="replace")})
+                text = decoders[(procid, stream)].decode(data)
+                if text:
+                    emit({"t": procid, stream: text})
     sel.close()
     for procid, p in procs.items():
         rc = p.wait()
         exits[procid] = [0, -rc] if rc < 0 else [rc, 0]
     if not client_gone:
         emit({"exit": {str(k): v for k, v in sorted(exits.items())}})
-    time.sleep(0)
