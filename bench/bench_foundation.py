@@ -225,7 +225,10 @@ def bench_cli(c: LocalCluster, mode: Mode) -> list[Timed]:
     return rows
 
 
-def importtime(c: LocalCluster, argv: list[str], runs: int) -> tuple[float, list[tuple[str, float]], list[tuple[str, float]]]:
+Ranked = list[tuple[str, float]]
+
+
+def importtime(c: LocalCluster, argv: list[str], runs: int) -> tuple[float, Ranked, Ranked]:
     """`python -X importtime` of a real command: (total s, top-level imports by cumulative, top by self)."""
     cumul: dict[str, list[float]] = {}
     selft: dict[str, list[float]] = {}
@@ -494,7 +497,8 @@ def write_section(path: Path, text: str) -> None:
         new = old.rstrip("\n") + "\n\n" + text.rstrip("\n") + "\n"
     else:
         end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
-        new = "\n".join(lines[:start] + text.rstrip("\n").splitlines() + ([""] + lines[end:] if end < len(lines) else [])) + "\n"
+        rest = [""] + lines[end:] if end < len(lines) else []
+        new = "\n".join(lines[:start] + text.rstrip("\n").splitlines() + rest) + "\n"
     path.write_text(new)
 
 

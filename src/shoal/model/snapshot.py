@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from shoal.model.accounting import QOS, Account, UsageRecord
 from shoal.model.dependency import Dependency  # noqa: F401  (re-exported: the snapshot's clause type)
 from shoal.model.job import JobState
 from shoal.model.node import NodeState
@@ -20,6 +21,7 @@ class Partition:
     max_time_s: int | None = None  # None: unlimited
     max_nodes: int | None = None
     state: str = "UP"
+    priority_job_factor: int = 1  # PriorityJobFactor: the partition term of multifactor priority
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,9 @@ class PendingJob:
     array_job_id: int | None = None
     array_task_id: int | None = None
     array_throttle: int | None = None  # the %N of --array
+    account: str | None = None  # None: the user's default account
+    qos: str | None = None  # None: the default QOS, ``normal``
+    nice: int = 0  # subtracted from the multifactor priority
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,9 @@ class ActiveJob:
     start_time: float
     time_limit_s: int | None = None
     array_job_id: int | None = None
+    account: str | None = None
+    qos: str | None = None
+    completing: bool = False  # ended, processes not yet gone: holds resources, not QOS limits
 
 
 @dataclass(frozen=True)
@@ -88,6 +96,9 @@ class Snapshot:
     pending: tuple[PendingJob, ...]
     active: tuple[ActiveJob, ...]
     jobs: Mapping[int, JobRecord] = field(default_factory=dict)  # for dependencies
+    accounts: tuple[Account, ...] = ()  # the account tree (empty: no fair-share tree)
+    usage: tuple[UsageRecord, ...] = ()  # runs that count towards fair-share usage
+    qos: tuple[QOS, ...] = ()  # empty: only the default QOS, with no limits
 
 
 @dataclass(frozen=True)

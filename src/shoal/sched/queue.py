@@ -14,14 +14,19 @@ squeue shows. Dependencies follow Slurm:
   A clause naming several jobs (``afterok:1:2``) counts as one clause per job, as in Slurm.
 * Dependencies are judged on the snapshot: a target started in this pass satisfies
   ``after`` on the next pass.
+
+QOS limits (``shoal.sched.qos``) are the last gate; their counts include the starts planned
+earlier in the same pass.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Literal
+from typing import Callable, Iterable, Literal, Mapping
 
 from shoal.model.job import JobState
 from shoal.model.snapshot import Dependency, PendingJob, Snapshot
+from shoal.sched import qos as qoslimits
+from shoal.sched.fairshare import AccountTree
 
 DepStatus = Literal["satisfied", "waiting", "never"]
 
@@ -42,9 +47,16 @@ REQ_NODE_NOT_AVAIL = "ReqNodeNotAvail"
 BAD_CONSTRAINTS = "BadConstraints"
 
 
-def queue_order(pending: Iterable[PendingJob]) -> list[PendingJob]:
-    """Priority first (higher wins), then earlier submit_time, then lower id."""
-    return sorted(pending, key=lambda j: (-j.priority, j.submit_time, j.id))
+def queue_order(pending: Iterable[PendingJob],
+                priorities: Mapping[int, int] | None = None) -> list[PendingJob]:
+    """Priority first (higher wins), then earlier submit_time, then lower id.
+
+    ``priorities``: job id -> priority computed for this pass (multifactor); without it,
+    each job's own ``priority``.
+    """
+    if priorities is None:
+        return sorted(pending, key=lambda j: (-j.priority, j.submit_time, j.id))
+    return sorted(pending, key=lambda j: (-priorities.get(j.id, j.priority), j.submit_time, j.id))
 
 
 def effective_time_limit(job: PendingJob, default_time_s: int | None,
@@ -79,10 +91,14 @@ class JobView:
             ids.append(job.id)
             ids.sort()
             del ids[2:]  # the two lowest ids answer "is any other one lower than mine?"
+        self.qos = qoslimits.qos_table(snapshot.qos)
+        self.qos_counts = qoslimits.QOSCounts(snapshot.active,
+                                              AccountTree(snapshot.accounts).default_account)
 
     def started(self, job: PendingJob) -> None:
-        """Record a start planned in this pass (it now counts as running for singleton)."""
+        """Record a start planned in this pass (singleton and QOS limits now count it)."""
         self.running_names.setdefault((job.user, job.name), set()).add(job.id)
+        self.qos_counts.add(job.qos, job.user, job.account, job.request.total_gpus)
 
     def _singleton(self, job: PendingJob) -> DepStatus:
         key = (job.user, job.name)
@@ -168,8 +184,15 @@ def partition_limits(job: PendingJob, view: JobView) -> str | None:
     return None
 
 
+def qos_limits(job: PendingJob, view: JobView) -> str | None:
+    part = view.partitions[job.partition]
+    limit = effective_time_limit(job, part.default_time_s, part.max_time_s)
+    return qoslimits.limit_reason(job, view.qos, view.qos_counts, limit, job.request.total_gpus)
+
+
 # In the order Slurm reports them: a held job says JobHeldUser whatever else is true.
-GATES: tuple[Gate, ...] = (held, begin_time, dependencies, partition_state, partition_limits)
+GATES: tuple[Gate, ...] = (held, begin_time, dependencies, partition_state, partition_limits,
+                           qos_limits)
 
 
 def gate_reason(job: PendingJob, view: JobView) -> str | None:

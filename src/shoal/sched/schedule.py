@@ -2,7 +2,10 @@
 
 The server's scheduler loop, ``sbatch --test-only`` and the simulator call it unchanged.
 Jobs are visited in queue order (priority, submit time, id); each passes the gates of
-``queue`` (held, begin time, dependencies, partition), the array throttle, then placement.
+``queue`` (held, begin time, dependencies, partition, QOS limits), the array throttle, then
+placement. With ``config.priority == "multifactor"`` the priorities are computed here from
+the snapshot (``shoal.sched.priority``), as of ``snapshot.now``; ``"basic"`` uses each job's
+own.
 A start is committed to the pass's free state at once, so no GPU is handed out twice.
 
 Policies:
@@ -36,6 +39,7 @@ from shoal.model.snapshot import Partition, PendingJob, Plan, Snapshot, Start
 from shoal.sched import queue as q
 from shoal.sched.config import SchedConfig
 from shoal.sched.placement import ClusterState, Demand, ReservedShare, place
+from shoal.sched.priority import job_priorities, priority_map
 
 _FAILURES_KEPT = 32  # per class of demand: enough for the few shapes a queue really has
 
@@ -84,12 +88,14 @@ class _Pass:
         self.blocked_nodes: set[str] = set()  # fifo
         self.reservations: list[Reservation] = []  # backfill
         self.tested = 0
+        self.priorities = (priority_map(job_priorities(snapshot, config.multifactor))
+                           if config.priority == "multifactor" else None)
 
     def _end(self, start: float, limit: int | None) -> float | None:
         return None if limit is None else max(self.now, start + limit)
 
     def run(self) -> Plan:
-        for job in q.queue_order(self.snapshot.pending):
+        for job in q.queue_order(self.snapshot.pending, self.priorities):
             reason = self.consider(job)
             if reason is None:
                 continue

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import functools
+import time
 from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request
@@ -34,6 +36,27 @@ from shoal.server.work import node_work
 from shoal.store.models import CleanupRow, JobRow, NodeRow, StepRow
 
 ACTIVE = (JobState.PENDING.value, JobState.RUNNING.value)
+CONFLICT_RETRIES = 5
+
+
+def retry_on_conflict(route):
+    """Run a write route again when its transaction lost an optimistic-concurrency race.
+
+    The scheduler updates pending jobs' reasons and starts jobs concurrently with users'
+    requests; a request that loses such a race was rolled back whole, so running it again
+    is safe, and the user never sees the conflict unless it persists.
+    """
+    @functools.wraps(route)
+    def wrapper(*args, **kwargs):
+        for attempt in range(CONFLICT_RETRIES):
+            try:
+                return route(*args, **kwargs)
+            except StaleDataError:
+                if attempt == CONFLICT_RETRIES - 1:
+                    raise
+                time.sleep(0.005 * (attempt + 1))
+
+    return wrapper
 
 
 def create_app(server: Server) -> FastAPI:
@@ -152,15 +175,16 @@ def create_app(server: Server) -> FastAPI:
             if since is not None:
                 q = q.where((JobRow.end_time.is_(None)) | (JobRow.end_time >= since))
             rows = list(s.scalars(q.order_by(JobRow.id)))
-            return {"jobs": _jobs_json(s, rows)}
+            return JSONResponse({"jobs": _jobs_json(s, rows)})  # already plain JSON: skip re-encoding
 
     @app.get("/api/v1/jobs/{job_id}")
     def get_job(job_id: int, p: Principal = Depends(principal)):
         with server.sessions() as s:
             row = _job(s, job_id)
-            return _jobs_json(s, [row])[0]
+            return JSONResponse(_jobs_json(s, [row])[0])
 
     @app.post("/api/v1/jobs/cancel")
+    @retry_on_conflict
     def bulk_cancel(body: BulkCancelRequest, p: Principal = Depends(principal)):
         now = server.clock()
         sig = jobsvc.parse_signal(body.signal)
@@ -191,6 +215,7 @@ def create_app(server: Server) -> FastAPI:
         return {"jobs": done}
 
     @app.post("/api/v1/jobs/{job_id}/cancel")
+    @retry_on_conflict
     def cancel(job_id: str, body: CancelRequest | None = None, p: Principal = Depends(principal)):
         """Cancel or signal a job: `12` (with all its array tasks) or `12_3` (one task)."""
         body = body or CancelRequest()
@@ -241,10 +266,12 @@ def create_app(server: Server) -> FastAPI:
         server.controller.wake()
 
     @app.post("/api/v1/jobs/{job_id}/hold")
+    @retry_on_conflict
     def hold(job_id: int, p: Principal = Depends(principal)):
         return _set_hold(job_id, p, True)
 
     @app.post("/api/v1/jobs/{job_id}/release")
+    @retry_on_conflict
     def release(job_id: int, p: Principal = Depends(principal)):
         return _set_hold(job_id, p, False)
 
@@ -265,6 +292,7 @@ def create_app(server: Server) -> FastAPI:
         return {"jobs": [r.id for r in pending]}
 
     @app.post("/api/v1/jobs/{job_id}/requeue")
+    @retry_on_conflict
     def requeue(job_id: int, p: Principal = Depends(principal)):
         now = server.clock()
         with server.sessions() as s, s.begin():
@@ -279,6 +307,7 @@ def create_app(server: Server) -> FastAPI:
         return {"jobs": [job_id]}
 
     @app.patch("/api/v1/jobs/{job_id}")
+    @retry_on_conflict
     def update(job_id: int, body: JobUpdate, p: Principal = Depends(principal)):
         with server.sessions() as s, s.begin():
             row = _job(s, job_id)
@@ -310,6 +339,7 @@ def create_app(server: Server) -> FastAPI:
     # ------------------------------------------------------------------ steps (srun)
 
     @app.post("/api/v1/jobs/{job_id}/steps", status_code=201)
+    @retry_on_conflict
     def create_step(job_id: int, body: StepCreate, p: Principal = Depends(principal)):
         with server.sessions() as s, s.begin():
             row = _job(s, job_id)
@@ -318,6 +348,7 @@ def create_app(server: Server) -> FastAPI:
             return stepsvc.create_step(s, server, row, body, nodes, server.clock())
 
     @app.post("/api/v1/jobs/{job_id}/steps/{step_id}/complete")
+    @retry_on_conflict
     def complete_step(job_id: int, step_id: int, body: StepComplete, p: Principal = Depends(principal)):
         with server.sessions() as s, s.begin():
             row = _job(s, job_id)
@@ -329,6 +360,7 @@ def create_app(server: Server) -> FastAPI:
         return {"ok": True}
 
     @app.post("/api/v1/jobs/{job_id}/complete")
+    @retry_on_conflict
     def complete_interactive(job_id: int, body: InteractiveComplete, p: Principal = Depends(principal)):
         now = server.clock()
         with server.sessions() as s, s.begin():
@@ -350,7 +382,7 @@ def create_app(server: Server) -> FastAPI:
     @app.get("/api/v1/nodes")
     def list_nodes(p: Principal = Depends(principal)):
         with server.sessions() as s:
-            return {"nodes": _nodes_json(s, list(s.scalars(select(NodeRow).order_by(NodeRow.name))))}
+            return JSONResponse({"nodes": _nodes_json(s, list(s.scalars(select(NodeRow).order_by(NodeRow.name))))})
 
     @app.get("/api/v1/nodes/{name}")
     def get_node(name: str, p: Principal = Depends(principal)):
@@ -361,6 +393,7 @@ def create_app(server: Server) -> FastAPI:
             return _nodes_json(s, [row])[0]
 
     @app.patch("/api/v1/nodes/{name}")
+    @retry_on_conflict
     def update_node(name: str, body: NodeUpdate, p: Principal = Depends(admin)):
         now = server.clock()
         touched: set[str] = set()
@@ -409,6 +442,7 @@ def create_app(server: Server) -> FastAPI:
     # ------------------------------------------------------------------ agents
 
     @app.post("/api/v1/agents/register")
+    @retry_on_conflict
     def register(body: AgentRegister, authorization: str | None = Header(default=None)):
         p = server.auth.resolve(authorization, None, None)
         if p.role != "join":
@@ -453,6 +487,7 @@ def create_app(server: Server) -> FastAPI:
         return out
 
     @app.post("/api/v1/agents/{node}/report")
+    @retry_on_conflict
     def report(node: str, body: AgentReport, authorization: str | None = Header(default=None)):
         server.auth.verify_agent(authorization, node)
         now = server.clock()

@@ -314,7 +314,7 @@ def _hold_for_cleanup(session: Session, row: JobRow, now: float, kill_signal: st
     for node, a in alloc.nodes:
         if node in skip_nodes:
             continue
-        session.merge(CleanupRow(job_id=row.id, run=row.restart_count, node=node, cpus=a.cpus,
+        session.add(CleanupRow(job_id=row.id, run=row.restart_count, node=node, cpus=a.cpus,
                                  memory_mb=a.memory_mb, gpus=list(a.gpus), exclusive=alloc.exclusive,
                                  since=now, signal=kill_signal))
 
