@@ -2,6 +2,9 @@ import pytest
 
 from tests.integration.cluster import LocalCluster
 
+# PostgreSQL fixtures (postgres, postgres_url, db_url): a server the tests start themselves.
+pytest_plugins = ["tests.integration.postgres"]
+
 
 @pytest.fixture
 def make_cluster(tmp_path):

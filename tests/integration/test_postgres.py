@@ -10,7 +10,6 @@ import pytest
 from sqlalchemy import create_engine, func, select
 
 from shoal.store.models import JobRow, StepRow
-from tests.integration.postgres import *  # noqa: F401,F403  (fixtures: postgres, postgres_url)
 
 pytestmark = pytest.mark.postgres
 

@@ -22,7 +22,6 @@ from sqlalchemy.orm.exc import StaleDataError
 from shoal.store.engine import make_engine, migrate, session_factory
 from shoal.store.models import Base, JobRow, NodeRow
 from tests.integration.cluster import free_port
-from tests.integration.postgres import *  # noqa: F401,F403  (fixtures: postgres, postgres_url, db_url)
 
 
 @pytest.fixture
