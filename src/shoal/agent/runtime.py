@@ -98,6 +98,10 @@ class Runtime:
             run.batch_started = True
         b = entry["batch"]
         jobdir = self.workdir / "jobs" / entry["key"]
+        pidfile = jobdir / "pid"
+        if pidfile.exists():
+            self._launched_before(run, pidfile)
+            return
         jobdir.mkdir(parents=True, exist_ok=True)
         script = jobdir / "script"
         script.write_text(b["script"], encoding="utf-8")
@@ -152,10 +156,28 @@ class Runtime:
             for f in (out, err, stdin):
                 if hasattr(f, "close"):
                     f.close()
+        pidfile.write_text(str(popen.pid))
         with self.lock:
             run.procs.append(Proc(popen, "batch"))
         threading.Thread(target=self._wait_batch, args=(run, popen), daemon=True,
                          name=f"batch-{entry['key']}").start()
+
+    def _launched_before(self, run: Run, pidfile: Path) -> None:
+        """An earlier agent on this node launched this run, and its exit status died with it.
+
+        Never launch a batch script twice: stop what is left of it and report it failed
+        (restarts that keep work alive need a per-task supervisor; see issue 6).
+        """
+        try:
+            pid = int(pidfile.read_text())
+            with open(f"/proc/{pid}/cmdline", "rb") as f:  # the pid may have been reused
+                still_ours = str(pidfile.parent / "script").encode() in f.read()
+            if still_ours:
+                _killpg(pid, signal.SIGKILL)
+        except (OSError, ValueError):
+            pass
+        log.error("run %s was launched by an earlier agent; its exit status is lost: reporting it failed", run.key)
+        self.on_exit(run, 1, 0, time.time())
 
     def _path(self, pattern: str, cwd: str, names: dict) -> str:
         p = expand_pattern(pattern, **names)
