@@ -32,6 +32,45 @@ def parse_labels(items: list[str]) -> dict[str, str]:
     return out
 
 
+AGENT_DEFAULTS = {"address": "0.0.0.0", "port": 6818, "gpu_model": "A100-SXM4-80GB"}
+_CONFIG_KEYS = {"server", "join_token", "join_token_file", "name", "address", "port", "workdir", "fake_gpus",
+                "gpu_model", "fake_gpus_file", "cpus", "memory", "labels", "features"}
+
+
+def apply_config_file(args) -> None:
+    """Fill options not given on the command line from --config, then from the defaults."""
+    conf: dict = {}
+    if args.config:
+        import yaml
+
+        try:
+            with open(args.config, encoding="utf-8") as f:
+                conf = yaml.safe_load(f) or {}
+        except OSError as e:
+            raise ValueError(f"cannot read agent configuration {args.config}: {e.strerror}") from None
+        except yaml.YAMLError as e:
+            raise ValueError(f"agent configuration {args.config} is not valid YAML: {e}") from None
+        if not isinstance(conf, dict):
+            raise ValueError(f"agent configuration {args.config} must be a mapping")
+        unknown = sorted(set(conf) - _CONFIG_KEYS)
+        if unknown:
+            raise ValueError(f"agent configuration {args.config}: unknown key {unknown[0]!r} "
+                             f"(known: {', '.join(sorted(_CONFIG_KEYS))})")
+    for key in _CONFIG_KEYS - {"labels", "features"}:
+        if getattr(args, key, None) is None:
+            setattr(args, key, conf.get(key, AGENT_DEFAULTS.get(key)))
+    labels = conf.get("labels") or {}
+    if not isinstance(labels, dict):
+        raise ValueError(f"agent configuration {args.config}: labels must be a mapping of key: value")
+    args.label = [f"{k}={v}" for k, v in labels.items()] + list(args.label)
+    features = conf.get("features") or []
+    if not isinstance(features, list):
+        raise ValueError(f"agent configuration {args.config}: features must be a list")
+    args.feature = [str(f) for f in features] + list(args.feature)
+    if not args.server:
+        raise ValueError("the server URL is required: --server or 'server:' in --config")
+
+
 def run(args) -> int:
     from shoal.agent.daemon import Agent, AgentConfig
     from shoal.agent.gpus import (FakeGPUConfigError, GPUDiscoveryError, discover_gpus_or_none,
@@ -40,6 +79,11 @@ def run(args) -> int:
     from shoal.agent.labels import LabelError, gpu_labels, merge_labels
     from shoal.agent.gpus import GPUInventory
 
+    try:
+        apply_config_file(args)
+    except ValueError as e:
+        print(f"shoal agent: error: {e}", file=sys.stderr)
+        return 2
     logging.basicConfig(level=os.environ.get("SHOAL_LOG_LEVEL", "INFO"),
                         format=f"%(asctime)s %(levelname)s agent[{args.name or '-'}]: %(message)s")
     name = args.name or socket.gethostname().split(".")[0]

@@ -22,15 +22,17 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--join-token-file", help="accept agents that present this token (else one is generated)")
 
     a = sub.add_parser("agent", help="run a node agent")
-    a.add_argument("--server", required=True, help="server URL, e.g. http://10.0.0.1:6817")
+    a.add_argument("--config", help="agent configuration (YAML): any of the options below, plus "
+                                    "labels: {key: value} and features: [...]; command-line flags win")
+    a.add_argument("--server", help="server URL, e.g. http://10.0.0.1:6817")
     a.add_argument("--join-token")
     a.add_argument("--join-token-file")
     a.add_argument("--name", help="node name (default: short hostname)")
-    a.add_argument("--address", default="0.0.0.0", help="address to serve srun launches on and to advertise")
-    a.add_argument("--port", type=int, default=6818)
+    a.add_argument("--address", help="address to serve srun launches on and to advertise (default 0.0.0.0)")
+    a.add_argument("--port", type=int, help="default 6818")
     a.add_argument("--workdir", help="agent state (default /var/lib/shoal/NAME)")
     a.add_argument("--fake-gpus", type=int, metavar="N", help="pretend to have N GPUs (no NVIDIA driver needed)")
-    a.add_argument("--gpu-model", default="A100-SXM4-80GB", help="model of the fake GPUs (default %(default)s)")
+    a.add_argument("--gpu-model", help="model of the fake GPUs (default A100-SXM4-80GB)")
     a.add_argument("--fake-gpus-file", help="YAML list of fake GPUs")
     a.add_argument("--cpus", type=int, help="CPUs to advertise (default: what psutil finds)")
     a.add_argument("--memory", help="memory to advertise, e.g. 2T or 512G (default: what psutil finds)")
@@ -63,10 +65,19 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("action", choices=["create"])
     t.add_argument("--user", required=True)
     t.add_argument("--role", default="user", choices=["user", "admin"])
+
+    # Listed for --help only: main() hands `simulate ...` to shoal.sim.cli, imported lazily.
+    sub.add_parser("simulate", help="replay a job trace on a simulated cluster, policies side by side",
+                   add_help=False)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["simulate"]:
+        from shoal.sim.cli import main as simulate
+
+        return simulate(argv[1:])
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command == "server":
