@@ -2,7 +2,9 @@
 
 The Slurm-compatible commands are run in tight loops by users' scripts, so this module
 imports only the standard library's cheapest parts: ``http.client`` alone costs ~30 ms
-(it pulls in the email package), so requests are written on a plain socket instead.
+(it pulls in the email package), so requests are written on a plain socket instead, and
+``urllib.parse`` (~6 ms with the ``ipaddress`` it imports) gives way to the few lines of
+URL splitting and percent-encoding below, which behave as urllib.parse does.
 """
 
 from __future__ import annotations
@@ -11,7 +13,11 @@ import json
 import os
 import socket
 import sys
-from urllib.parse import quote, urlencode, urlsplit
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
 
 DEFAULT_CONFIG = "~/.config/shoal/config.yaml"
 
@@ -72,11 +78,11 @@ class Client:
     """JSON over HTTP to the Shoal server, authenticated with a bearer token."""
 
     def __init__(self, server: str, token: str | None = None, timeout: float = 30.0):
-        parts = urlsplit(server if "://" in server else "http://" + server)
-        self.scheme = parts.scheme
-        self.host = parts.hostname or "127.0.0.1"
-        self.port = parts.port or (443 if parts.scheme == "https" else 80)
-        self.base = parts.path.rstrip("/")
+        scheme, hostname, port, path = split_url(server if "://" in server else "http://" + server)
+        self.scheme = scheme
+        self.host = hostname or "127.0.0.1"
+        self.port = port or (443 if scheme == "https" else 80)
+        self.base = path.rstrip("/")
         self.token = token
         self.timeout = timeout
         self.server = server
@@ -92,7 +98,7 @@ class Client:
         if params:
             clean = {k: v for k, v in params.items() if v is not None}
             if clean:
-                path = f"{path}?{urlencode(clean, doseq=True)}"
+                path = f"{path}?{urlencode(clean)}"
         return self.request("GET", path, timeout=timeout)
 
     def post(self, path: str, body: dict | None = None, timeout: float | None = None):
@@ -108,7 +114,7 @@ class Client:
         payload = b"" if body is None else json.dumps(body).encode()
         headers = [
             f"{method} {self.base}{path} HTTP/1.1",
-            f"Host: {self.host}:{self.port}",
+            f"Host: {f'[{self.host}]' if ':' in self.host else self.host}:{self.port}",
             "Connection: close",
             "Accept: application/json",
             f"User-Agent: shoal-cli/{os.path.basename(sys.argv[0] or 'shoal')}",
@@ -138,7 +144,7 @@ class Client:
 
     def _roundtrip(self, raw: bytes, timeout: float) -> tuple[int, bytes]:
         try:
-            sock = socket.create_connection((self.host, self.port), timeout=timeout)
+            sock = socket.create_connection((_address_host(self.host), self.port), timeout=timeout)
         except OSError as e:
             raise ClientError(
                 f"cannot reach the Shoal server at {self.server}: {e.strerror or e} "
@@ -165,6 +171,115 @@ class Client:
         finally:
             sock.close()
         return _parse_response(b"".join(chunks))
+
+
+_SCHEME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+-.")
+_C0_CONTROL_OR_SPACE = "".join(map(chr, range(33)))
+
+
+def split_url(url: str) -> tuple[str, str | None, int | None, str]:
+    """``(scheme, hostname, port, path)`` of a URL, as urllib.parse.urlsplit gives them.
+
+    The same rules: leading C0 controls and spaces are stripped and tabs and line breaks
+    removed; the hostname loses its user info and ``[]`` and is lower-cased (an IPv6 zone
+    keeps its case); a bad port or bracket raises the same ValueError. Only netlocs that
+    are not ASCII (rare, and needing Unicode normalisation checks) go to urllib.parse.
+    """
+    original = url
+    url = url.lstrip(_C0_CONTROL_OR_SPACE).replace("\t", "").replace("\r", "").replace("\n", "")
+    scheme = netloc = ""
+    i = url.find(":")
+    if i > 0 and url[0].isascii() and url[0].isalpha() and _SCHEME_CHARS.issuperset(url[:i]):
+        scheme, url = url[:i].lower(), url[i + 1:]
+    if url[:2] == "//":
+        end = len(url)
+        for c in "/?#":
+            at = url.find(c, 2)
+            if at >= 0:
+                end = min(end, at)
+        netloc, url = url[2:end], url[end:]
+        if not netloc.isascii():
+            from urllib.parse import urlsplit
+
+            parts = urlsplit(original)
+            return parts.scheme, parts.hostname, parts.port, parts.path
+        if ("[" in netloc) != ("]" in netloc):
+            raise ValueError("Invalid IPv6 URL")
+        if "[" in netloc:
+            _check_bracketed_host(netloc.partition("[")[2].partition("]")[0])
+    path = url.partition("#")[0].partition("?")[0]
+    hostinfo = netloc.rpartition("@")[2]
+    _, bracket, bracketed = hostinfo.partition("[")
+    if bracket:
+        hostname, _, port_text = bracketed.partition("]")
+        port_text = port_text.partition(":")[2]
+    else:
+        hostname, _, port_text = hostinfo.partition(":")
+    host, percent, zone = hostname.partition("%")
+    port = None
+    if port_text:
+        if not (port_text.isdigit() and port_text.isascii()):
+            raise ValueError(f"Port could not be cast to integer value as {port_text!r}")
+        port = int(port_text)
+        if not 0 <= port <= 65535:
+            raise ValueError("Port out of range 0-65535")
+    return scheme, (host.lower() + percent + zone) or None, port, path
+
+
+def _check_bracketed_host(hostname: str) -> None:
+    """urllib.parse's check of a ``[...]`` host: an IPv6 address or an IPvFuture ``v1.x``."""
+    if hostname.startswith("v"):
+        import re
+
+        if not re.match(r"\Av[a-fA-F0-9]+\..+\Z", hostname):
+            raise ValueError("IPvFuture address is invalid")
+    else:
+        import ipaddress  # only for IPv6 literals: it costs start-up time
+
+        if isinstance(ipaddress.ip_address(hostname), ipaddress.IPv4Address):
+            raise ValueError("An IPv4 address cannot be in brackets")
+
+
+_ALWAYS_SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-~")
+_QUOTE = tuple(chr(b) if b in _ALWAYS_SAFE else f"%{b:02X}" for b in range(256))
+_QUOTE_PATH = _QUOTE[:47] + ("/",) + _QUOTE[48:]  # quote()'s default safe="/"
+_QUOTE_PLUS = _QUOTE[:32] + ("+",) + _QUOTE[33:]
+
+
+def quote(text: str | bytes) -> str:
+    """urllib.parse.quote(text): UTF-8 percent-encoding, keeping letters, digits, ``_.-~/``."""
+    data = text.encode("utf-8") if isinstance(text, str) else text
+    return "".join([_QUOTE_PATH[b] for b in data])
+
+
+def quote_plus(text: str | bytes) -> str:
+    """urllib.parse.quote_plus(text): as quote, but spaces become ``+`` and ``/`` is encoded."""
+    data = text.encode("utf-8") if isinstance(text, str) else text
+    return "".join([_QUOTE_PLUS[b] for b in data])
+
+
+def urlencode(params: Mapping[Any, Any]) -> str:
+    """urllib.parse.urlencode(params, doseq=True): ``k=v&...``, a sequence value repeats its key."""
+    out = []
+    for k, v in params.items():
+        key = quote_plus(k if isinstance(k, bytes) else str(k))
+        if isinstance(v, (str, bytes)):
+            out.append(f"{key}={quote_plus(v)}")
+            continue
+        try:
+            len(v)
+        except TypeError:
+            out.append(f"{key}={quote_plus(str(v))}")
+            continue
+        for item in v:
+            out.append(f"{key}={quote_plus(item if isinstance(item, (str, bytes)) else str(item))}")
+    return "&".join(out)
+
+
+def _address_host(host: str) -> str | bytes:
+    """The host for getaddrinfo: ASCII names and addresses as bytes, so that a str does
+    not make the socket module import the ``idna`` codec (and unicodedata) to encode it."""
+    return host.encode("ascii") if host.isascii() else host
 
 
 def _parse_response(data: bytes) -> tuple[int, bytes]:

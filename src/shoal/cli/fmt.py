@@ -12,8 +12,14 @@ from __future__ import annotations
 
 from shoal.model.timefmt import format_hms  # noqa: F401  (sacct and scontrol use it from here)
 
-from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from collections import namedtuple
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: importing typing costs the commands start-up time
+    from collections.abc import Callable, Iterable, Mapping, Sequence
+    from typing import Any
+
+    Getter = Callable[[Mapping[str, Any], float], Any]
 
 AUTO_MIN_WIDTH = 9
 """The narrowest a ``%#X`` column gets, as sinfo's MIN_PART_FIELD_SIZE/MIN_NODE_FIELD_SIZE."""
@@ -21,36 +27,28 @@ AUTO_MIN_WIDTH = 9
 LONG_FORMAT_WIDTH = 20
 """The width of a ``-O/--Format`` field given without ``:size``, as in Slurm."""
 
-Getter = Callable[[Mapping[str, Any], float], Any]
-
 
 class FormatError(ValueError):
     """A format string naming a field the command does not have."""
 
 
-@dataclass(frozen=True)
-class Field:
+# Immutable records as namedtuples, not dataclasses: dataclasses imports inspect (and
+# with it ast, dis, tokenize), about 30 ms of every command's start-up.
+class Field(namedtuple("Field", "header get cut cut_header", defaults=(True, True))):
     """One column a command can print: its header and how to read its value from a row.
 
-    ``cut`` says whether a right-justified value is cut to the width (Slurm cuts most
-    fields, never node lists or times); ``cut_header`` the same for the header.
+    ``header: str``, ``get: Getter`` (row, now -> value). ``cut`` says whether a
+    right-justified value is cut to the width (Slurm cuts most fields, never node lists
+    or times); ``cut_header`` the same for the header.
     """
 
-    header: str
-    get: Getter
-    cut: bool = True
-    cut_header: bool = True
+    __slots__ = ()
 
 
-@dataclass(frozen=True)
-class Spec:
-    """One field of a parsed format, or literal text when ``field`` is None."""
+class Spec(namedtuple("Spec", "field width right auto text", defaults=(0, False, False, ""))):
+    """One field of a parsed format (``field: Field``), or literal ``text`` when ``field`` is None."""
 
-    field: Field | None
-    width: int = 0
-    right: bool = False
-    auto: bool = False
-    text: str = ""
+    __slots__ = ()
 
 
 def parse_format(fmt: str, fields: Mapping[str, Field], kind: str = "job") -> list[Spec]:
@@ -202,4 +200,30 @@ def argument_parser(prog: str, description: str):
 
             fail(message)
 
-    return _Parser(prog=prog, description=description, add_help=False)
+    class _Formatter(argparse.HelpFormatter):
+        # argparse builds a formatter for every add_argument; without a width it imports
+        # shutil (and with it bz2, lzma, zlib: ~4 ms) just to ask for the terminal size.
+        def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
+                     width: int | None = None):
+            if width is None:
+                width = _terminal_columns() - 2
+            super().__init__(prog, indent_increment, max_help_position, width)
+
+    return _Parser(prog=prog, description=description, add_help=False, formatter_class=_Formatter)
+
+
+def _terminal_columns() -> int:
+    """shutil.get_terminal_size().columns: $COLUMNS, else the terminal's width, else 80."""
+    import os
+    import sys
+
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80

@@ -13,8 +13,12 @@ the server receives numbers and normalised strings and never re-parses user synt
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from collections import namedtuple
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: importing typing costs sbatch and srun start-up time
+    from collections.abc import Callable, Iterable, Mapping
+    from typing import Any
 
 from shoal.model import arrays, dependency, hostlist, timefmt
 
@@ -38,44 +42,43 @@ class OptionError(ValueError):
     """An option or #SBATCH directive that sbatch or srun cannot accept; says where and why."""
 
 
-@dataclass(frozen=True)
-class _Context:
-    cwd: str
-    environ: Mapping[str, str]
-    now: float
+# Immutable records as namedtuples, not dataclasses: dataclasses imports inspect (and
+# with it ast, dis, tokenize), about 30 ms of sbatch's start-up.
+class _Context(namedtuple("_Context", "cwd environ now")):
+    """``cwd: str``, ``environ: Mapping[str, str]``, ``now: float`` (the epoch for --begin)."""
+
+    __slots__ = ()
 
 
-Converter = Callable[[str, _Context], dict[str, Any]]
+if TYPE_CHECKING:
+    Converter = Callable[[str, _Context], dict[str, Any]]
 
 
-@dataclass(frozen=True)
-class Option:
-    """One option: its names, how it takes a value, and what it sets in the request."""
+class Option(namedtuple("Option", "long short arg convert commands env", defaults=(BOTH, None))):
+    """One option: its names, how it takes a value, and what it sets in the request.
 
-    long: str
-    short: str | None
-    arg: str  # NONE, REQUIRED or OPTIONAL (optional values only as --long=value)
-    convert: Converter
-    commands: frozenset[str] = BOTH
-    env: str | None = None  # sbatch input environment variable, e.g. SBATCH_PARTITION
+    ``long: str``; ``short: str | None``; ``arg``: NONE, REQUIRED or OPTIONAL (optional
+    values only as --long=value); ``convert: Converter``; ``commands: frozenset[str]``;
+    ``env: str | None``, the sbatch input environment variable, e.g. SBATCH_PARTITION.
+    """
+
+    __slots__ = ()
 
 
-@dataclass(frozen=True)
-class SbatchRequest:
+class SbatchRequest(namedtuple("SbatchRequest", "body parsable test_only wait", defaults=(False, False, False))):
     """What sbatch submits (``body``, the POST /api/v1/jobs JSON) and how it reports back."""
 
-    body: dict[str, Any]
-    parsable: bool = False
-    test_only: bool = False
-    wait: bool = False
+    __slots__ = ()
 
 
-@dataclass(frozen=True)
-class SrunRequest:
-    """A job step (or an allocation and a step): resource and launch options, and the command."""
+class SrunRequest(namedtuple("SrunRequest", "options command")):
+    """A job step (or an allocation and a step): resource and launch options (``options``,
+    a dict), and the command (``command``, a list of words; a new empty list by default)."""
 
-    options: dict[str, Any]
-    command: list[str] = field(default_factory=list)
+    __slots__ = ()
+
+    def __new__(cls, options: dict[str, Any], command: list[str] | None = None) -> SrunRequest:
+        return super().__new__(cls, options, [] if command is None else command)
 
 
 # Value converters. Each raises ValueError whose text says what was expected; the caller
@@ -395,7 +398,8 @@ def _table(command: str) -> tuple[dict[str, Option], dict[str, Option]]:
 _TABLES = {SBATCH: _table(SBATCH), SRUN: _table(SRUN)}
 
 # One option occurrence: the option, how the user spelled it, and its value ("" for flags).
-_Found = tuple[Option, str, str]
+if TYPE_CHECKING:
+    _Found = tuple[Option, str, str]
 
 
 def _scan(argv: list[str], command: str, where: str = "") -> tuple[list[_Found], list[str]]:

@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Mapping
 
 from shoal.model.hostlist import HostlistError, compress, expand
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: importing typing costs the command's start-up time
+    from collections.abc import Mapping
+    from typing import Any
 
 SHOW_ENTITIES = ("job", "node", "partition", "hostnames", "hostlist", "config")
 # Slurm's scontrol takes any prefix of an entity's full word down to a minimum length, so

@@ -10,12 +10,16 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import Any, Mapping
 
 from shoal.cli.client import Client, ClientError, fail
 from shoal.cli.fmt import Field, FormatError, argument_parser, emit, parse_format, render, split_list
 from shoal.model.hostlist import HostlistError, compress, expand, sort_key
 from shoal.model.timefmt import format_duration, format_timestamp
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: importing typing costs the command's start-up time
+    from collections.abc import Mapping
+    from typing import Any
 
 DEFAULT_FORMAT = "%#P %.5a %.10l %.6D %.6t %N"
 LONG_FORMAT = "%#P %.5a %.10l %.10s %.4r %.8h %.10g %.6D %.11T %N"

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import Any, Mapping
 
 from shoal.cli.client import Client, ClientError, fail
 from shoal.cli.fmt import (
@@ -24,6 +23,11 @@ from shoal.cli.fmt import (
 )
 from shoal.model.arrays import format_array
 from shoal.model.timefmt import format_duration, format_timestamp
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: importing typing costs the command's start-up time
+    from collections.abc import Mapping
+    from typing import Any
 
 DEFAULT_FORMAT = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"
 LONG_FORMAT = "%.18i %.9P %.8j %.8u %.8T %.10M %.9l %.6D %R"

@@ -6,7 +6,9 @@ Every id must be below MaxArraySize (Slurm's default is 1001, so 0-1000 are allo
 
 from __future__ import annotations
 
-from typing import Iterable
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 ARRAY_FORMS = "ids and ranges like 0-15, 1,3,5-7 or 0-15:4, optionally followed by %N"
 

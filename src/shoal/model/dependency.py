@@ -8,23 +8,52 @@ cannot start too soon, though it may start later than in Slurm. Per-job delays
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Iterable
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 KINDS = ("after", "afterany", "afterok", "afternotok", "aftercorr", "singleton")
 DEPENDENCY_FORMS = "type:job_id[:job_id...] joined by ',' (all) or '?' (any), or singleton"
 
 
-@dataclass(frozen=True)
 class Dependency:
     """One clause of --dependency: kind is after, afterok, afternotok, afterany or singleton.
 
     Defined here, not in shoal.model.snapshot, so sbatch's start-up does not import the
-    scheduler's snapshot types (about a fifth of its import time).
+    scheduler's snapshot types (about a fifth of its import time). A small immutable
+    value class rather than a dataclass, for the same reason (dataclasses imports
+    inspect): equal and hashed by (kind, job_ids), and equal only to a Dependency.
     """
 
+    __slots__ = ("kind", "job_ids")
+    __match_args__ = ("kind", "job_ids")
+
     kind: str
-    job_ids: tuple[int, ...] = ()
+    job_ids: tuple[int, ...]
+
+    def __init__(self, kind: str, job_ids: tuple[int, ...] = ()) -> None:
+        object.__setattr__(self, "kind", kind)
+        object.__setattr__(self, "job_ids", job_ids)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"cannot assign to field '{name}': Dependency is immutable")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"cannot delete field '{name}': Dependency is immutable")
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.kind, self.job_ids) == (other.kind, other.job_ids)  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash((self.kind, self.job_ids))
+
+    def __repr__(self) -> str:
+        return f"Dependency(kind={self.kind!r}, job_ids={self.job_ids!r})"
+
+    def __reduce__(self):  # pickling and copying go through __init__, not __setattr__
+        return (self.__class__, (self.kind, self.job_ids))
 
 
 class DependencyError(ValueError):

@@ -11,7 +11,10 @@ hostlist does; compression sorts and drops duplicates, as ``scontrol show hostli
 from __future__ import annotations
 
 import re
-from typing import Iterable, Iterator
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
 
 MAX_NAMES = 1_000_000
 """The most names one hostlist may expand to, so a typo like ``n[1-999999999]`` fails fast."""

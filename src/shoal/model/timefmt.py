@@ -7,7 +7,10 @@ calendar conversions use the local time zone, as Slurm's commands do.
 from __future__ import annotations
 
 import time as _time
-from datetime import date, datetime, timedelta
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from datetime import date
 
 TIME_LIMIT_FORMS = "minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"
 
@@ -129,6 +132,8 @@ def parse_begin_time(text: str, now: float) -> float:
     if value.startswith("uts") and value[3:].isdigit():
         return float(int(value[3:]))
 
+    from datetime import datetime, timedelta  # only --begin needs the calendar: it costs start-up time
+
     today = datetime.fromtimestamp(now).date()
     day: date | None = None
     clock: tuple[int, int, int] | None = None
@@ -195,6 +200,8 @@ def _clock(word: str, raw: str) -> tuple[int, int, int]:
 
 
 def _iso_date(word: str, raw: str) -> date:
+    from datetime import date
+
     pieces = word.split("-")
     if len(pieces) != 3 or not all(p.isascii() and p.isdigit() for p in pieces) or len(pieces[0]) != 4:
         raise _begin_error(raw)
