@@ -28,7 +28,8 @@ from shoal.cli.options import Option, SbatchRequest, SrunRequest, parse_srun
 from shoal.cli.sacct import Column
 from shoal.model.dependency import Dependency
 
-COMMANDS = ["sbatch", "srun", "squeue", "scancel", "sinfo", "scontrol", "sacct", "options", "client", "fmt"]
+COMMANDS = ["sbatch", "srun", "squeue", "scancel", "sinfo", "scontrol", "sacct", "sprio", "sshare", "options",
+            "client", "fmt"]
 
 FORBIDDEN = [
     "dataclasses", "inspect", "typing", "urllib.parse", "ipaddress", "http.client", "email",

@@ -4,22 +4,12 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import signal
 import socket
 import sys
 from pathlib import Path
 
-
-def parse_size_mb(text: str) -> int:
-    """'2T', '512G', '4096M', '4096' (MiB) -> MiB, as slurm.conf's RealMemory takes sizes."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*", text, re.IGNORECASE)
-    if not m:
-        raise ValueError(f"invalid size {text!r}: expected a number with an optional K, M, G or T suffix")
-    value = float(m.group(1)) * {"": 1, "K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 ** 2}[m.group(2).upper()]
-    if value < 1:
-        raise ValueError(f"invalid size {text!r}: must be at least 1 MiB")
-    return int(value)
+from shoal.model.units import parse_size_mb
 
 
 def parse_labels(items: list[str]) -> dict[str, str]:

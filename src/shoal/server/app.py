@@ -22,6 +22,7 @@ from shoal.model.gpu import gpu_gres
 from shoal.model.resources import GPU, Allocation
 from shoal.sched.placement import check_feasible
 from shoal.server import jobs as jobsvc
+from shoal.server import priority as priosvc
 from shoal.server import steps as stepsvc
 from shoal.server.auth import AuthError, Principal, agent_credential, node_step_key
 from shoal.server.core import Server
@@ -30,7 +31,6 @@ from shoal.server.schemas import (AgentRegister, AgentReport, BulkCancelRequest,
                                   StepCreate, TokenCreate)
 from shoal.model.timefmt import format_timestamp
 from shoal.sched.schedule import schedule
-from shoal.server.snapshot import build as build_snapshot
 from shoal.server.snapshot import node_info
 from shoal.server.work import node_work
 from shoal.store.models import CleanupRow, JobRow, NodeRow, StepRow
@@ -115,7 +115,8 @@ def create_app(server: Server) -> FastAPI:
             out = jobsvc.submit(s, p, body, partitions=server.partitions, nodes=nodes, now=now,
                                 max_array_size=server.config.scheduler.max_array_size,
                                 def_mem_per_cpu_mb=server.config.scheduler.def_mem_per_cpu_mb,
-                                feasible=check_feasible)
+                                feasible=check_feasible, accounts=server.account_tree,
+                                qos=server.qos_table)
         server.controller.wake()
         return out
 
@@ -130,8 +131,9 @@ def create_app(server: Server) -> FastAPI:
                 out = jobsvc.submit(s, p, body, partitions=server.partitions, nodes=nodes, now=now,
                                     max_array_size=server.config.scheduler.max_array_size,
                                     def_mem_per_cpu_mb=server.config.scheduler.def_mem_per_cpu_mb,
-                                    feasible=check_feasible)
-                snap = build_snapshot(s, server.partitions, now)
+                                    feasible=check_feasible, accounts=server.account_tree,
+                                    qos=server.qos_table)
+                snap = server.snapshot(s, now)
                 plan = schedule(snap, server.sched_config)
                 row = s.get(JobRow, out["job_id"])
                 start = next((st for st in plan.starts if st.job_id == row.id), None)
@@ -426,6 +428,27 @@ def create_app(server: Server) -> FastAPI:
              "max_nodes": pt.max_nodes, "state": pt.state}
             for pt in server.partitions
         ]}
+
+    # ------------------------------------------------------------------ priority and fair-share
+
+    @app.get("/api/v1/priority")
+    def priority(job_id: list[str] = Query(default=[]), user: str | None = None,
+                 p: Principal = Depends(principal)):
+        """sprio: pending jobs' multifactor priorities, computed as the scheduler computes them."""
+        ids, _arrays = _parse_job_ids(job_id)
+        with server.sessions() as s:
+            snap = server.snapshot(s, server.clock(), usage=True)
+        return priosvc.priorities_json(snap, server.sched_config, set(ids) or None,
+                                       set(user.split(",")) if user else None)
+
+    @app.get("/api/v1/shares")
+    def shares(p: Principal = Depends(principal)):
+        """sshare: the account tree with shares, decayed usage and fair-share factors."""
+        with server.sessions() as s:
+            snap = server.snapshot(s, server.clock(), usage=True)
+        out = priosvc.shares_json(snap, server.sched_config)
+        out["user"] = p.user
+        return out
 
     # ------------------------------------------------------------------ tokens
 

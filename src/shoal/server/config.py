@@ -1,6 +1,10 @@
-"""The cluster configuration file (YAML): partitions, scheduler and node-lifecycle settings.
+"""The cluster configuration file (YAML): partitions, scheduler, priority, accounts, QOS
+and node-lifecycle settings.
 
-Names follow slurm.conf where one exists (DefaultTime, MaxTime, SlurmdTimeout, KillWait).
+Names follow slurm.conf and sacctmgr where one exists (DefaultTime, MaxTime, SlurmdTimeout,
+KillWait, PriorityWeightAge, PriorityMaxAge, PriorityDecayHalfLife, PriorityJobFactor,
+Shares, MaxWall, GrpJobs). Times are slurm.conf time strings (``7-0``, ``1:00:00``) or bare
+minutes.
 """
 
 from __future__ import annotations
@@ -8,11 +12,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from shoal.model.accounting import DEFAULT_QOS, QOS, ROOT, Account, UserShare
 from shoal.model.hostlist import HostlistError, expand
 from shoal.model.snapshot import Partition
 from shoal.model.timefmt import TimeFormatError, parse_time_limit
+from shoal.sched.config import Multifactor
+from shoal.sched.fairshare import AccountTree, AccountTreeError
 
 
 class ConfigError(ValueError):
@@ -40,6 +47,7 @@ class PartitionConfig(BaseModel):
     max_time: str | int | None = None
     max_nodes: int | None = Field(default=None, ge=1)
     state: str = "UP"
+    priority_job_factor: int = Field(default=1, ge=0, description="PriorityJobFactor")
 
     @field_validator("nodes")
     @classmethod
@@ -65,6 +73,7 @@ class PartitionConfig(BaseModel):
             max_time_s=_time(self.max_time),
             max_nodes=self.max_nodes,
             state=self.state,
+            priority_job_factor=self.priority_job_factor,
         )
 
 
@@ -75,6 +84,109 @@ class SchedulerConfig(BaseModel):
     interval_s: float = Field(default=1.0, gt=0, description="time between periodic passes")
     max_array_size: int = Field(default=1001, ge=1)
     def_mem_per_cpu_mb: int = Field(default=1024, ge=0, description="DefMemPerCPU")
+
+
+class PriorityConfig(BaseModel):
+    """PriorityType and the priority/multifactor parameters of slurm.conf."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: str = Field(default="basic", pattern="^(basic|multifactor)$", description="PriorityType")
+    weight_age: int = Field(default=0, ge=0, description="PriorityWeightAge")
+    weight_fairshare: int = Field(default=0, ge=0, description="PriorityWeightFairshare")
+    weight_jobsize: int = Field(default=0, ge=0, description="PriorityWeightJobSize")
+    weight_partition: int = Field(default=0, ge=0, description="PriorityWeightPartition")
+    weight_qos: int = Field(default=0, ge=0, description="PriorityWeightQOS")
+    max_age: str | int = Field(default="7-0", description="PriorityMaxAge")
+    decay_half_life: str | int = Field(default="7-0", description="PriorityDecayHalfLife; 0: no decay")
+    favor_small: bool = Field(default=False, description="PriorityFavorSmall")
+    usage_tres: str = Field(default="gpu", pattern="^(gpu|cpu)$",
+                            description="fair-share charges GPU-seconds or CPU-seconds")
+
+    @field_validator("max_age")
+    @classmethod
+    def _positive_time(cls, v):
+        if not _time(v):
+            raise ValueError("must be a time greater than 0, e.g. 7-0 or 1:00:00")
+        return v
+
+    @field_validator("decay_half_life")
+    @classmethod
+    def _timefmt(cls, v):
+        _time(v)
+        return v
+
+    def multifactor(self) -> Multifactor:
+        return Multifactor(
+            weight_age=self.weight_age, weight_fairshare=self.weight_fairshare,
+            weight_jobsize=self.weight_jobsize, weight_partition=self.weight_partition,
+            weight_qos=self.weight_qos, max_age_s=_time(self.max_age) or 0,
+            decay_half_life_s=_time(self.decay_half_life) or 0, favor_small=self.favor_small,
+            usage_tres=self.usage_tres,  # type: ignore[arg-type]
+        )
+
+
+_NAME = r"^[A-Za-z0-9_.@-]+$"
+
+
+class UserShareConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=64, pattern=_NAME)
+    shares: int = Field(default=1, ge=0)
+
+
+class AccountConfig(BaseModel):
+    """An account (sacctmgr's account plus its users' associations). Children may be given
+    with ``parent`` or nested under ``accounts``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=64, pattern=_NAME)
+    parent: str | None = None
+    shares: int = Field(default=1, ge=0, description="Fairshare=")
+    users: list[str | UserShareConfig] = Field(default_factory=list)
+    accounts: list["AccountConfig"] = Field(default_factory=list)
+
+    def flatten(self, parent: str | None = None) -> list[Account]:
+        if parent is not None and self.parent is not None and self.parent != parent:
+            raise ValueError(f"account {self.name} is nested under {parent} but says parent: {self.parent}")
+        users = tuple(UserShare(u) if isinstance(u, str) else UserShare(u.name, u.shares)
+                      for u in self.users)
+        here = Account(self.name, parent or self.parent, self.shares, users)
+        return [here, *(a for child in self.accounts for a in child.flatten(self.name))]
+
+
+class QOSConfig(BaseModel):
+    """A QOS as sacctmgr defines one; None (or absent) means no limit."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=64, pattern=_NAME)
+    priority: int = Field(default=0, ge=0)
+    max_wall: str | int | None = Field(default=None, description="MaxWall")
+    max_gpus_per_user: int | None = Field(default=None, ge=0, description="MaxTRESPerUser=gres/gpu")
+    max_jobs_per_user: int | None = Field(default=None, ge=0, description="MaxJobsPerUser")
+    max_submit_per_user: int | None = Field(default=None, ge=0, description="MaxSubmitJobsPerUser")
+    grp_gpus: int | None = Field(default=None, ge=0, description="GrpTRES=gres/gpu, per account")
+    grp_jobs: int | None = Field(default=None, ge=0, description="GrpJobs, per account")
+    preempt: list[str] = Field(default_factory=list)
+    preempt_mode: str = Field(default="cancel", pattern="^(cancel|requeue)$")
+
+    @field_validator("max_wall")
+    @classmethod
+    def _timefmt(cls, v):
+        _time(v)
+        return v
+
+    def to_qos(self) -> QOS:
+        return QOS(
+            name=self.name, priority=self.priority, max_wall_s=_time(self.max_wall),
+            max_gpus_per_user=self.max_gpus_per_user, max_jobs_per_user=self.max_jobs_per_user,
+            max_submit_per_user=self.max_submit_per_user, grp_gpus=self.grp_gpus,
+            grp_jobs=self.grp_jobs, preempt=tuple(self.preempt),
+            preempt_mode=self.preempt_mode,  # type: ignore[arg-type]
+        )
 
 
 class NodeLifecycleConfig(BaseModel):
@@ -91,7 +203,39 @@ class ClusterConfig(BaseModel):
     cluster_name: str = "shoal"
     partitions: list[PartitionConfig] = Field(min_length=1)
     scheduler: SchedulerConfig = SchedulerConfig()
+    priority: PriorityConfig = PriorityConfig()
+    accounts: list[AccountConfig] = Field(default_factory=list)
+    qos: list[QOSConfig] = Field(default_factory=list)
     nodes: NodeLifecycleConfig = NodeLifecycleConfig()
+
+    @model_validator(mode="after")
+    def _accounting(self) -> "ClusterConfig":
+        try:
+            AccountTree(self.account_list())
+        except AccountTreeError as e:
+            raise ValueError(f"accounts: {e}") from None
+        names = [q.name for q in self.qos]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"qos names must be unique: {', '.join(dup)}")
+        known = set(names) | {DEFAULT_QOS}
+        for q in self.qos:
+            unknown = sorted(set(q.preempt) - known)
+            if unknown:
+                raise ValueError(f"qos {q.name}: preempt names unknown QOS {', '.join(unknown)}")
+        return self
+
+    def account_list(self) -> tuple[Account, ...]:
+        """The account tree, flattened (nested ``accounts`` get their parent filled in)."""
+        out: list[Account] = []
+        for a in self.accounts:
+            if a.name == ROOT and (a.parent or a.accounts):
+                raise ValueError("account root is the top of the tree: give it only users")
+            out.extend(a.flatten())
+        return tuple(out)
+
+    def qos_list(self) -> tuple[QOS, ...]:
+        return tuple(q.to_qos() for q in self.qos)
 
     @field_validator("partitions")
     @classmethod

@@ -19,7 +19,6 @@ from shoal.model.node import NodeState
 from shoal.model.resources import Allocation
 from shoal.sched.schedule import schedule
 from shoal.server import jobs as jobsvc
-from shoal.server import snapshot
 from shoal.store.models import CleanupRow, JobRow, NodeRow
 
 log = logging.getLogger("shoal.controller")
@@ -80,7 +79,7 @@ class Controller:
     def _schedule(self, now: float) -> set[str]:
         s = self.server
         with s.sessions() as session:
-            snap = snapshot.build(session, s.partitions, now)
+            snap = s.snapshot(session, now)
         if not snap.pending:
             return set()
         plan = schedule(snap, s.sched_config)

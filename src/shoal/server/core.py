@@ -11,8 +11,11 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from shoal.model.snapshot import Partition
+from shoal.model.accounting import QOS, Account
+from shoal.model.snapshot import Partition, Snapshot
 from shoal.sched.config import SchedConfig
+from shoal.sched.fairshare import AccountTree
+from shoal.sched.qos import qos_table
 from shoal.server.auth import Authenticator
 from shoal.server.config import ClusterConfig
 from shoal.server.controller import Controller
@@ -38,7 +41,12 @@ class Server:
         migrate(self.engine)
         self.sessions = session_factory(self.engine)
         self.partitions: tuple[Partition, ...] = config.partition_list()
-        self.sched_config = SchedConfig(policy=config.scheduler.policy)
+        self.sched_config = SchedConfig(policy=config.scheduler.policy, priority=config.priority.type,
+                                        multifactor=config.priority.multifactor())
+        self.accounts: tuple[Account, ...] = config.account_list()
+        self.account_tree = AccountTree(self.accounts)
+        self.qos: tuple[QOS, ...] = config.qos_list()
+        self.qos_table = qos_table(self.qos)
         self.secret = self._load_secret()
         self.auth = Authenticator(self.sessions, self.secret)
         self.hub = WorkHub()
@@ -72,6 +80,17 @@ class Server:
             elif s.scalar(select(TokenRow).where(TokenRow.role == "join").limit(1)) is None:
                 token = self.auth.create_token(s, "join", "join", "agent join token")
                 _write_private(self.state_dir / JOIN_TOKEN_FILE, token.encode())
+
+    def snapshot(self, session, now: float, *, usage: bool | None = None) -> Snapshot:
+        """The scheduler's view of the store; fair-share usage is read only when policy needs it
+        (``usage`` None: when the priority type is multifactor)."""
+        from shoal.server import snapshot
+
+        if usage is None:
+            usage = self.sched_config.priority == "multifactor"
+        return snapshot.build(session, self.partitions, now, accounts=self.accounts, qos=self.qos,
+                              usage_half_life_s=self.sched_config.multifactor.decay_half_life_s
+                              if usage else None)
 
     def start(self) -> None:
         self.controller.start()

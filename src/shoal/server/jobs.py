@@ -9,17 +9,21 @@ from __future__ import annotations
 
 import math
 import signal as signals
+from typing import Mapping
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from shoal.model.arrays import ArraySpecError, format_array, parse_array
 from shoal.model.dependency import DependencyError, parse_dependency
 from shoal.model.filename import expand_pattern
 from shoal.model.hostlist import HostlistError, compress, expand
+from shoal.model.accounting import DEFAULT_QOS, QOS
 from shoal.model.job import JobState, check_transition
 from shoal.model.resources import Allocation, ResourceRequest
 from shoal.model.snapshot import NodeInfo, Partition
+from shoal.sched.fairshare import AccountTree
+from shoal.sched.qos import max_submit_error
 from shoal.server.auth import Principal
 from shoal.server.schemas import JobSubmit
 from shoal.store.models import CleanupRow, JobRow, StepRow
@@ -168,8 +172,15 @@ def parse_signal(value: str | int | None) -> int | None:
 
 
 def submit(session: Session, principal: Principal, body: JobSubmit, *, partitions, nodes: list[NodeInfo],
-           now: float, max_array_size: int, def_mem_per_cpu_mb: int, feasible) -> dict:
-    """Validate and store a submission (one row per array task). The caller commits."""
+           now: float, max_array_size: int, def_mem_per_cpu_mb: int, feasible,
+           accounts: AccountTree | None = None, qos: Mapping[str, QOS] | None = None) -> dict:
+    """Validate and store a submission (one row per array task). The caller commits.
+
+    With an account tree configured the job must charge an account the user belongs to
+    (its default when none is given); the QOS must exist (``normal`` by default), its
+    MaxWall becomes the time limit of a job without one, and MaxSubmitJobsPerUser is
+    checked here, as Slurm does.
+    """
     if principal.role == "job":
         raise JobError("a job credential cannot submit new jobs", 403)
     if body.script is None and not body.interactive:
@@ -209,6 +220,20 @@ def submit(session: Session, principal: Principal, body: JobSubmit, *, partition
     signal_spec = None
     if body.signal:
         signal_spec = _parse_signal_option(body.signal)
+    account = _resolve_account(accounts, principal.user, body.account)
+    job_qos = _resolve_qos(qos, body.qos)
+    if job_qos is not None:
+        if time_limit is None and job_qos.max_wall_s is not None:
+            time_limit = job_qos.max_wall_s
+        if job_qos.max_submit_per_user is not None:
+            queued = session.scalar(select(func.count()).select_from(JobRow).where(
+                JobRow.user == principal.user,
+                JobRow.state.in_((JobState.PENDING.value, JobState.RUNNING.value)),
+                func.coalesce(JobRow.spec["qos"].as_string(), DEFAULT_QOS) == job_qos.name)) or 0
+            error = max_submit_error(job_qos, principal.user, queued,
+                                     len(task_ids) if task_ids is not None else 1)
+            if error:
+                raise JobError(error)
     name = body.name or ("interactive" if body.interactive else "sbatch")
     spec = {
         "script": body.script,
@@ -222,8 +247,8 @@ def submit(session: Session, principal: Principal, body: JobSubmit, *, partition
         "dependency_any": dep_any,
         "dependencies": [{"kind": d.kind, "job_ids": list(d.job_ids)} for d in deps],
         "command": body.environment.get("SHOAL_SUBMIT_COMMAND") or ("srun" if body.interactive else "(script)"),
-        "account": body.account,
-        "qos": body.qos,
+        "account": account,
+        "qos": job_qos.name if job_qos is not None else body.qos,
         "time_min_s": body.time_min_s,
     }
     common = dict(
@@ -249,6 +274,31 @@ def submit(session: Session, principal: Principal, body: JobSubmit, *, partition
                      for tid in task_ids[1:]])
     session.flush()
     return {"job_id": first, "array_job_id": first, "array_task_ids": task_ids}
+
+
+def _resolve_account(tree: AccountTree | None, user: str, account: str | None) -> str | None:
+    """The account a job charges: as given, else the user's default; checked against the tree."""
+    if tree is None or tree.empty:
+        return account
+    assoc = tree.association(user, account)
+    if assoc is None:
+        if account is None:
+            raise JobError(f"Invalid account or account/partition combination specified: user {user} "
+                           f"belongs to no account (ask an administrator to add them to one)")
+        mine = sorted({a.name for a in tree.accounts.values() if tree.has(a.name, user)}
+                      | ({"root"} if tree.has("root", user) else set()))
+        raise JobError(f"Invalid account or account/partition combination specified: user {user} "
+                       f"is not in account {account} (their accounts: {', '.join(mine) or 'none'})")
+    return assoc[0]
+
+
+def _resolve_qos(table: Mapping[str, QOS] | None, name: str | None) -> QOS | None:
+    if table is None:
+        return None
+    found = table.get(name or DEFAULT_QOS)
+    if found is None:
+        raise JobError(f"Invalid qos specification: {name} (QOS: {', '.join(sorted(table))})")
+    return found
 
 
 def _parse_signal_option(text: str) -> dict:

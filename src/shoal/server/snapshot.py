@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
+from shoal.model.accounting import QOS, Account, UsageRecord
 from shoal.model.job import JobState
 from shoal.model.node import NodeState
 from shoal.model.resources import GPU, Allocation, NodeAllocation
@@ -43,6 +44,9 @@ def pending_job(row: JobRow) -> PendingJob:
         array_job_id=row.array_job_id,
         array_task_id=row.array_task_id,
         array_throttle=row.array_throttle,
+        account=spec.get("account"),
+        qos=spec.get("qos"),
+        nice=int(spec.get("nice") or 0),
     )
 
 
@@ -51,6 +55,7 @@ def active_job(row: JobRow) -> ActiveJob:
         id=row.id, user=row.user, name=row.name, partition=row.partition,
         allocation=Allocation.from_json(row.allocation), start_time=row.start_time or 0.0,
         time_limit_s=row.time_limit_s, array_job_id=row.array_job_id,
+        account=row.spec.get("account"), qos=row.spec.get("qos"),
     )
 
 
@@ -70,11 +75,34 @@ def cleanup_jobs(rows: list[CleanupRow], jobs_by_id: dict[int, JobRow]) -> list[
             id=job_id, user=job.user if job else "", name=job.name if job else "",
             partition=job.partition if job else "", allocation=alloc, start_time=parts[0].since,
             time_limit_s=0, array_job_id=job.array_job_id if job else None,
+            account=job.spec.get("account") if job else None, qos=job.spec.get("qos") if job else None,
+            completing=True,
         ))
     return out
 
 
-def build(session: Session, partitions, now: float) -> Snapshot:
+USAGE_HALF_LIVES = 30
+"""Runs that ended more than this many half-lives ago weigh under 2^-30: not read at all."""
+
+
+def usage_records(session: Session, now: float, half_life_s: float) -> tuple[UsageRecord, ...]:
+    """Every run that counts towards fair-share, in one query of small columns (not the spec)."""
+    q = select(JobRow.user, JobRow.spec["account"].as_string(), JobRow.allocation,
+               JobRow.start_time, JobRow.end_time).where(JobRow.start_time.is_not(None),
+                                                          JobRow.allocation.is_not(None))
+    if half_life_s > 0:
+        q = q.where(or_(JobRow.end_time.is_(None), JobRow.end_time >= now - USAGE_HALF_LIVES * half_life_s))
+    out = []
+    for user, account, alloc, start, end in session.execute(q):
+        nodes = (alloc or {}).get("nodes") or ()
+        out.append(UsageRecord(user=user, account=account, gpus=sum(len(n["gpus"]) for n in nodes),
+                               cpus=sum(n["cpus"] for n in nodes), start=start, end=end))
+    return tuple(out)
+
+
+def build(session: Session, partitions, now: float, *, accounts: tuple[Account, ...] = (),
+          qos: tuple[QOS, ...] = (), usage_half_life_s: float | None = None) -> Snapshot:
+    """The Snapshot as of ``now``. ``usage_half_life_s`` None: no fair-share usage is read."""
     nodes = tuple(node_info(n) for n in session.scalars(select(NodeRow).order_by(NodeRow.name)))
     live = list(session.scalars(
         select(JobRow).where(JobRow.state.in_((JobState.PENDING.value, JobState.RUNNING.value))).order_by(JobRow.id)
@@ -95,5 +123,6 @@ def build(session: Session, partitions, now: float) -> Snapshot:
         for jid, r in all_rows.items()
         if jid in wanted or r.state == JobState.RUNNING.value or r.state == JobState.PENDING.value
     }
+    usage = usage_records(session, now, usage_half_life_s) if usage_half_life_s is not None else ()
     return Snapshot(now=now, nodes=nodes, partitions=tuple(partitions), pending=pending, active=active,
-                    jobs=records)
+                    jobs=records, accounts=accounts, usage=usage, qos=qos)

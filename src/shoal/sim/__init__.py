@@ -4,7 +4,7 @@ Imports only ``shoal.model`` and ``shoal.sched`` (plus the standard library);
 plotting (matplotlib) and the command line (``shoal.sim.cli``) load lazily.
 """
 
-from shoal.sim.cluster import SimCluster, SimClusterError, load_sim_cluster, parse_sim_cluster
+from shoal.sim.cluster import SimCluster, SimClusterError, parse_sim_cluster
 from shoal.sim.engine import Failure, SimResult, Simulator, simulate
 from shoal.sim.report import PolicyReport, build_report
 from shoal.sim.trace import TraceError, TraceJob, read_trace
@@ -19,7 +19,6 @@ __all__ = [
     "TraceError",
     "TraceJob",
     "build_report",
-    "load_sim_cluster",
     "parse_sim_cluster",
     "read_trace",
     "simulate",

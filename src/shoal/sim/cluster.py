@@ -18,7 +18,6 @@ default policy of ``shoal simulate``.
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -27,12 +26,11 @@ from shoal.model.node import NodeState
 from shoal.model.resources import GPU
 from shoal.model.snapshot import NodeInfo, Partition
 from shoal.model.timefmt import TimeFormatError, parse_time_limit
+from shoal.model.units import parse_size_mb
 
 _PARTITION_KEYS = {"name", "nodes", "default", "default_time", "max_time", "max_nodes", "state"}
 _NODE_KEYS = {"names", "cpus", "memory", "gpus", "gpu_model", "gpu_memory_mb", "features"}
 _TOP_KEYS = {"cluster_name", "partitions", "scheduler", "nodes", "sim_nodes"}
-_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*", re.IGNORECASE)
-_SIZE_UNITS = {"": 1, "K": 1 / 1024, "M": 1, "G": 1024, "T": 1024**2}
 
 
 class SimClusterError(ValueError):
@@ -176,16 +174,8 @@ def _positive_int(value: Any, at: str, zero: bool = False) -> int:
 
 
 def size_mb(value: Any, at: str) -> int:
-    """'2T', '512G', '4096M' or a number of MiB, as the agent's --memory takes sizes.
-
-    The agent's parser lives in ``shoal.agent``, which the simulator may not import.
-    """
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return value
-    m = _SIZE.fullmatch(str(value)) if value is not None else None
-    if not m:
-        raise SimClusterError(f"{at}: expected a size like 2T, 512G or 4096M, got {value!r}")
-    mb = int(float(m.group(1)) * _SIZE_UNITS[m.group(2).upper()])
-    if mb < 1:
-        raise SimClusterError(f"{at}: must be at least 1 MiB")
-    return mb
+    """'2T', '512G', '4096M' or a number of MiB, as the agent's --memory takes sizes."""
+    try:
+        return parse_size_mb(value)
+    except ValueError as e:
+        raise SimClusterError(f"{at}: {e}") from None

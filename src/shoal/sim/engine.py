@@ -8,7 +8,7 @@ run for their recorded duration, or until their time limit (TIMEOUT). A pass is 
 only when no job is pending, when it could not start anything.
 
 Submit-time rejection mirrors ``sbatch``: a job that ``check_feasible`` says could never
-run in its partition is not queued (``JobOutcome.reason`` says why). A node failure ends
+run in its partition, on its nodes as configured (DOWN ones count), is not queued (``JobOutcome.reason`` says why). A node failure ends
 its jobs with NODE_FAIL, or puts them back in the queue with ``requeue`` (Slurm's
 ``--requeue``: same id and submit time).
 """
@@ -176,9 +176,14 @@ class Simulator:
             cpus=r.cpus_per_node * r.nodes, duration=job.duration, time_limit_s=pj.time_limit_s,
         )
         self.outcomes[job.id] = out
-        key = (pj.partition, r, pj.time_limit_s)
+        part = self.partitions[pj.partition]
+        # Keyed by shape, not by limit (limits vary per job); over MaxTime is its own answer.
+        over = (pj.time_limit_s is not None and part.max_time_s is not None
+                and pj.time_limit_s > part.max_time_s)
+        key = (pj.partition, r, over)
         if key not in self.feasible:
-            self.feasible[key] = check_feasible(r, self.partitions[pj.partition], self.node_tuple,
+            # Against the nodes as configured: a node that is DOWN now will be back.
+            self.feasible[key] = check_feasible(r, part, self.cluster.nodes,
                                                 time_limit_s=pj.time_limit_s)
         why = self.feasible[key]
         if why is not None:
