@@ -76,6 +76,12 @@ class JobRow(Base):
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     signal: Mapped[int | None] = mapped_column(Integer, nullable=True)
     comment: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # Backfill's planned start for a pending job (squeue --start); None when unknown.
+    expected_start: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # Preemption in progress: when the victim was signalled, and for which job.
+    preempted_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    preemptor_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    reservation: Mapped[str | None] = mapped_column(String(64), nullable=True)
     version: Mapped[int] = mapped_column(Integer, default=1)
 
     # SQLAlchemy adds "AND version = :old" to every UPDATE and raises StaleDataError
@@ -119,3 +125,22 @@ class CleanupRow(Base):
     exclusive: Mapped[bool] = mapped_column(Boolean, default=False)
     since: Mapped[float] = mapped_column(Float)
     signal: Mapped[str] = mapped_column(String(16), default="KILL")
+
+
+class ReservationRow(Base):
+    """An advance reservation (scontrol create reservation): nodes held for users or maintenance."""
+
+    __tablename__ = "reservations"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    start_time: Mapped[float] = mapped_column(Float)
+    end_time: Mapped[float] = mapped_column(Float)
+    nodes: Mapped[list] = mapped_column(JSON, default=list)
+    users: Mapped[list] = mapped_column(JSON, default=list)
+    accounts: Mapped[list] = mapped_column(JSON, default=list)
+    flags: Mapped[list] = mapped_column(JSON, default=list)  # e.g. MAINT, IGNORE_JOBS
+    partition: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    created_by: Mapped[str] = mapped_column(String(64))
+    version: Mapped[int] = mapped_column(Integer, default=1)
+
+    __mapper_args__ = {"version_id_col": version}
