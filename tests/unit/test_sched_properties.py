@@ -117,7 +117,8 @@ def scenarios(draw):
     snap = Snapshot(NOW, cluster, tuple(partitions), tuple(draw(queues(cluster, partitions))),
                     tuple(draw(actives(cluster))), dict(JOB_RECORDS))
     config = SchedConfig(policy=draw(st.sampled_from(["fifo", "backfill"])),
-                         kill_invalid_depend=draw(st.booleans()))
+                         kill_invalid_depend=draw(st.booleans()),
+                         backfill=draw(st.sampled_from(["easy", "conservative"])))
     return snap, config
 
 

@@ -352,6 +352,7 @@ OPTIONS: tuple[Option, ...] = (
     O("partition", "p", REQUIRED, _text("partition"), env="SBATCH_PARTITION"),
     O("account", "A", REQUIRED, _text("account"), env="SBATCH_ACCOUNT"),
     O("qos", "q", REQUIRED, _text("qos"), env="SBATCH_QOS"),
+    O("reservation", None, REQUIRED, _text("reservation"), env="SBATCH_RESERVATION"),
     # the job
     O("job-name", "J", REQUIRED, _text("name"), env="SBATCH_JOB_NAME"),
     O("output", "o", REQUIRED, _text("stdout"), env="SBATCH_OUTPUT"),

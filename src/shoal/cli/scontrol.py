@@ -17,12 +17,13 @@ if TYPE_CHECKING:  # annotations only: importing typing costs the command's star
     from collections.abc import Mapping
     from typing import Any
 
-SHOW_ENTITIES = ("job", "node", "partition", "hostnames", "hostlist", "config")
+SHOW_ENTITIES = ("job", "node", "partition", "reservation", "hostnames", "hostlist", "config")
 # Slurm's scontrol takes any prefix of an entity's full word down to a minimum length, so
 # `show hostname`, `show jobs` and `show part` work as there: (entity, full word, shortest).
 _SHOW_PREFIXES = (("hostnames", "hostnames", 5), ("hostlist", "hostlist", 5), ("job", "jobs", 1),
-                  ("node", "nodes", 1), ("partition", "partitions", 2), ("config", "config", 1))
-COMMANDS = ("show", "update", "hold", "release", "requeue")
+                  ("node", "nodes", 1), ("partition", "partitions", 2), ("config", "config", 1),
+                  ("reservation", "reservations", 3))
+COMMANDS = ("show", "update", "create", "delete", "hold", "release", "requeue")
 JOB_UPDATE_KEYS = {"timelimit": "time_limit_s", "jobname": "name", "name": "name",
                    "partition": "partition", "numnodes": "nodes", "comment": "comment"}
 NODE_STATES = ("DRAIN", "RESUME", "DOWN", "UNDRAIN", "IDLE")
@@ -115,6 +116,7 @@ def render_job(job: Mapping[str, Any], now: float, oneliner: bool = False) -> st
         [("SubmitTime", ts("submit_time")), ("EligibleTime", ts("eligible_time"))],
         [("StartTime", ts("start_time")), ("EndTime", format_timestamp(end)), ("Deadline", "N/A")],
         [("Partition", _text(job.get("partition")))],
+        [("Reservation", job["reservation"])] if job.get("reservation") else [],
         [("NodeList", _text(job.get("nodelist")))],
         [("BatchHost", job["batch_host"])] if job.get("batch_host") else [],
         [("NumNodes", job.get("nodes") or 1), ("NumCPUs", job.get("cpus") or 0),
@@ -206,6 +208,83 @@ def render_partition(part: Mapping[str, Any], nodes: list[dict], oneliner: bool 
          ("SelectTypeParameters", "NONE")],
         [("JobDefaults", "(null)")],
         [("DefMemPerNode", "UNLIMITED"), ("MaxMemPerNode", "UNLIMITED")],
+    ]
+    return _layout(lines, oneliner)
+
+
+# scontrol's reservation keys (case-insensitive) and the body field each sets.
+RESERVATION_KEYS = {"reservationname": "name", "reservation": "name", "starttime": "start_time",
+                    "endtime": "end_time", "duration": "duration_s", "nodes": "nodes",
+                    "nodecnt": "node_count", "nodecount": "node_count", "users": "users",
+                    "accounts": "accounts", "flags": "flags", "partitionname": "partition",
+                    "partition": "partition"}
+_RESERVATION_KEY_NAMES = ("ReservationName, StartTime, EndTime, Duration, Nodes, NodeCnt, Users, "
+                          "Accounts, Flags, PartitionName")
+
+
+def parse_reservation(args: list[str], now: float) -> tuple[str, dict]:
+    """``ReservationName=maint StartTime=now Duration=2:00:00 ...`` to (name, request body)."""
+    from shoal.model.timefmt import TimeFormatError, parse_begin_time, parse_time_limit
+
+    if args and show_entity(args[0]) == "reservation" and "=" not in args[0]:
+        args = args[1:]  # `scontrol create reservation Key=Value ...`
+    name = None
+    body: dict[str, Any] = {}
+    for arg in args:
+        key, eq, value = arg.partition("=")
+        field = RESERVATION_KEYS.get(key.lower())
+        if not eq or field is None:
+            raise UsageError(f"Invalid reservation parameter: {arg} (expected Key=Value with keys "
+                             f"{_RESERVATION_KEY_NAMES})")
+        if field == "name":
+            name = value
+        elif field in ("start_time", "end_time"):
+            try:
+                body[field] = parse_begin_time(value, now)
+            except TimeFormatError:
+                raise UsageError(f"Invalid {key}={value}: expected now, now+1hour, HH:MM or "
+                                 f"YYYY-MM-DDTHH:MM:SS") from None
+        elif field == "duration_s":
+            try:
+                body[field] = parse_time_limit(value)
+            except TimeFormatError:
+                raise UsageError(f"Invalid {key}={value}: expected minutes or [days-]hours:minutes:seconds, "
+                                 f"e.g. 2:00:00") from None
+            if not body[field]:
+                raise UsageError(f"Invalid {key}={value}: a reservation needs a duration of at least a minute")
+        elif field == "node_count":
+            if not value.isdigit() or int(value) < 1:
+                raise UsageError(f"Invalid {key}={value}: expected a node count like 2")
+            body[field] = int(value)
+        elif field in ("users", "accounts", "flags"):
+            body[field] = [v.strip() for v in value.split(",") if v.strip()]
+        else:
+            body[field] = value
+    if not name:
+        raise UsageError("a reservation needs ReservationName=NAME first, e.g. 'scontrol create "
+                         "reservation ReservationName=maint StartTime=now Duration=2:00:00 "
+                         "Nodes=node[01-02] Users=root Flags=MAINT'")
+    return name, body
+
+
+def render_reservation(resv: Mapping[str, Any], oneliner: bool = False) -> str:
+    """``scontrol show reservation``: one reservation in Slurm's key order."""
+    from shoal.cli.fmt import format_hms
+    from shoal.model.timefmt import format_timestamp
+
+    def names(key: str) -> str:
+        return ",".join(resv.get(key) or ()) or "(null)"
+
+    lines = [
+        [("ReservationName", resv["name"]), ("StartTime", format_timestamp(resv["start_time"])),
+         ("EndTime", format_timestamp(resv["end_time"])), ("Duration", format_hms(resv["duration_s"]))],
+        [("Nodes", resv.get("nodes") or "(null)"), ("NodeCnt", resv.get("node_count") or 0),
+         ("CoreCnt", resv.get("core_count") or 0), ("Features", "(null)"),
+         ("PartitionName", _text(resv.get("partition"))), ("Flags", ",".join(resv.get("flags") or ()))],
+        [("TRES", f"cpu={resv.get('core_count') or 0}")],
+        [("Users", names("users")), ("Groups", "(null)"), ("Accounts", names("accounts")),
+         ("Licenses", "(null)"), ("State", resv.get("state") or "INACTIVE"), ("BurstBuffer", "(null)")],
+        [("MaxStartDelay", "(null)")],
     ]
     return _layout(lines, oneliner)
 
@@ -326,7 +405,48 @@ def _show(client, entity: str, args: list[str], options) -> str:
         nodes = client.get("/api/v1/nodes")["nodes"]
         return "\n".join(render_partition(p, nodes, options.oneliner) for p in parts) + (
             "" if options.oneliner else "\n")
+    if entity == "reservation":
+        resvs = client.get("/api/v1/reservations")["reservations"]
+        if args:
+            resvs = [r for r in resvs if r["name"] == args[0]]
+            if not resvs:
+                raise UsageError(f"Reservation {args[0]} not found")
+        if options.json:
+            return json.dumps({"reservations": resvs}, indent=2) + "\n"
+        if not resvs:
+            return "No reservations in the system\n"
+        return "\n".join(render_reservation(r, options.oneliner) for r in resvs) + (
+            "" if options.oneliner else "\n")
     raise UsageError(f"unknown entity '{entity}'")  # show_config is handled by the caller
+
+
+def _reservation(client, command: str, args: list[str]) -> int:
+    """create / update / delete reservation (the server allows only admins)."""
+    import time
+
+    from shoal.cli.client import quote
+
+    if command != "create" and not args:
+        raise UsageError(f"{command} needs ReservationName=NAME")
+    if command == "delete":
+        words = args[1:] if show_entity(args[0]) == "reservation" and "=" not in args[0] else args
+        key, eq, value = (words[0] if words else "").partition("=")
+        name = (value if RESERVATION_KEYS.get(key.lower()) == "name" else "") if eq else key
+        if not name:
+            raise UsageError("delete needs ReservationName=NAME, e.g. 'scontrol delete ReservationName=maint'")
+        client.delete(f"/api/v1/reservations/{quote(name)}")
+        return 0
+    name, body = parse_reservation(args, time.time())
+    if command == "create":
+        client.post("/api/v1/reservations", {"name": name, **body})
+        from shoal.cli.fmt import emit
+
+        emit(f"Reservation created: {name}\n")
+    else:
+        if not body:
+            raise UsageError(f"nothing to update for ReservationName={name}")
+        client.patch(f"/api/v1/reservations/{quote(name)}", body)
+    return 0
 
 
 def show_config(server: str, now: float) -> str:
@@ -391,6 +511,9 @@ def main(argv: list[str] | None = None) -> int:
                 return 0
             emit(_show(Client.from_config(), entity, rest[1:], options))
             return 0
+        if command in ("create", "delete") or (
+                command == "update" and rest and rest[0].lower().startswith("reservation")):
+            return _reservation(Client.from_config(), command, rest)
         if command == "update":
             kind, target, body = parse_update(rest)
             client = Client.from_config()

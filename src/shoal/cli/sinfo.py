@@ -30,7 +30,7 @@ REASON_LONG_FORMAT = "%20E %12U %19H %6t %N"
 
 # The Node object's display_state (sinfo's compact word) and the long word %T prints.
 LONG_STATE = {"idle": "idle", "mix": "mixed", "alloc": "allocated", "drain": "drained",
-              "drng": "draining", "down": "down"}
+              "drng": "draining", "down": "down", "maint": "maint"}
 _STATE_ALIASES = {**{v: k for k, v in LONG_STATE.items()}, **{k: k for k in LONG_STATE},
                   "allocated": "alloc", "mixed": "mix"}
 _UNUSABLE = frozenset({"drain", "drng", "down"})

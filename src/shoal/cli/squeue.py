@@ -122,6 +122,12 @@ def _when(key: str):
     return lambda j, now: format_timestamp(j[key]) if j.get(key) else "N/A"
 
 
+def _start_time(job: Mapping[str, Any], now: float) -> str:
+    """%S: when it started, or for a pending job when backfill expects it to (N/A: unknown)."""
+    when = job.get("expected_start") if job.get("state") == "PENDING" else job.get("start_time")
+    return format_timestamp(when) if when else "N/A"
+
+
 def _tres_per_node(job: Mapping[str, Any], now: float) -> str:
     gpus = job.get("gpus_per_node")
     if not gpus:
@@ -173,7 +179,7 @@ FIELDS: dict[str, Field] = {
     "q": Field("QOS", lambda j, now: j.get("qos") or "normal"),
     "R": Field("NODELIST(REASON)", _reason_list, cut=False, cut_header=False),
     "r": Field("REASON", lambda j, now: j.get("reason") or "None"),
-    "S": Field("START_TIME", _when("start_time")),
+    "S": Field("START_TIME", _start_time),
     "T": Field("STATE", lambda j, now: display_state(j)),
     "t": Field("ST", lambda j, now: STATE_CODES.get(display_state(j), display_state(j))),
     "u": Field("USER", lambda j, now: j.get("user")),

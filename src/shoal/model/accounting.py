@@ -12,7 +12,7 @@ from typing import Literal
 ROOT = "root"
 DEFAULT_QOS = "normal"
 
-PreemptMode = Literal["cancel", "requeue"]
+PreemptMode = Literal["cancel", "requeue", "off"]  # off: never preempted
 
 
 @dataclass(frozen=True)
@@ -38,8 +38,9 @@ class QOS:
     """A quality of service: a priority and the limits jobs submitted to it must respect.
 
     None means no limit. ``grp_gpus`` and ``grp_jobs`` bound each account's running jobs in
-    this QOS (reasons ``AssocGrpGRES`` / ``AssocGrpJobsLimit``). ``preempt`` and
-    ``preempt_mode`` are carried for the preemption pass; nothing here acts on them.
+    this QOS (reasons ``AssocGrpGRES`` / ``AssocGrpJobsLimit``). ``preempt``: the QOS whose
+    running jobs this QOS's jobs may preempt; ``preempt_mode``: what happens to this QOS's jobs
+    when they are preempted (``shoal.sched.preempt`` acts on both).
     """
 
     name: str

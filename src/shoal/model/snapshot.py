@@ -9,7 +9,9 @@ from shoal.model.accounting import QOS, Account, UsageRecord
 from shoal.model.dependency import Dependency  # noqa: F401  (re-exported: the snapshot's clause type)
 from shoal.model.job import JobState
 from shoal.model.node import NodeState
+from shoal.model.reservation import AdvanceReservation
 from shoal.model.resources import GPU, Allocation, ResourceRequest
+from shoal.model.topology import Topology
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,8 @@ class PendingJob:
     account: str | None = None  # None: the user's default account
     qos: str | None = None  # None: the default QOS, ``normal``
     nice: int = 0  # subtracted from the multifactor priority
+    preemptor: bool = False  # jobs were preempted for it: it goes first until it starts
+    reservation: str | None = None  # --reservation: the advance reservation it runs in
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,7 @@ class ActiveJob:
     account: str | None = None
     qos: str | None = None
     completing: bool = False  # ended, processes not yet gone: holds resources, not QOS limits
+    preempted_by: int | None = None  # being preempted for that pending job: never a victim again
 
 
 @dataclass(frozen=True)
@@ -99,12 +104,24 @@ class Snapshot:
     accounts: tuple[Account, ...] = ()  # the account tree (empty: no fair-share tree)
     usage: tuple[UsageRecord, ...] = ()  # runs that count towards fair-share usage
     qos: tuple[QOS, ...] = ()  # empty: only the default QOS, with no limits
+    reservations: tuple[AdvanceReservation, ...] = ()  # advance reservations not yet ended
+    topology: Topology | None = None  # the switch tree (None: placement ignores the network)
 
 
 @dataclass(frozen=True)
 class Start:
     job_id: int
     allocation: Allocation
+
+
+@dataclass(frozen=True)
+class Preemption:
+    """Stop ``victim_ids`` (whole jobs) so that ``preemptor_id`` fits once their resources are
+    free. ``gpu_seconds_lost``: the victims' GPU-seconds of work so far, what a requeue throws away."""
+
+    preemptor_id: int
+    victim_ids: tuple[int, ...]
+    gpu_seconds_lost: float = 0.0
 
 
 @dataclass
@@ -114,3 +131,6 @@ class Plan:
     starts: list[Start] = field(default_factory=list)
     reasons: dict[int, str] = field(default_factory=dict)  # pending job id -> Slurm reason
     never: dict[int, str] = field(default_factory=dict)  # can never run: job id -> reason
+    # Backfill's planned start time (reservation start) of blocked jobs: job id -> time.
+    estimates: dict[int, float] = field(default_factory=dict)
+    preemptions: list[Preemption] = field(default_factory=list)  # victims to stop for a blocked job

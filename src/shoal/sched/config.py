@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 Policy = Literal["fifo", "backfill"]
+Backfill = Literal["easy", "conservative"]
 PriorityType = Literal["basic", "multifactor"]
 UsageTres = Literal["gpu", "cpu"]
 
@@ -63,6 +64,21 @@ class SchedConfig:
     ``priority``: ``"basic"`` (Slurm's priority/basic) orders by each job's stored priority,
     then submit time; ``"multifactor"`` computes every pending job's priority in the pass
     from the snapshot with ``multifactor``'s weights (``shoal.sched.priority``).
+    ``preemption``: PreemptType=preempt/qos (``shoal.sched.preempt``): a job blocked for
+    resources may preempt running jobs of the QOS its own QOS lists under ``preempt``. It
+    does nothing until some QOS lists one; False is preempt/none.
+
+    Backfill (``policy="backfill"``; the names are SchedulerParameters' ``bf_*``):
+    ``backfill``: ``"easy"`` reserves for the first blocked job of each group of overlapping
+    partitions only; ``"conservative"`` reserves for every blocked job tested, each later
+    job (started or reserved) fitting around all earlier reservations, so none is delayed.
+    ``bf_max_job_test``: the most jobs a backfill pass tests (starts or reserves); the rest
+    wait with ``Priority`` (None: all). ``bf_window_s``: how far ahead reservations are
+    planned; a job that cannot start within it gets none (None: no limit).
+    ``bf_resolution_s``: running jobs' ends are rounded up to this many seconds, so the
+    look-ahead visits fewer distinct times (0: exact). ``bf_interval_s``: for callers that
+    run passes often (the server's scheduler loop, the simulator): a full backfill pass at
+    most this often, quick passes in between (``quick()``); 0: every pass is full.
     """
 
     policy: Policy = "backfill"
@@ -70,6 +86,12 @@ class SchedConfig:
     kill_invalid_depend: bool = False
     priority: PriorityType = "basic"
     multifactor: Multifactor = Multifactor()
+    preemption: bool = True
+    backfill: Backfill = "easy"
+    bf_max_job_test: int | None = None
+    bf_window_s: int | None = None
+    bf_resolution_s: int = 0
+    bf_interval_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.policy not in ("fifo", "backfill"):
@@ -84,3 +106,28 @@ class SchedConfig:
             raise SchedConfigError(
                 f"max_jobs_per_pass must be 0 or more, not {self.max_jobs_per_pass}"
             )
+        if self.backfill not in ("easy", "conservative"):
+            raise SchedConfigError(
+                f"unknown backfill mode {self.backfill!r}: use 'easy' or 'conservative'"
+            )
+        for name in ("bf_max_job_test", "bf_window_s"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise SchedConfigError(f"{name} must be 1 or more (or unset), not {value}")
+        for name in ("bf_resolution_s", "bf_interval_s"):
+            if getattr(self, name) < 0:
+                raise SchedConfigError(f"{name} must be 0 or more, not {getattr(self, name)}")
+
+    @property
+    def depth(self) -> int | None:
+        """The most jobs one pass tests: max_jobs_per_pass, and bf_max_job_test in backfill."""
+        limits = [self.max_jobs_per_pass]
+        if self.policy == "backfill":
+            limits.append(self.bf_max_job_test)
+        given = [n for n in limits if n is not None]
+        return min(given) if given else None
+
+    def quick(self) -> "SchedConfig":
+        """The pass run between full backfill passes (Slurm's main scheduler): jobs start in
+        queue order up to the first that cannot, so no reservation is delayed."""
+        return replace(self, policy="fifo")

@@ -34,6 +34,8 @@ from shoal.model.gpu import gpu_type_matches
 from shoal.model.timefmt import format_duration
 from shoal.model.resources import Allocation, NodeAllocation, ResourceRequest
 from shoal.model.snapshot import NodeInfo, Partition, Snapshot
+from shoal.model.topology import Topology
+from shoal.sched.topology import fewest_switches
 
 Mode = Literal["now", "ever"]
 
@@ -146,6 +148,15 @@ class NodeFree:
         self.exclusive_held = False
         self._typed: dict[str | None, frozenset[int]] = {}
 
+    def copy(self) -> "NodeFree":
+        """A copy to change independently (``gpus_free`` is replaced, never changed in place,
+        so the list is shared; so is the per-type cache, which depends on ``info`` only)."""
+        nf = NodeFree.__new__(NodeFree)
+        nf.info, nf.rank, nf.cpus_free, nf.mem_free = self.info, self.rank, self.cpus_free, self.mem_free
+        nf.gpus_free, nf.jobs, nf.exclusive_held = self.gpus_free, self.jobs, self.exclusive_held
+        nf._typed = self._typed
+        return nf
+
     def gpus_of_type(self, gpu_type: str | None) -> frozenset[int]:
         """Indices of this node's GPUs of ``gpu_type`` (all of them for None)."""
         found = self._typed.get(gpu_type)
@@ -202,15 +213,59 @@ class ClusterState:
     """
 
     def __init__(self, nodes: Iterable[NodeInfo], holding: Iterable[Allocation] = ()) -> None:
-        ordered = sorted(nodes, key=lambda n: natural_key(n.name))
-        self.nodes: list[NodeFree] = [NodeFree(info, i) for i, info in enumerate(ordered)]
+        self.nodes: list[NodeFree] = [nf.copy() for nf in _empty_nodes(nodes)]
         self.by_name: dict[str, NodeFree] = {nf.info.name: nf for nf in self.nodes}
         for allocation in holding:
             self._apply(allocation, +1)
         self._buckets: dict[int, list[tuple[int, int]]] = {}
         for nf in self.nodes:
-            self._index(nf)
+            self._buckets.setdefault(len(nf.gpus_free), []).append((nf.cpus_free, nf.rank))
+        for bucket in self._buckets.values():
+            bucket.sort()
         self._candidates: dict[tuple, frozenset[int]] = {}
+
+    def copy(self) -> "ClusterState":
+        """An independent copy of the free resources (what-if questions: backfill's shadow)."""
+        other = ClusterState.__new__(ClusterState)
+        other.nodes = [nf.copy() for nf in self.nodes]
+        other.by_name = {nf.info.name: nf for nf in other.nodes}
+        other._buckets = {k: list(v) for k, v in self._buckets.items()}
+        other._candidates = dict(self._candidates)
+        return other
+
+    def release(self, allocation: Allocation) -> None:
+        """Give back what ``allocation`` holds (it ended): the inverse of ``commit``."""
+        for nf in self._touched(allocation):
+            self._unindex(nf)
+        self._apply(allocation, -1)
+        for nf in self._touched(allocation):
+            self._index(nf)
+
+    def overlay(self, allocations: Iterable[Allocation]) -> list[tuple]:
+        """Commit ``allocations`` for a moment, even where they overlap what is held; returns
+        what ``undo`` needs to put the touched nodes back exactly."""
+        allocations = list(allocations)
+        saved, seen = [], set()
+        for allocation in allocations:
+            for nf in self._touched(allocation):
+                if nf.rank not in seen:
+                    seen.add(nf.rank)
+                    saved.append((nf, nf.cpus_free, nf.mem_free, nf.gpus_free, nf.jobs,
+                                  nf.exclusive_held))
+        for allocation in allocations:
+            self.commit(allocation)
+        return saved
+
+    def undo(self, saved: list[tuple]) -> None:
+        for nf, cpus, mem, gpus, jobs, exclusive in saved:
+            self._unindex(nf)
+            nf.cpus_free, nf.mem_free, nf.gpus_free, nf.jobs, nf.exclusive_held = (
+                cpus, mem, gpus, jobs, exclusive)
+            self._index(nf)
+
+    def fitting_nodes(self, min_gpus: int) -> int:
+        """How many nodes have at least ``min_gpus`` free GPUs (a cheap bound before placing)."""
+        return sum(len(b) for k, b in self._buckets.items() if k >= min_gpus)
 
     @classmethod
     def from_snapshot(cls, snapshot: Snapshot) -> "ClusterState":
@@ -278,6 +333,24 @@ class ClusterState:
         return found
 
 
+_ORDER_CACHE: list[tuple[tuple[NodeInfo, ...], list[NodeFree]]] = []
+
+
+def _empty_nodes(nodes: Iterable[NodeInfo]) -> list[NodeFree]:
+    """The nodes, empty, in natural name order. Passes over the same node tuple (the
+    simulator, a server between node changes) reuse one sorted template: sorting and
+    building thousands of nodes is most of a small pass otherwise."""
+    if isinstance(nodes, tuple):
+        for cached, template in _ORDER_CACHE:
+            if cached is nodes:
+                return template
+    ordered = sorted(nodes, key=lambda n: natural_key(n.name))
+    template = [NodeFree(info, i) for i, info in enumerate(ordered)]
+    if isinstance(nodes, tuple):
+        _ORDER_CACHE[:] = [(nodes, template), *_ORDER_CACHE[:3]]
+    return template
+
+
 _USABLE: dict[str, frozenset[NodeState]] = {
     "now": frozenset({NodeState.UP}),
     "ever": frozenset({NodeState.UP, NodeState.DRAIN}),
@@ -291,13 +364,16 @@ def place(
     *,
     partition: Partition | None = None,
     reserved: Sequence[Mapping[str, ReservedShare]] = (),
+    topology: Topology | None = None,
 ) -> Placement:
     """Find nodes for the whole gang of ``request``, or say why there are none.
 
     ``mode="now"`` uses the free resources in ``state`` and UP nodes only; ``"ever"`` treats
     UP and DRAIN nodes as empty and returns a reason naming what is short. ``partition``
     limits the nodes (None: all of them). ``reserved``: backfill shares that limit what this
-    job may take on reserved nodes. Nothing in ``state`` changes; call ``state.commit``.
+    job may take on reserved nodes. ``topology``: a multi-node gang without a nodelist goes
+    under the fewest leaf switches (``shoal.sched.topology``). Nothing in ``state`` changes;
+    call ``state.commit``.
     """
     d = Demand.of(request)
     if mode == "ever":
@@ -305,11 +381,13 @@ def place(
     cand = state.candidates(d, partition, "now")
 
     def share_on(name: str) -> ReservedShare | None:
-        for shares in reserved:
-            share = shares.get(name)
-            if share is not None:
-                return share
-        return None
+        found = [s for s in (shares.get(name) for shares in reserved) if s is not None]
+        if len(found) < 2:
+            return found[0] if found else None
+        # Several reservations on one node (conservative backfill): respect them all.
+        return ReservedShare(cpus=min(s.cpus for s in found), mem_mb=min(s.mem_mb for s in found),
+                             gpus=frozenset().union(*(s.gpus for s in found)),
+                             whole=any(s.whole for s in found))
 
     chosen: list[tuple[int, str, NodeAllocation]] = []
     for name in d.nodelist:
@@ -320,6 +398,16 @@ def place(
         if alloc is None:
             return Placement(None, "Resources")
         chosen.append((nf.rank, name, alloc))
+    if topology is not None and d.nodes > 1 and not chosen:
+        fitting = []
+        for nf in state.in_score_order(d.gpus, d.cpus):
+            if nf.rank in cand:
+                alloc = nf.fit(d, share_on(nf.info.name) if reserved else None)
+                if alloc is not None:
+                    fitting.append((nf.rank, nf.info.name, alloc))
+        chosen = fewest_switches(fitting, d.nodes, topology)
+        if not chosen:
+            return Placement(None, "Resources")
     if len(chosen) < d.nodes:
         required = {rank for rank, _, _ in chosen}
         min_cpus = d.cpus

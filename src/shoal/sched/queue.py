@@ -85,12 +85,17 @@ class JobView:
         for job_id, rec in snapshot.jobs.items():
             if rec.state is JobState.RUNNING and rec.name:
                 self.running_names.setdefault((rec.user, rec.name), set()).add(job_id)
+        # The two lowest ids per (user, name) answer "is any other one lower than mine?"
         self.lowest_pending: dict[tuple[str, str], list[int]] = {}
         for job in snapshot.pending:
-            ids = self.lowest_pending.setdefault((job.user, job.name), [])
-            ids.append(job.id)
-            ids.sort()
-            del ids[2:]  # the two lowest ids answer "is any other one lower than mine?"
+            key = (job.user, job.name)
+            ids = self.lowest_pending.get(key)
+            if ids is None:
+                self.lowest_pending[key] = [job.id]
+            elif len(ids) < 2 or job.id < ids[1]:
+                ids.append(job.id)
+                ids.sort()
+                del ids[2:]
         self.qos = qoslimits.qos_table(snapshot.qos)
         self.qos_counts = qoslimits.QOSCounts(snapshot.active,
                                               AccountTree(snapshot.accounts).default_account)

@@ -24,6 +24,15 @@ A job that could not run even on an empty cluster of the UP nodes blocks nobody:
 with ``ReqNodeNotAvail`` (it needs DOWN or DRAIN nodes) or ``BadConstraints`` (it needs
 nodes the partition does not have).
 
+Preemption (``shoal.sched.preempt``, with ``config.preemption``): a job that would wait with
+``Resources`` may name running jobs to stop in ``plan.preemptions``; it still waits with
+``Resources`` (and its backfill reservation) until they are gone. Jobs that preempted others
+are visited first, so what is freed for them goes to them.
+
+Advance reservations (``shoal.sched.reservations``) narrow the nodes a job may use before
+placement; with ``snapshot.topology``, multi-node gangs go under the fewest switches
+(``shoal.sched.topology``).
+
 Every pending job ends up in exactly one of ``plan.starts``, ``plan.reasons``, ``plan.never``.
 """
 
@@ -37,9 +46,12 @@ from shoal.model.node import NodeState
 from shoal.model.resources import Allocation, ResourceRequest
 from shoal.model.snapshot import Partition, PendingJob, Plan, Snapshot, Start
 from shoal.sched import queue as q
+from shoal.sched.backfill import Booking, Ends, Horizon, Shadow, earliest_start
 from shoal.sched.config import SchedConfig
 from shoal.sched.placement import ClusterState, Demand, ReservedShare, place
+from shoal.sched.preempt import Preempter, claimants_first
 from shoal.sched.priority import job_priorities, priority_map
+from shoal.sched.reservations import ReservationPolicy
 
 _FAILURES_KEPT = 32  # per class of demand: enough for the few shapes a queue really has
 
@@ -52,6 +64,8 @@ class Reservation:
     partition_nodes: frozenset[str]
     start: float | None
     shares: dict[str, ReservedShare] = field(default_factory=dict)
+    end: float | None = None  # the reserved job's end by its time limit (None: never)
+    allocation: Allocation | None = None  # what it was promised at ``start``
 
     def binds(self, end: float | None) -> bool:
         """Whether a job ending at ``end`` (None: never) must respect this reservation."""
@@ -79,6 +93,10 @@ class _Pass:
             (job.allocation, self._end(job.start_time, job.time_limit_s))
             for job in snapshot.active
         ]
+        self.ends = Ends()  # the holders that end, by end time: backfill's look-ahead
+        for allocation, end in self.holders:
+            if end is not None:
+                self.ends.add(end, allocation)
         self.array_active = Counter(
             job.array_job_id for job in snapshot.active if job.array_job_id is not None
         )
@@ -87,7 +105,11 @@ class _Pass:
         self.unrunnable_cache: dict[tuple, str | None] = {}
         self.blocked_nodes: set[str] = set()  # fifo
         self.reservations: list[Reservation] = []  # backfill
+        self.resv = ReservationPolicy(snapshot)  # advance reservations (scontrol)
         self.tested = 0
+        self.depth = config.depth
+        self.empty_states: dict[bool, ClusterState] = {}  # unrunnable(): UP nodes / all revived
+        self.preempter = Preempter(snapshot, config.preemption)
         self.priorities = (priority_map(job_priorities(snapshot, config.multifactor))
                            if config.priority == "multifactor" else None)
 
@@ -95,7 +117,7 @@ class _Pass:
         return None if limit is None else max(self.now, start + limit)
 
     def run(self) -> Plan:
-        for job in q.queue_order(self.snapshot.pending, self.priorities):
+        for job in claimants_first(q.queue_order(self.snapshot.pending, self.priorities)):
             reason = self.consider(job)
             if reason is None:
                 continue
@@ -107,17 +129,19 @@ class _Pass:
 
     def consider(self, job: PendingJob) -> str | None:
         """Start ``job`` (returning None) or say why it waits."""
-        reason = q.gate_reason(job, self.view)
+        reason = q.gate_reason(job, self.view) or self.resv.gate(job)
         if reason is not None:
             return reason
         part = self.view.partitions[job.partition]
         pnodes = self.partition_nodes[part.name]
-        if self.config.policy == "fifo" and not self.blocked_nodes.isdisjoint(pnodes):
+        # What active advance reservations leave this job: blockers are judged on it.
+        reach = self.resv.reach(job, pnodes)[0] if self.resv else pnodes
+        if self.config.policy == "fifo" and not self.blocked_nodes.isdisjoint(reach):
             return q.PRIORITY
         if job.array_job_id is not None and job.array_throttle is not None:
             if self.array_active[job.array_job_id] >= job.array_throttle:
                 return q.ARRAY_TASK_LIMIT
-        if self.config.max_jobs_per_pass is not None and self.tested >= self.config.max_jobs_per_pass:
+        if self.depth is not None and self.tested >= self.depth:
             return q.PRIORITY
         self.tested += 1
         d = self.demands.get(job.request)
@@ -132,26 +156,39 @@ class _Pass:
             return f"{q.REQ_NODE_NOT_AVAIL}, UnavailableNodes:{','.join(unavailable)}"
         limit = q.effective_time_limit(job, part.default_time_s, part.max_time_s)
         end = None if limit is None else self.now + limit
+        whole = d  # the demand before advance reservations close nodes to it
+        closed, maint = self.resv.closed(job, pnodes, end) if self.resv else (frozenset(), False)
+        if closed:
+            d = self.resv.narrow(d, closed)
         binding = [i for i, r in enumerate(self.reservations) if r.binds(end)
-                   and not r.partition_nodes.isdisjoint(pnodes)]
+                   and not r.partition_nodes.isdisjoint(reach)]
         key = (part.name, d.static_key, tuple(binding))
         failed = self.failures.get(key, ())
         if not any(d.dominates(shape) for shape in failed):
             placement = place(d, self.state, "now", partition=part,
-                              reserved=[self.reservations[i].shares for i in binding])
+                              reserved=[self.reservations[i].shares for i in binding],
+                              topology=self.snapshot.topology)
             if placement.allocation is not None:
                 self.start(job, placement.allocation, end, binding)
                 return None
             shapes = self.failures.setdefault(key, [])
             shapes.append(d.shape)
             del shapes[:-_FAILURES_KEPT]
-        return self.blocked(job, d, part, pnodes)
+        if closed and job.reservation is None:
+            # Kept off reserved nodes: it waits for the reservation, blocking nobody, if
+            # those nodes are what it lacks; otherwise it waits like any other job.
+            if place(whole, self.state, "now", partition=part,
+                     reserved=[self.reservations[i].shares for i in binding]).ok:
+                return self.resv.reason(maint)
+        return self.blocked(job, d, part, reach, whole)
 
     def start(self, job: PendingJob, allocation: Allocation, end: float | None,
               binding: list[int]) -> None:
         self.state.commit(allocation)
         self.plan.starts.append(Start(job.id, allocation))
         self.holders.append((allocation, end))
+        if end is not None and self.config.policy == "backfill":
+            self.ends.add(end, allocation)
         if job.array_job_id is not None:
             self.array_active[job.array_job_id] += 1
         self.view.started(job)
@@ -163,68 +200,69 @@ class _Pass:
                     share.cpus -= alloc.cpus
                     share.mem_mb -= alloc.memory_mb
 
-    def blocked(self, job: PendingJob, d: Demand, part: Partition, pnodes: frozenset[str]) -> str:
-        """The reason for a job that does not fit now; the first such job becomes a blocker."""
-        if self.config.policy == "backfill" and any(
+    def blocked(self, job: PendingJob, d: Demand, part: Partition, pnodes: frozenset[str],
+                whole: Demand | None = None) -> str:
+        """The reason for a job that does not fit now; the first such job becomes a blocker.
+        ``whole``: the demand before advance reservations narrowed it to ``d``."""
+        if self.config.policy == "backfill" and self.config.backfill == "easy" and any(
             not r.partition_nodes.isdisjoint(pnodes) for r in self.reservations
         ):
             return q.PRIORITY
-        why = self.unrunnable(d, part)
+        why = self.unrunnable(whole or d, part)
         if why is not None:
             return why
+        preemption = self.preempter.preempt(job, d, part, [s.allocation for s in self.plan.starts])
+        if preemption is not None:
+            self.plan.preemptions.append(preemption)
         if self.config.policy == "fifo":
             self.blocked_nodes |= pnodes
         else:
-            self.reservations.append(self.reserve(job, d, part, pnodes))
+            reservation = self.reserve(job, d, part, pnodes)
+            if reservation is not None:
+                self.reservations.append(reservation)
+                if reservation.start is not None:
+                    self.plan.estimates[job.id] = reservation.start
         return q.RESOURCES
 
     def unrunnable(self, d: Demand, part: Partition) -> str | None:
         """ReqNodeNotAvail / BadConstraints when ``d`` cannot fit even the empty UP nodes."""
         key = (part.name, d)
         if key not in self.unrunnable_cache:
-            nodes = self.snapshot.nodes
-            up = ClusterState(n for n in nodes if n.state is NodeState.UP)
-            if place(d, up, "now", partition=part).ok:
+            if place(d, self.empty(revived=False), "now", partition=part).ok:
                 why = None
             else:
-                revived = ClusterState(dataclasses.replace(n, state=NodeState.UP) for n in nodes)
-                fits = place(d, revived, "now", partition=part).ok
+                fits = place(d, self.empty(revived=True), "now", partition=part).ok
                 why = q.REQ_NODE_NOT_AVAIL if fits else q.BAD_CONSTRAINTS
             self.unrunnable_cache[key] = why
         return self.unrunnable_cache[key]
 
+    def empty(self, revived: bool) -> ClusterState:
+        """The nodes with nothing running: the UP ones, or all as if UP (built once a pass)."""
+        if revived not in self.empty_states:
+            nodes = self.snapshot.nodes
+            self.empty_states[revived] = ClusterState(
+                tuple(dataclasses.replace(n, state=NodeState.UP) for n in nodes) if revived
+                else tuple(n for n in nodes if n.state is NodeState.UP))
+        return self.empty_states[revived]
+
     def reserve(self, job: PendingJob, d: Demand, part: Partition,
-                pnodes: frozenset[str]) -> Reservation:
-        """Earliest time ``d`` fits as holders end, and what it needs then (Slurm's shadow)."""
-        ends = sorted({end for _, end in self.holders if end is not None})
-
-        def at(t: float) -> tuple[ClusterState, Allocation | None]:
-            state = ClusterState(
-                self.snapshot.nodes,
-                (a for a, end in self.holders if end is None or end > t),
-            )
-            return state, place(d, state, "now", partition=part).allocation
-
-        if ends and at(ends[-1])[1] is not None:
-            lo, hi = 0, len(ends) - 1  # the fit is monotone in time: more ends, more room
-            while lo < hi:
-                mid = (lo + hi) // 2
-                if at(ends[mid])[1] is not None:
-                    hi = mid
-                else:
-                    lo = mid + 1
-            state, allocation = at(ends[lo])
-            assert allocation is not None
-            shares = {
-                name: ReservedShare(
-                    cpus=state.by_name[name].cpus_free - alloc.cpus,
-                    mem_mb=state.by_name[name].mem_free - alloc.memory_mb,
-                    gpus=frozenset(alloc.gpus),
-                    whole=allocation.exclusive,
-                )
-                for name, alloc in allocation.nodes
-            }
-            return Reservation(job.id, pnodes, ends[lo], shares)
+                pnodes: frozenset[str]) -> Reservation | None:
+        """Earliest time ``d`` fits for its whole run as holders end, around the reservations
+        made before it, and what it needs then (Slurm's shadow). None: only beyond bf_window."""
+        c = self.config
+        limit = q.effective_time_limit(job, part.default_time_s, part.max_time_s)
+        bookings = [Booking(r.start, r.end, r.allocation) for r in self.reservations
+                    if r.start is not None and r.allocation is not None
+                    and not r.partition_nodes.isdisjoint(pnodes)]
+        shadow = earliest_start(
+            d, part, self.state, self.ends, bookings, now=self.now, limit_s=limit,
+            window_end=None if c.bf_window_s is None else self.now + c.bf_window_s,
+            resolution_s=c.bf_resolution_s)
+        if shadow is Horizon.BEYOND:
+            return None
+        if isinstance(shadow, Shadow):
+            end = None if limit is None else shadow.start + limit
+            return Reservation(job.id, pnodes, shadow.start, shadow.shares, end, shadow.allocation)
         closed = {
             self.state.nodes[rank].info.name: ReservedShare(whole=True)
             for rank in self.state.candidates(d, part, "now")

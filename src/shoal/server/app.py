@@ -23,12 +23,14 @@ from shoal.model.resources import GPU, Allocation
 from shoal.sched.placement import check_feasible
 from shoal.server import jobs as jobsvc
 from shoal.server import priority as priosvc
+from shoal.server import reservations as resvsvc
 from shoal.server import steps as stepsvc
 from shoal.server.auth import AuthError, Principal, agent_credential, node_step_key
 from shoal.server.core import Server
 from shoal.server.schemas import (AgentRegister, AgentReport, BulkCancelRequest, CancelRequest,
-                                  InteractiveComplete, JobSubmit, JobUpdate, NodeUpdate, StepComplete,
-                                  StepCreate, TokenCreate)
+                                  InteractiveComplete, JobSubmit, JobUpdate, NodeUpdate,
+                                  ReservationCreate, ReservationUpdate, StepComplete, StepCreate,
+                                  TokenCreate)
 from shoal.model.timefmt import format_timestamp
 from shoal.sched.schedule import schedule
 from shoal.server.snapshot import node_info
@@ -429,6 +431,42 @@ def create_app(server: Server) -> FastAPI:
             for pt in server.partitions
         ]}
 
+    # ------------------------------------------------------------------ reservations
+
+    @app.get("/api/v1/reservations")
+    def list_reservations(p: Principal = Depends(principal)):
+        with server.sessions() as s:
+            return {"reservations": resvsvc.list_json(s, server.clock())}
+
+    @app.get("/api/v1/reservations/{name}")
+    def get_reservation(name: str, p: Principal = Depends(principal)):
+        with server.sessions() as s:
+            return resvsvc.get_json(s, name, server.clock())
+
+    @app.post("/api/v1/reservations", status_code=201)
+    @retry_on_conflict
+    def create_reservation(body: ReservationCreate, p: Principal = Depends(admin)):
+        with server.sessions() as s, s.begin():
+            out = resvsvc.create(s, body, creator=p.user, partitions=server.partitions, now=server.clock())
+        server.controller.wake()
+        return out
+
+    @app.patch("/api/v1/reservations/{name}")
+    @retry_on_conflict
+    def update_reservation(name: str, body: ReservationUpdate, p: Principal = Depends(admin)):
+        with server.sessions() as s, s.begin():
+            out = resvsvc.update(s, name, body, partitions=server.partitions, now=server.clock())
+        server.controller.wake()
+        return out
+
+    @app.delete("/api/v1/reservations/{name}")
+    @retry_on_conflict
+    def delete_reservation(name: str, p: Principal = Depends(admin)):
+        with server.sessions() as s, s.begin():
+            resvsvc.delete(s, name, server.clock())
+        server.controller.wake()
+        return {"ok": True}
+
     # ------------------------------------------------------------------ priority and fair-share
 
     @app.get("/api/v1/priority")
@@ -543,6 +581,10 @@ def create_app(server: Server) -> FastAPI:
             if row.exit_code is None:
                 row.exit_code, row.signal = ev.exit_code or 0, ev.signal or 0
             return names
+        if row.preempted_at is not None:  # it exited in its grace (checkpointed, say): still preempted
+            jobsvc.end_preempted(s, row, ev.time or now, server.qos_table,
+                                 exit_code=ev.exit_code or 0, signal=ev.signal or 0)
+            return names
         ok = (ev.exit_code or 0) == 0 and not ev.signal
         jobsvc.finish(s, row, JobState.COMPLETED if ok else JobState.FAILED, ev.time or now,
                       exit_code=ev.exit_code or 0, signal=ev.signal or 0)
@@ -592,6 +634,7 @@ def create_app(server: Server) -> FastAPI:
                 u[0] += c.cpus; u[1] += c.memory_mb; u[2] += len(c.gpus)
                 if c.job_id not in u[3]:
                     u[3].append(c.job_id)
+        maint = resvsvc.maint_nodes(s, server.clock())
         parts_of = {}
         for pt in server.partitions:
             for n in pt.nodes:
@@ -602,7 +645,8 @@ def create_app(server: Server) -> FastAPI:
             state = NodeState(r.state)
             out.append({
                 "name": r.name, "address": r.address, "port": r.port, "state": r.state,
-                "display_state": display_state(state, cpus, r.cpus, gpus, len(r.gpus), bool(jobs)),
+                "display_state": "maint" if r.name in maint and state is NodeState.UP
+                else display_state(state, cpus, r.cpus, gpus, len(r.gpus), bool(jobs)),
                 "reason": r.reason, "reason_time": r.reason_time,
                 "cpus": r.cpus, "cpus_alloc": cpus, "memory_mb": r.memory_mb, "memory_alloc_mb": mem,
                 "gpus": r.gpus, "gpus_alloc": gpus, "gres": gpu_gres(tuple(GPU(**g) for g in r.gpus)),

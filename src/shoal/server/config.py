@@ -12,12 +12,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from shoal.model.accounting import DEFAULT_QOS, QOS, ROOT, Account, UserShare
 from shoal.model.hostlist import HostlistError, expand
 from shoal.model.snapshot import Partition
 from shoal.model.timefmt import TimeFormatError, parse_time_limit
+from shoal.model.topology import Topology, TopologyError, parse_topology_conf, switch
 from shoal.sched.config import Multifactor
 from shoal.sched.fairshare import AccountTree, AccountTreeError
 
@@ -84,6 +85,22 @@ class SchedulerConfig(BaseModel):
     interval_s: float = Field(default=1.0, gt=0, description="time between periodic passes")
     max_array_size: int = Field(default=1001, ge=1)
     def_mem_per_cpu_mb: int = Field(default=1024, ge=0, description="DefMemPerCPU")
+    preemption: bool = Field(default=True, description="PreemptType=preempt/qos (acts only where "
+                             "some QOS lists others under preempt); false: preempt/none")
+    preempt_grace_s: float = Field(default=60.0, ge=0, description="the most a victim's --signal "
+                                   "@secs may delay its requeue or cancel (GraceTime)")
+    backfill: str = Field(default="easy", pattern="^(easy|conservative)$",
+                          description="easy: reserve for the first blocked job only; "
+                          "conservative: for every blocked job up to bf_max_job_test")
+    bf_max_job_test: int | None = Field(default=None, ge=1, description="the most jobs a "
+                                        "backfill pass tests (SchedulerParameters=bf_max_job_test)")
+    bf_window_s: int | None = Field(default=None, ge=1, description="how far ahead backfill "
+                                    "reserves, in seconds (bf_window)")
+    bf_resolution_s: int = Field(default=0, ge=0, description="backfill's time step: job ends "
+                                 "rounded up to it (bf_resolution; 0: exact)")
+    bf_interval_s: float = Field(default=0.0, ge=0, description="the least time between full "
+                                 "backfill passes; passes in between are quick (bf_interval; "
+                                 "0: every pass is a full one)")
 
 
 class PriorityConfig(BaseModel):
@@ -170,8 +187,9 @@ class QOSConfig(BaseModel):
     max_submit_per_user: int | None = Field(default=None, ge=0, description="MaxSubmitJobsPerUser")
     grp_gpus: int | None = Field(default=None, ge=0, description="GrpTRES=gres/gpu, per account")
     grp_jobs: int | None = Field(default=None, ge=0, description="GrpJobs, per account")
-    preempt: list[str] = Field(default_factory=list)
-    preempt_mode: str = Field(default="cancel", pattern="^(cancel|requeue)$")
+    preempt: list[str] = Field(default_factory=list, description="Preempt: QOS this one may preempt")
+    preempt_mode: str = Field(default="cancel", pattern="^(cancel|requeue|off)$",
+                              description="PreemptMode of this QOS's jobs when preempted")
 
     @field_validator("max_wall")
     @classmethod
@@ -197,6 +215,53 @@ class NodeLifecycleConfig(BaseModel):
     kill_wait_s: float = Field(default=30.0, ge=0, description="KillWait: SIGTERM to SIGKILL")
 
 
+class SwitchConfig(BaseModel):
+    """One switch of topology.conf in YAML: ``{name: s0, nodes: "node[01-04]"}`` or
+    ``{name: top, switches: "s[0-1]"}``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
+    nodes: str | None = None
+    switches: str | None = None
+
+
+class TopologyConfig(BaseModel):
+    """Slurm's topology/tree: a topology.conf ``file`` (relative to the cluster file), or
+    the same ``switches`` inline."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    file: str | None = None
+    switches: list[SwitchConfig] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "TopologyConfig":
+        if self.file and self.switches:
+            raise ValueError("give either file or switches, not both")
+        if not self.file and not self.switches:
+            raise ValueError("give a topology.conf file or a list of switches")
+        if self.switches:
+            try:
+                self.tree(None)
+            except TopologyError as e:
+                raise ValueError(str(e)) from None
+        return self
+
+    def tree(self, base: Path | None) -> Topology:
+        """The switch tree; reads ``file`` (relative paths from ``base``)."""
+        if self.file:
+            path = Path(self.file)
+            if base is not None and not path.is_absolute():
+                path = base / path
+            try:
+                text = path.read_text(encoding="utf-8")
+            except OSError as e:
+                raise TopologyError(f"cannot read topology file {path}: {e.strerror}") from None
+            return parse_topology_conf(text, str(path))
+        return Topology.of(switch(s.name, s.nodes, s.switches) for s in self.switches)
+
+
 class ClusterConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -207,6 +272,9 @@ class ClusterConfig(BaseModel):
     accounts: list[AccountConfig] = Field(default_factory=list)
     qos: list[QOSConfig] = Field(default_factory=list)
     nodes: NodeLifecycleConfig = NodeLifecycleConfig()
+    topology: TopologyConfig | None = None
+    # Where relative paths (topology.file) start: the cluster file's folder.
+    _base_dir: Path | None = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _accounting(self) -> "ClusterConfig":
@@ -233,6 +301,12 @@ class ClusterConfig(BaseModel):
                 raise ValueError("account root is the top of the tree: give it only users")
             out.extend(a.flatten())
         return tuple(out)
+
+    def topology_tree(self) -> Topology | None:
+        """The switch tree placement uses (None: no topology configured)."""
+        if self.topology is None:
+            return None
+        return self.topology.tree(self._base_dir)
 
     def qos_list(self) -> tuple[QOS, ...]:
         return tuple(q.to_qos() for q in self.qos)
@@ -265,7 +339,13 @@ def load_cluster_config(path: str | Path) -> ClusterConfig:
         data = yaml.safe_load(text) or {}
     except yaml.YAMLError as e:
         raise ConfigError(f"{path} is not valid YAML: {e}") from None
-    return parse_cluster_config(data, str(path))
+    config = parse_cluster_config(data, str(path))
+    config._base_dir = Path(path).resolve().parent
+    try:
+        config.topology_tree()
+    except TopologyError as e:
+        raise ConfigError(f"{path} is invalid:\n  topology: {e}") from None
+    return config
 
 
 def parse_cluster_config(data: dict, source: str = "cluster configuration") -> ClusterConfig:

@@ -1,4 +1,4 @@
-"""The control loops: scheduling passes, time limits, --signal warnings and node heartbeats.
+"""The control loops: scheduling passes, preemption, time limits, --signal warnings and node heartbeats.
 
 Level-triggered: each pass reads the store, decides with the pure policy in shoal.sched,
 and applies the plan in one short transaction that re-checks every row it changes
@@ -32,6 +32,7 @@ class Controller:
         self._thread: threading.Thread | None = None
         self._warned: set[str] = set()  # runs whose --signal warning was sent
         self.passes = 0
+        self._last_full = float("-inf")  # when the last full backfill pass ran
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="scheduler", daemon=True)
@@ -64,6 +65,7 @@ class Controller:
         touched: set[str] = set()
         touched |= self._check_heartbeats(now)
         touched |= self._enforce_time_limits(now)
+        touched |= self._end_preemption_grace(now)
         for _attempt in range(3):
             try:
                 touched |= self._schedule(now)
@@ -82,10 +84,19 @@ class Controller:
             snap = s.snapshot(session, now)
         if not snap.pending:
             return set()
-        plan = schedule(snap, s.sched_config)
+        # Full backfill passes at most every bf_interval_s; quick ones (in queue order up to
+        # the first job that cannot start, which delays no reservation) in between. Only a
+        # full pass plans start times, so only a full pass updates them.
+        config = s.sched_config
+        full = config.policy != "backfill" or now - self._last_full >= config.bf_interval_s
+        plan = schedule(snap, config if full else config.quick())
+        if full:
+            self._last_full = now
         reasons = {**plan.reasons, **plan.never}
+        signals: list[tuple[str, str, int, str]] = []
         with s.sessions() as session, session.begin():
-            ids = list({st.job_id for st in plan.starts} | reasons.keys())
+            victims = {v for p in plan.preemptions for v in p.victim_ids}
+            ids = list({st.job_id for st in plan.starts} | reasons.keys() | victims)
             rows = {r.id: r for r in session.scalars(select(JobRow).where(JobRow.id.in_(ids)))} if ids else {}
             touched: set[str] = set()
             for st in plan.starts:
@@ -97,12 +108,72 @@ class Controller:
                 row.batch_host = st.allocation.node_names[0]
                 row.start_time = now
                 row.reason = "None"
+                row.expected_start = None
+                row.preempted_at = row.preemptor_id = None  # a requeued victim runs again: its preemption is over
                 touched.update(st.allocation.node_names)
             for jid, reason in reasons.items():
                 row = rows.get(jid)
-                if row is not None and row.state == JobState.PENDING.value and row.reason != reason:
+                if row is None or row.state != JobState.PENDING.value:
+                    continue
+                if row.reason != reason:
                     row.reason = reason
+                # Compared first: an unchanged estimate must not rewrite the row every pass.
+                if full and row.expected_start != plan.estimates.get(jid):
+                    row.expected_start = plan.estimates.get(jid)
+            for preemption in plan.preemptions:
+                touched |= self._preempt(session, rows, preemption, now, signals)
+        for node, key, signum, target in signals:  # only once the preemption is committed
+            s.hub.signal(node, key, signum, target)
         return touched
+
+    # -------------------------------------------------------------- preemption
+
+    def _preempt(self, session, rows: dict[int, JobRow], preemption, now: float,
+                 signals: list[tuple[str, str, int, str]]) -> set[str]:
+        """Mark a plan's victims preempted and signal them (--signal), or end them at once
+        when they have no grace. Skipped whole if anything changed since the snapshot."""
+        s = self.server
+        preemptor = rows.get(preemption.preemptor_id)
+        victims = [rows.get(v) for v in preemption.victim_ids]
+        if preemptor is None or preemptor.state != JobState.PENDING.value or preemptor.held:
+            return set()
+        if any(v is None or v.state != JobState.RUNNING.value or v.preempted_at is not None
+               for v in victims):
+            return set()  # a victim ended or is going already: the next pass plans again
+        touched: set[str] = set()
+        cap = s.config.scheduler.preempt_grace_s
+        for v in victims:
+            log.info("job %s preempts job %s (%s)", preemptor.id, v.id, v.spec.get("qos") or "normal")
+            v.preempted_at, v.preemptor_id = now, preemptor.id
+            if jobsvc.preemption_grace_s(v, cap) > 0:
+                signals.extend(self._signal_targets(v))
+            else:
+                jobsvc.end_preempted(session, v, now, s.qos_table)
+                touched.update(Allocation.from_json(v.allocation).node_names)
+        return touched
+
+    def _end_preemption_grace(self, now: float) -> set[str]:
+        """Preempted jobs whose grace is over: requeue or cancel them, as their QOS says."""
+        s = self.server
+        cap = s.config.scheduler.preempt_grace_s
+        touched: set[str] = set()
+        with s.sessions() as session, session.begin():
+            for row in session.scalars(select(JobRow).where(JobRow.state == JobState.RUNNING.value,
+                                                           JobRow.preempted_at.is_not(None))):
+                if now >= row.preempted_at + jobsvc.preemption_grace_s(row, cap):
+                    touched.update(Allocation.from_json(row.allocation).node_names)
+                    jobsvc.end_preempted(session, row, now, s.qos_table)
+        return touched
+
+    @staticmethod
+    def _signal_targets(row: JobRow) -> list[tuple[str, str, int, str]]:
+        """Where a job's --signal goes: (node, run key, signal, target); B: the batch shell alone."""
+        sig = row.spec["signal"]
+        key = jobsvc.job_run_key(row.id, row.restart_count)
+        if sig["batch_only"]:
+            return [(row.batch_host, key, sig["signal"], "batch_shell")] if row.batch_host else []
+        return [(node, key, sig["signal"], "steps")
+                for node in Allocation.from_json(row.allocation).node_names]
 
     # -------------------------------------------------------------- time limits
 
@@ -118,10 +189,8 @@ class Controller:
                 key = jobsvc.job_run_key(row.id, row.restart_count)
                 if sig and now >= end - sig["time"] and key not in self._warned:
                     self._warned.add(key)
-                    for node in Allocation.from_json(row.allocation).node_names:
-                        if sig["batch_only"] and node != row.batch_host:
-                            continue
-                        s.hub.signal(node, key, sig["signal"], "batch_shell" if sig["batch_only"] else "steps")
+                    for target in self._signal_targets(row):
+                        s.hub.signal(*target)
                 if now >= end:
                     jobsvc.finish(session, row, JobState.TIMEOUT, now, reason="TimeLimit")
                     touched.update(Allocation.from_json(row.allocation).node_names)

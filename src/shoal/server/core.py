@@ -42,11 +42,18 @@ class Server:
         self.sessions = session_factory(self.engine)
         self.partitions: tuple[Partition, ...] = config.partition_list()
         self.sched_config = SchedConfig(policy=config.scheduler.policy, priority=config.priority.type,
-                                        multifactor=config.priority.multifactor())
+                                        multifactor=config.priority.multifactor(),
+                                        preemption=config.scheduler.preemption,
+                                        backfill=config.scheduler.backfill,
+                                        bf_max_job_test=config.scheduler.bf_max_job_test,
+                                        bf_window_s=config.scheduler.bf_window_s,
+                                        bf_resolution_s=config.scheduler.bf_resolution_s,
+                                        bf_interval_s=config.scheduler.bf_interval_s)
         self.accounts: tuple[Account, ...] = config.account_list()
         self.account_tree = AccountTree(self.accounts)
         self.qos: tuple[QOS, ...] = config.qos_list()
         self.qos_table = qos_table(self.qos)
+        self.topology = config.topology_tree()
         self.secret = self._load_secret()
         self.auth = Authenticator(self.sessions, self.secret)
         self.hub = WorkHub()
@@ -90,7 +97,7 @@ class Server:
             usage = self.sched_config.priority == "multifactor"
         return snapshot.build(session, self.partitions, now, accounts=self.accounts, qos=self.qos,
                               usage_half_life_s=self.sched_config.multifactor.decay_half_life_s
-                              if usage else None)
+                              if usage else None, topology=self.topology)
 
     def start(self) -> None:
         self.controller.start()

@@ -23,6 +23,7 @@ from shoal.model.job import JobState, check_transition
 from shoal.model.resources import Allocation, ResourceRequest
 from shoal.model.snapshot import NodeInfo, Partition
 from shoal.sched.fairshare import AccountTree
+from shoal.sched.preempt import outcome as preempt_outcome
 from shoal.sched.qos import max_submit_error
 from shoal.server.auth import Principal
 from shoal.server.schemas import JobSubmit
@@ -221,6 +222,11 @@ def submit(session: Session, principal: Principal, body: JobSubmit, *, partition
     if body.signal:
         signal_spec = _parse_signal_option(body.signal)
     account = _resolve_account(accounts, principal.user, body.account)
+    reservation = None
+    if body.reservation:
+        from shoal.server import reservations  # it imports this module's JobError
+
+        reservation = reservations.check_job(session, body.reservation, principal.user, account, now)
     job_qos = _resolve_qos(qos, body.qos)
     if job_qos is not None:
         if time_limit is None and job_qos.max_wall_s is not None:
@@ -256,7 +262,7 @@ def submit(session: Session, principal: Principal, body: JobSubmit, *, partition
         reason="None", held=body.hold, interactive=body.interactive, requeue=body.requeue,
         submit_time=now, begin_time=body.begin_time, time_limit_s=time_limit,
         request=request_to_json(req), spec=spec, workdir=body.workdir, dependency=body.dependency,
-        comment=body.comment,
+        comment=body.comment, reservation=reservation,
     )
     if task_ids is None:
         row = JobRow(**common)
@@ -359,6 +365,27 @@ def requeue(session: Session, row: JobRow, now: float, *, via: JobState, reason:
     row.begin_time = now  # Slurm holds a requeued job back briefly; BeginTime shows why it waits
 
 
+def preemption_grace_s(row: JobRow, cap_s: float) -> float:
+    """How long a preempted job runs on after its --signal: the signal's @secs, at most
+    ``cap_s`` (GraceTime); 0 when it asked for no signal (SIGTERM, then SIGKILL after KillWait)."""
+    sig = row.spec.get("signal")
+    return min(float(sig["time"]), cap_s) if sig else 0.0
+
+
+def end_preempted(session: Session, row: JobRow, now: float, qos: Mapping[str, QOS], *,
+                  exit_code: int | None = None, signal: int | None = None) -> str:
+    """A preempted job's grace is over, or its processes exited first: requeue it (restart
+    count + 1) or end it PREEMPTED, as its QOS's preempt_mode says. Returns which."""
+    how = preempt_outcome(qos.get(row.spec.get("qos") or DEFAULT_QOS),
+                          requeueable=row.requeue and not row.interactive)
+    if how == "requeue":
+        requeue(session, row, now, via=JobState.PREEMPTED, reason="BeginTime")
+    else:
+        finish(session, row, JobState.PREEMPTED, now, exit_code=exit_code, signal=signal,
+               reason="Preempted")
+    return how
+
+
 def _hold_for_cleanup(session: Session, row: JobRow, now: float, kill_signal: str, skip_nodes) -> None:
     alloc = Allocation.from_json(row.allocation)
     for node, a in alloc.nodes:
@@ -445,6 +472,7 @@ def to_json(row: JobRow, *, steps: list[StepRow] = (), completing: bool = False)
         "submit_time": row.submit_time,
         "eligible_time": row.begin_time or row.submit_time,
         "start_time": row.start_time,
+        "expected_start": row.expected_start if row.state == JobState.PENDING.value else None,
         "end_time": row.end_time,
         "time_limit_s": row.time_limit_s,
         "nodes": len(alloc["nodes"]) if alloc else req["nodes"],
@@ -475,6 +503,7 @@ def to_json(row: JobRow, *, steps: list[StepRow] = (), completing: bool = False)
         "comment": row.comment,
         "account": spec.get("account"),
         "qos": spec.get("qos"),
+        "reservation": row.reservation,
         "array_spec": None,
         "steps": out_steps,
     }

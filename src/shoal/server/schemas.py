@@ -63,6 +63,7 @@ class JobSubmit(StoredText):
     comment: str | None = Field(default=None, max_length=4096)
     account: str | None = Field(default=None, max_length=64)
     qos: str | None = Field(default=None, max_length=64)
+    reservation: str | None = Field(default=None, max_length=64)
     kill_on_invalid_dep: bool | None = None
 
 
@@ -175,3 +176,40 @@ class TokenCreate(StoredText):
     user: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.@-]+$")
     role: str = Field(default="user", pattern="^(admin|user)$")
     description: str | None = Field(default=None, max_length=200)
+
+
+RESERVATION_NAME = r"^[A-Za-z0-9_.@-]+$"
+
+
+class ReservationCreate(StoredText):
+    """scontrol create reservation. Times are epochs; give ``end_time`` or ``duration_s``;
+    ``nodes`` (hostlist) or ``node_count``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=64, pattern=RESERVATION_NAME)
+    start_time: float | None = Field(default=None, description="null: now")
+    end_time: float | None = None
+    duration_s: int | None = Field(default=None, ge=1, le=MAX_TIME_S)
+    nodes: str | None = Field(default=None, max_length=65536)
+    node_count: int | None = Field(default=None, ge=1, le=100000)
+    users: list[str] = Field(default_factory=list)
+    accounts: list[str] = Field(default_factory=list)
+    flags: list[str] = Field(default_factory=list)
+    partition: str | None = Field(default=None, max_length=64)
+
+
+class ReservationUpdate(StoredText):
+    """scontrol update ReservationName=...: only the fields given change."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    start_time: float | None = None
+    end_time: float | None = None
+    duration_s: int | None = Field(default=None, ge=1, le=MAX_TIME_S)
+    nodes: str | None = Field(default=None, max_length=65536)
+    node_count: int | None = Field(default=None, ge=1, le=100000)
+    users: list[str] | None = None
+    accounts: list[str] | None = None
+    flags: list[str] | None = None
+    partition: str | None = Field(default=None, max_length=64)

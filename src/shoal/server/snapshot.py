@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from sqlalchemy import or_, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, aliased
 
 from shoal.model.accounting import QOS, Account, UsageRecord
 from shoal.model.job import JobState
 from shoal.model.node import NodeState
+from shoal.model.reservation import AdvanceReservation
 from shoal.model.resources import GPU, Allocation, NodeAllocation
 from shoal.model.snapshot import ActiveJob, Dependency, JobRecord, NodeInfo, PendingJob, Snapshot
 from shoal.server.jobs import request_from_json
-from shoal.store.models import CleanupRow, JobRow, NodeRow
+from shoal.model.topology import Topology
+from shoal.store.models import CleanupRow, JobRow, NodeRow, ReservationRow
 
 
 def node_info(row: NodeRow) -> NodeInfo:
@@ -47,6 +51,7 @@ def pending_job(row: JobRow) -> PendingJob:
         account=spec.get("account"),
         qos=spec.get("qos"),
         nice=int(spec.get("nice") or 0),
+        reservation=row.reservation,
     )
 
 
@@ -56,6 +61,7 @@ def active_job(row: JobRow) -> ActiveJob:
         allocation=Allocation.from_json(row.allocation), start_time=row.start_time or 0.0,
         time_limit_s=row.time_limit_s, array_job_id=row.array_job_id,
         account=row.spec.get("account"), qos=row.spec.get("qos"),
+        preempted_by=row.preemptor_id if row.preempted_at is not None else None,
     )
 
 
@@ -76,9 +82,34 @@ def cleanup_jobs(rows: list[CleanupRow], jobs_by_id: dict[int, JobRow]) -> list[
             partition=job.partition if job else "", allocation=alloc, start_time=parts[0].since,
             time_limit_s=0, array_job_id=job.array_job_id if job else None,
             account=job.spec.get("account") if job else None, qos=job.spec.get("qos") if job else None,
-            completing=True,
+            completing=True, preempted_by=job.preemptor_id if job else None,
         ))
     return out
+
+
+def advance_reservation(row: ReservationRow) -> AdvanceReservation:
+    return AdvanceReservation(
+        name=row.name, start=row.start_time, end=row.end_time, nodes=tuple(row.nodes),
+        users=frozenset(row.users), accounts=frozenset(row.accounts), flags=frozenset(row.flags),
+        partition=row.partition,
+    )
+
+
+def reservations(session: Session, now: float) -> tuple[AdvanceReservation, ...]:
+    """Reservations not yet ended, by name."""
+    rows = session.scalars(select(ReservationRow).where(ReservationRow.end_time > now)
+                           .order_by(ReservationRow.name))
+    return tuple(advance_reservation(r) for r in rows)
+
+
+def mark_preemptors(session: Session, pending: tuple[PendingJob, ...]) -> tuple[PendingJob, ...]:
+    """Flag the pending jobs that other jobs were preempted for (a victim keeps its
+    ``preemptor_id`` until it starts again), so the pass serves them first."""
+    victim = aliased(JobRow)
+    claimants = set(session.scalars(
+        select(JobRow.id).join(victim, victim.preemptor_id == JobRow.id)
+        .where(JobRow.state == JobState.PENDING.value).distinct()))
+    return tuple(dataclasses.replace(p, preemptor=True) if p.id in claimants else p for p in pending)
 
 
 USAGE_HALF_LIVES = 30
@@ -101,13 +132,16 @@ def usage_records(session: Session, now: float, half_life_s: float) -> tuple[Usa
 
 
 def build(session: Session, partitions, now: float, *, accounts: tuple[Account, ...] = (),
-          qos: tuple[QOS, ...] = (), usage_half_life_s: float | None = None) -> Snapshot:
+          qos: tuple[QOS, ...] = (), usage_half_life_s: float | None = None,
+          topology: Topology | None = None) -> Snapshot:
     """The Snapshot as of ``now``. ``usage_half_life_s`` None: no fair-share usage is read."""
     nodes = tuple(node_info(n) for n in session.scalars(select(NodeRow).order_by(NodeRow.name)))
     live = list(session.scalars(
         select(JobRow).where(JobRow.state.in_((JobState.PENDING.value, JobState.RUNNING.value))).order_by(JobRow.id)
     ))
     pending = tuple(pending_job(j) for j in live if j.state == JobState.PENDING.value)
+    if pending and any(q.preempt for q in qos):
+        pending = mark_preemptors(session, pending)
     running = [j for j in live if j.state == JobState.RUNNING.value]
     cleanups = list(session.scalars(select(CleanupRow)))
     by_id = {j.id: j for j in live}
@@ -125,4 +159,5 @@ def build(session: Session, partitions, now: float, *, accounts: tuple[Account, 
     }
     usage = usage_records(session, now, usage_half_life_s) if usage_half_life_s is not None else ()
     return Snapshot(now=now, nodes=nodes, partitions=tuple(partitions), pending=pending, active=active,
-                    jobs=records, accounts=accounts, usage=usage, qos=qos)
+                    jobs=records, accounts=accounts, usage=usage, qos=qos,
+                    reservations=reservations(session, now), topology=topology)
