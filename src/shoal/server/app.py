@@ -109,16 +109,19 @@ def create_app(server: Server) -> FastAPI:
 
     # ------------------------------------------------------------------ jobs
 
+    def _submit(s, p: Principal, body: JobSubmit, now: float) -> dict:
+        """Validate and store a submission in the caller's transaction (submit and --test-only)."""
+        nodes = [node_info(n) for n in s.scalars(select(NodeRow))]
+        return jobsvc.submit(s, p, body, partitions=server.partitions, nodes=nodes, now=now,
+                             max_array_size=server.config.scheduler.max_array_size,
+                             def_mem_per_cpu_mb=server.config.scheduler.def_mem_per_cpu_mb,
+                             feasible=check_feasible, accounts=server.account_tree, qos=server.qos_table)
+
     @app.post("/api/v1/jobs", status_code=201)
     def submit(body: JobSubmit, p: Principal = Depends(user_or_admin)):
         now = server.clock()
         with server.sessions() as s, s.begin():
-            nodes = [node_info(n) for n in s.scalars(select(NodeRow))]
-            out = jobsvc.submit(s, p, body, partitions=server.partitions, nodes=nodes, now=now,
-                                max_array_size=server.config.scheduler.max_array_size,
-                                def_mem_per_cpu_mb=server.config.scheduler.def_mem_per_cpu_mb,
-                                feasible=check_feasible, accounts=server.account_tree,
-                                qos=server.qos_table)
+            out = _submit(s, p, body, now)
         server.controller.wake()
         return out
 
@@ -129,12 +132,7 @@ def create_app(server: Server) -> FastAPI:
         with server.sessions() as s:
             s.begin()
             try:
-                nodes = [node_info(n) for n in s.scalars(select(NodeRow))]
-                out = jobsvc.submit(s, p, body, partitions=server.partitions, nodes=nodes, now=now,
-                                    max_array_size=server.config.scheduler.max_array_size,
-                                    def_mem_per_cpu_mb=server.config.scheduler.def_mem_per_cpu_mb,
-                                    feasible=check_feasible, accounts=server.account_tree,
-                                    qos=server.qos_table)
+                out = _submit(s, p, body, now)
                 snap = server.snapshot(s, now)
                 plan = schedule(snap, server.sched_config)
                 row = s.get(JobRow, out["job_id"])
