@@ -82,6 +82,11 @@ class BulkCancelRequest(CancelRequest):
     states: list[str] = Field(default_factory=list)
     name: str | None = None
 
+    @field_validator("job_ids", "states", mode="before")
+    @classmethod
+    def _null_is_empty(cls, v):
+        return [] if v is None else v  # scancel sends null for "not given"
+
 
 class JobUpdate(StoredText):
     model_config = ConfigDict(extra="forbid")
