@@ -35,6 +35,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from tests.integration.cluster import BIN, LocalCluster  # noqa: E402  (the one local-cluster harness)
+from benchmarks_md import write_section  # noqa: E402  (bench/ is on sys.path as the script's folder)
 
 PY = sys.executable
 SECTION = "## Foundation"
@@ -488,18 +489,6 @@ def render(facts: dict[str, str], command: str, mode: Mode, c: LocalCluster, cli
     return "\n".join(out)
 
 
-def write_section(path: Path, text: str) -> None:
-    """Replace (or append) the ``## Foundation`` section; keep every other section as it is."""
-    old = path.read_text() if path.exists() else "# Benchmarks\n\nFigures written by the scripts in bench/.\n"
-    lines = old.splitlines()
-    start = next((i for i, line in enumerate(lines) if line.strip() == SECTION), None)
-    if start is None:
-        new = old.rstrip("\n") + "\n\n" + text.rstrip("\n") + "\n"
-    else:
-        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
-        rest = [""] + lines[end:] if end < len(lines) else []
-        new = "\n".join(lines[:start] + text.rstrip("\n").splitlines() + rest) + "\n"
-    path.write_text(new)
 
 
 # ---------------------------------------------------------------------- main
@@ -557,7 +546,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.no_write:
         print(text)
     else:
-        write_section(Path(args.output), text)
+        write_section(SECTION, text, Path(args.output))
         print(f"wrote the {SECTION!r} section of {args.output}")
     if not args.keep:
         import shutil

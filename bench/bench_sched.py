@@ -30,7 +30,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO / "bench"))
 
-from bench_sim import machine, write_section  # noqa: E402
+from bench_sim import machine  # noqa: E402
+from benchmarks_md import write_section  # noqa: E402
 from shoal.model.node import NodeState  # noqa: E402
 from shoal.model.resources import GPU, Allocation, NodeAllocation, ResourceRequest  # noqa: E402
 from shoal.model.snapshot import ActiveJob, NodeInfo, Partition, PendingJob, Snapshot  # noqa: E402
@@ -173,7 +174,7 @@ def main() -> int:
     text = "\n".join(lines) + "\n"
     print(text)
     if not args.no_write:
-        write_section(text)
+        write_section(SECTION, text)
     return 0
 
 

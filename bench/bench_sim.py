@@ -34,6 +34,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "src"))
 
 from shoal.sched import SchedConfig  # noqa: E402
+from benchmarks_md import write_section  # noqa: E402  (bench/ is on sys.path as the script's folder)
 from shoal.sim import Simulator, build_report, parse_sim_cluster, read_trace  # noqa: E402
 
 SECTION = "## Simulator"
@@ -102,16 +103,6 @@ def machine() -> dict[str, str]:
     }
 
 
-def write_section(text: str) -> None:
-    path = REPO / "BENCHMARKS.md"
-    old = path.read_text(encoding="utf-8") if path.exists() else "# Benchmarks\n"
-    start = old.find(SECTION + "\n")
-    if start == -1:
-        new = old.rstrip("\n") + "\n\n" + text
-    else:
-        end = old.find("\n## ", start + len(SECTION))
-        new = old[:start] + text + ("" if end == -1 else old[end:].lstrip("\n").join(["\n", ""]))
-    path.write_text(new.rstrip("\n") + "\n", encoding="utf-8")
 
 
 def main() -> int:
@@ -187,7 +178,7 @@ def main() -> int:
     text = "\n".join(lines) + "\n"
     print(text)
     if not args.no_write:
-        write_section(text)
+        write_section(SECTION, text)
     return 0
 
 

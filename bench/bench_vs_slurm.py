@@ -36,6 +36,7 @@ sys.path.insert(0, str(REPO))
 
 from bench.bench_foundation import ensure_bytecode, load_average, machine_facts, median  # noqa: E402
 from bench.slurm import cluster as slurm  # noqa: E402
+from benchmarks_md import write_section  # noqa: E402  (bench/ is on sys.path as the script's folder)
 from tests.integration.cluster import BIN, LocalCluster  # noqa: E402  (the one local-cluster harness)
 
 SECTION = "## Shoal vs Slurm"
@@ -434,18 +435,6 @@ def render(facts: dict[str, str], command: str, mode: Mode, results: dict[str, R
     return "\n".join(out) + "\n"
 
 
-def write_section(path: Path, section: str, text: str) -> None:
-    """Replace (or append) one ``## `` section; keep every other section as it is."""
-    old = path.read_text() if path.exists() else "# Benchmarks\n\nFigures written by the scripts in bench/.\n"
-    lines = old.splitlines()
-    start = next((i for i, line in enumerate(lines) if line.strip() == section), None)
-    if start is None:
-        new = old.rstrip("\n") + "\n\n" + text.rstrip("\n") + "\n"
-    else:
-        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
-        rest = [""] + lines[end:] if end < len(lines) else []
-        new = "\n".join(lines[:start] + text.rstrip("\n").splitlines() + rest) + "\n"
-    path.write_text(new)
 
 
 # ---------------------------------------------------------------------- main
@@ -498,7 +487,7 @@ def main(argv: list[str] | None = None) -> int:
                   args.cpus_per_node)
     print(text)
     if not args.no_write:
-        write_section(Path(args.output), SECTION, text)
+        write_section(SECTION, text, Path(args.output))
         log(f"wrote the {SECTION!r} section of {args.output}")
     if not args.keep:
         shutil.rmtree(base, ignore_errors=True)

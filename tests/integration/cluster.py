@@ -132,3 +132,14 @@ class LocalCluster:
 
     def node_names(self) -> list[str]:
         return list(self.state["pids"]["agents"])
+
+
+def wait_until(predicate, timeout: float, what: str, interval: float = 0.1):
+    """Poll ``predicate`` until it returns something true (and return that), or fail saying what."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")

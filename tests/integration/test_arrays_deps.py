@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tests.integration.cluster import LocalCluster
+from tests.integration.cluster import LocalCluster, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -19,16 +19,6 @@ def cluster(tmp_path_factory) -> LocalCluster:
     c.up()
     yield c
     c.down()
-
-
-def wait_until(predicate, timeout: float, what: str, interval: float = 0.1):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def test_throttled_array_runs_at_most_two_tasks_at_once_with_its_own_ids_and_outputs(cluster):

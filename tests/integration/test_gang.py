@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tests.integration.cluster import LocalCluster
+from tests.integration.cluster import LocalCluster, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -20,16 +20,6 @@ def cluster(tmp_path_factory) -> LocalCluster:
     c.up()
     yield c
     c.down()
-
-
-def wait_until(predicate, timeout: float, what: str, interval: float = 0.1):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def read_intervals(paths) -> list[tuple[str, int, float, float, str]]:

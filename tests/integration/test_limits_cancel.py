@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests.integration.cluster import LocalCluster
+from tests.integration.cluster import LocalCluster, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -26,16 +26,6 @@ def cluster(tmp_path_factory) -> LocalCluster:
 def alice(cluster) -> dict:
     token = cluster.run(["shoal", "token", "create", "--user", "alice"]).stdout.strip()
     return {"SHOAL_TOKEN": token}
-
-
-def wait_until(predicate, timeout: float, what: str, interval: float = 0.1):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def pid_alive(pid: int) -> bool:

@@ -9,17 +9,7 @@ import os
 import signal
 import time
 
-from tests.integration.cluster import LocalCluster
-
-
-def wait_until(predicate, timeout: float, what: str, interval: float = 0.1):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+from tests.integration.cluster import LocalCluster, wait_until
 
 
 def test_killed_agent_fails_its_jobs_and_requeues_the_ones_that_asked(make_cluster):

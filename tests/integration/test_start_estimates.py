@@ -9,7 +9,7 @@ from datetime import datetime
 
 import pytest
 
-from tests.integration.cluster import LocalCluster
+from tests.integration.cluster import LocalCluster, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -18,16 +18,6 @@ def cluster(tmp_path_factory) -> LocalCluster:
     c.up()
     yield c
     c.down()
-
-
-def wait_until(predicate, timeout: float, what: str):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def test_squeue_start_shows_the_pending_job_starting_when_the_running_one_must_end(cluster):

@@ -7,11 +7,10 @@ after another and the order they start in is the queue's priority order.
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
-from tests.integration.cluster import LocalCluster
+from tests.integration.cluster import LocalCluster, wait_until
 
 TEAMS = [
     {"name": "research", "shares": 1, "accounts": [
@@ -61,23 +60,13 @@ def reasons(cluster) -> dict[int, str]:
     return {int(i): r for i, r in zip(out[::2], out[1::2])}
 
 
-def wait_until(check, what: str, timeout: float = 30.0):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        got = check()
-        if got:
-            return got
-        time.sleep(0.1)
-    raise AssertionError(f"{what} did not happen within {timeout:g}s")
-
-
 def test_the_team_that_used_the_cluster_waits_behind_the_one_that_did_not(story):
     cluster, as_ = story(**fair_share())
     hog = cluster.sbatch("--gpus=4", "--wrap", "sleep 300", env=as_["alice"])
     cluster.wait_for(hog, states=("RUNNING",), timeout=15)
     first = cluster.sbatch("--gpus=4", "--wrap", "sleep 1", env=as_["alice"])
     second = cluster.sbatch("--gpus=4", "--wrap", "sleep 1", env=as_["bob"])
-    prio = wait_until(lambda: (p := sprio(cluster)) and len(p) == 2 and p, "sprio listing both jobs")
+    prio = wait_until(lambda: (p := sprio(cluster)) and len(p) == 2 and p, 30, "sprio listing both jobs")
     assert prio["bob"] > prio["alice"], prio
     shares = {line.split("|")[1]: line.split("|") for line in
               cluster.run(["sshare", "-a", "-P", "-n"]).stdout.splitlines() if line.split("|")[1]}
@@ -102,7 +91,7 @@ def test_as_old_usage_decays_the_queue_order_comes_back(story):
     prio = sprio(cluster)
     assert prio["bob"] > prio["alice"], prio
     # ...but with a five-second half-life bob's running job soon outweighs it.
-    wait_until(lambda: (p := sprio(cluster))["alice"] > p["bob"], "alice overtaking bob", timeout=30)
+    wait_until(lambda: (p := sprio(cluster))["alice"] > p["bob"], 30, "alice overtaking bob")
     cluster.run(["scancel", str(hog)])
     a = cluster.wait_for(first, timeout=30)
     b = cluster.wait_for(second, timeout=30)
@@ -133,7 +122,7 @@ def test_qos_limits_hold_jobs_with_slurms_reasons(story):
     }
     other_team = cluster.sbatch("--qos=team", "--gpus=1", "--wrap", "sleep 300", env=as_["bob"])
     cluster.wait_for(other_team, states=("RUNNING",), timeout=15)
-    wait_until(lambda: reasons(cluster) == held, f"squeue reasons {held}")
+    wait_until(lambda: reasons(cluster) == held, 30, f"squeue reasons {held}")
     refused = cluster.run(["sbatch", "--qos=one", "--wrap", "true"], env=alice, check=False)
     assert refused.returncode != 0
     assert "QOS one" in refused.stderr and "MaxSubmitJobsPerUser" in refused.stderr, refused.stderr

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests.integration.cluster import LocalCluster
+from tests.integration.cluster import LocalCluster, wait_until
 
 QOS = [
     {"name": "normal"},
@@ -47,16 +47,6 @@ def cluster(tmp_path):
     c = LocalCluster(tmp_path / "cluster", nodes=2, gpus_per_node=4, config=str(path)).up()
     yield c
     c.down()
-
-
-def wait_until(check, what: str, timeout: float = 30.0):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        got = check()
-        if got:
-            return got
-        time.sleep(0.05)
-    raise AssertionError(f"{what} did not happen within {timeout:g}s")
 
 
 def test_a_scavenger_gang_checkpoints_on_its_signal_makes_way_and_comes_back(cluster):
@@ -106,6 +96,6 @@ def test_a_spot_job_without_a_signal_is_cancelled_and_ends_preempted(cluster):
     assert first["start_time"] - first["submit_time"] <= 2 + 3, first  # KillWait, and a pass or two
     gone = cluster.wait_for(spot, states=("PREEMPTED",), timeout=10)
     assert gone["restart_count"] == 0 and gone["reason"] == "Preempted"
-    assert wait_until(lambda: cluster.job(urgent)["state"] == "COMPLETED", "the urgent job ending")
+    assert wait_until(lambda: cluster.job(urgent)["state"] == "COMPLETED", 30, "the urgent job ending")
     time.sleep(1.5)
     assert cluster.job(spot)["state"] == "PREEMPTED", "a cancelled victim must not come back"
