@@ -55,3 +55,25 @@ def test_a_bad_agent_config_is_one_clear_line(cluster, tmp_path):
     assert out.returncode == 2
     assert "unknown key 'gpu_modle'" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_shoal_up_drops_hosts_entries_left_by_a_dead_cluster(make_cluster, tmp_path):
+    import os
+
+    import pytest
+
+    if os.geteuid() != 0:
+        pytest.skip("only root's `shoal up` manages /etc/hosts")
+    gone = tmp_path / "gone-cluster"
+    stale = f"# BEGIN shoal local cluster {gone}\n127.0.99.2\tnode01\n# END shoal local cluster {gone}\n"
+    with open("/etc/hosts", "a") as f:
+        f.write(stale)
+    try:
+        cluster = make_cluster(nodes=1, gpus_per_node=0)
+        hosts = open("/etc/hosts").read()
+        assert f"shoal local cluster {gone}" not in hosts
+        assert f"{cluster.address_base}\tnode01" in hosts
+    finally:
+        text = open("/etc/hosts").read()
+        if stale in text:
+            open("/etc/hosts", "w").write(text.replace(stale, ""))

@@ -227,6 +227,14 @@ def _hosts_add(sdir: Path, names: list[str], addresses: list[str]) -> bool:
     begin, end = _marker(sdir)
     try:
         text = _hosts_strip(Path(HOSTS_FILE).read_text(), begin, end)
+        # Names resolve to the first match: drop blocks left by clusters that are gone
+        # (killed without `shoal down`), or they would shadow this cluster's nodes.
+        for line in text.splitlines():
+            if line.startswith("# BEGIN shoal local cluster "):
+                other = Path(line.removeprefix("# BEGIN shoal local cluster "))
+                state = _read_state(other)
+                if state is None or not _alive(state["pids"]["server"]):
+                    text = _hosts_strip(text, *_marker(other))
         block = [begin] + [f"{a}\t{n}" for n, a in zip(names, addresses)] + [end]
         Path(HOSTS_FILE).write_text(text.rstrip("\n") + "\n" + "\n".join(block) + "\n")
         return True
