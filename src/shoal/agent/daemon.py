@@ -15,6 +15,7 @@ from pathlib import Path
 
 from shoal.agent.gpus import GPUInventory
 from shoal.agent.host import HostFacts
+from shoal.agent.pods import PodManager
 from shoal.agent.runtime import Run, Runtime
 from shoal.agent.stepserver import StepServer
 from shoal.cli.client import Client, ClientError
@@ -34,6 +35,9 @@ class AgentConfig:
     inventory: GPUInventory
     labels: dict[str, str] = field(default_factory=dict)
     features: list[str] = field(default_factory=list)
+    taints: list[dict] = field(default_factory=list)  # applied when the node first registers
+    runtime: str = "process"  # pods' default container runtime
+    images: dict[str, list[str]] = field(default_factory=dict)  # process runtime: image glob -> argv
 
 
 class Agent:
@@ -41,6 +45,12 @@ class Agent:
         self.cfg = cfg
         self.name = cfg.name
         self.runtime = Runtime(cfg.name, cfg.workdir, self._on_exit)
+        self.pods = PodManager(cfg.name, cfg.workdir, cfg.address, self._on_pod_change, images=cfg.images,
+                               default_runtime=cfg.runtime)
+        self._pod_ids: dict[str, tuple[int, int]] = {}  # run key -> (job id, run)
+        self._pod_updates: dict[str, list[dict]] = {}  # run key -> events not yet reported
+        self._pod_exits_sent: set[str] = set()
+        self._pod_lock = threading.Lock()
         self.events: queue.Queue = queue.Queue()
         self.stop = threading.Event()
         self.credential: str | None = None
@@ -62,7 +72,7 @@ class Agent:
             "name": self.name, "address": self.cfg.address, "port": self.step_server.server_address[1],
             "cpus": host.cpus, "memory_mb": host.memory_mb,
             "gpus": [g.__dict__ for g in inv.gpus], "labels": self.cfg.labels, "features": self.cfg.features,
-            "boot_time": host.boot_time, "alive": self.runtime.alive_keys(),
+            "boot_time": host.boot_time, "alive": self.alive_keys(), "taints": self.cfg.taints,
         }
         self._server.token = self.cfg.join_token
         reply = self._server.post("/api/v1/agents/register", body)
@@ -90,6 +100,9 @@ class Agent:
                 delay = min(delay * 2, 5.0)
         threading.Thread(target=self._reporter, name="reporter", daemon=True).start()
         self._work_loop()
+
+    def alive_keys(self) -> list[str]:
+        return sorted(set(self.runtime.alive_keys()) | set(self.pods.alive_keys()))
 
     def shutdown(self) -> None:
         self.stop.set()
@@ -130,17 +143,30 @@ class Agent:
         kill = {k["key"] for k in work["kill"]}
         self._desired = desired | kill
         for entry in work["runs"]:
+            if "pod" in entry:
+                with self._pod_lock:
+                    self._pod_ids[entry["key"]] = (entry["job_id"], entry["run"])
+                self.pods.ensure(entry)
+                continue
             self.runtime.ensure(entry["key"], entry["job_id"], entry["run"])
             if "batch" in entry:
                 self.runtime.start_batch(entry, {"SHOAL_SERVER": self.cfg.server})
+        pod_keys = set(self.pods.alive_keys())
         for k in work["kill"]:
-            self.runtime.kill(k["key"], self.kill_wait, now)
+            if k["key"] in pod_keys:
+                self.pods.stop(k["key"])
+            else:
+                self.runtime.kill(k["key"], self.kill_wait, now)
         # Anything running here that the server does not list was ended or moved: stop it.
         with self.runtime.lock:
             strays = [k for k, r in self.runtime.runs.items() if k not in self._desired and r.alive()]
         for k in strays:
             log.warning("run %s is not listed by the server any more: killing it", k)
             self.runtime.kill(k, self.kill_wait, now)
+        for k in pod_keys - self._desired:
+            log.warning("pod %s is not listed by the server any more: stopping it", k)
+            self.pods.stop(k)
+            strays.append(k)
         last = self._applied_signals.get(work["epoch"], 0)
         for sig in work.get("signals", ()):
             if sig["seq"] > last:
@@ -148,10 +174,38 @@ class Agent:
                 last = sig["seq"]
         self._applied_signals = {work["epoch"]: last}
         self.runtime.forget_dead(self._desired)
+        self.pods.forget_dead(self._desired)
         if kill or strays:
             self._report_now.set()
 
     # ---------------------------------------------------------------- reports
+
+    def _on_pod_change(self, key: str, status: dict, events: list[dict]) -> None:
+        with self._pod_lock:
+            self._pod_updates.setdefault(key, []).extend(events)
+        self._report_now.set()
+
+    def _pod_reports(self, everything: bool) -> list[dict]:
+        """The pods whose status changed (all of them with a heartbeat), and finished pods'
+        exits, which are reported once like a batch script's."""
+        with self._pod_lock:
+            updates, self._pod_updates = self._pod_updates, {}
+            ids = dict(self._pod_ids)
+        keys = set(updates) | (set(self.pods.alive_keys()) & set(ids) if everything else set())
+        out = []
+        for key in sorted(keys):
+            if key not in ids:
+                continue
+            job_id, run = ids[key]
+            out.append({"key": key, "job_id": job_id, "run": run, "status": self.pods.status(key),
+                        "events": updates.get(key, [])})
+            ended = self.pods.exit_of(key)
+            if ended is not None and key not in self._pod_exits_sent:
+                self._pod_exits_sent.add(key)
+                code, sig = ended
+                self.events.put({"type": "exit", "key": key, "job_id": job_id, "run": run,
+                                 "exit_code": code, "signal": sig, "time": time.time()})
+        return out
 
     def _on_exit(self, run: Run, exit_code: int, sig: int, when: float) -> None:
         self.events.put({"type": "exit", "key": run.key, "job_id": run.job_id, "run": run.run,
@@ -160,13 +214,17 @@ class Agent:
 
     def _reporter(self) -> None:
         pending: list[dict] = []
+        unsent: dict[str, dict] = {}  # pod reports a failed post did not deliver, by run key
         while not self.stop.is_set():
             # While a kill is in progress look again soon, so KILL follows TERM on time and
             # the server hears promptly that the processes are gone.
             killing = any(r.killing_since is not None and r.alive() for r in list(self.runtime.runs.values()))
-            self._report_now.wait(timeout=0.1 if killing else self.heartbeat_interval)
+            woken = self._report_now.wait(timeout=0.1 if killing else self.heartbeat_interval)
             self._report_now.clear()
             self._advance_kills()
+            for rp in self._pod_reports(everything=not woken):
+                old = unsent.get(rp["key"])
+                unsent[rp["key"]] = {**rp, "events": (old["events"] if old else []) + rp["events"]}
             while True:
                 try:
                     pending.append(self.events.get_nowait())
@@ -174,8 +232,10 @@ class Agent:
                     break
             try:
                 self._server.post(f"/api/v1/agents/{self.name}/report",
-                                  {"events": pending, "alive": self.runtime.alive_keys()}, timeout=10)
+                                  {"events": pending, "alive": self.alive_keys(),
+                                   "pods": list(unsent.values())}, timeout=10)
                 pending = []
+                unsent = {}
             except ClientError as e:
                 log.warning("report failed (will retry): %s", e)
                 self.stop.wait(0.5)

@@ -24,7 +24,45 @@ def parse_labels(items: list[str]) -> dict[str, str]:
 
 AGENT_DEFAULTS = {"address": "0.0.0.0", "port": 6818, "gpu_model": "A100-SXM4-80GB"}
 _CONFIG_KEYS = {"server", "join_token", "join_token_file", "name", "address", "port", "workdir", "fake_gpus",
-                "gpu_model", "fake_gpus_file", "cpus", "memory", "labels", "features"}
+                "gpu_model", "fake_gpus_file", "cpus", "memory", "labels", "features", "taints", "runtime",
+                "images"}
+RUNTIMES = ("process", "podman", "docker", "enroot", "apptainer")
+
+
+def parse_taint_text(item) -> dict:
+    """``key=value:Effect`` or ``key:Effect`` (or a {key, value, effect} mapping) -> a taint dict."""
+    from shoal.model.selectors import SelectorError, Taint
+
+    try:
+        if isinstance(item, dict):
+            return Taint.from_dict(item).to_dict()
+        head, sep, effect = str(item).rpartition(":")
+        if not sep:
+            raise ValueError
+        key, _, value = head.partition("=")
+        return Taint(key, value, effect).to_dict()
+    except SelectorError as e:
+        raise ValueError(f"invalid taint {item!r}: {e}") from None
+    except ValueError:
+        raise ValueError(f"invalid taint {item!r}: expected key=value:Effect or key:Effect "
+                         "(Effect: NoSchedule, PreferNoSchedule or NoExecute)") from None
+
+
+def parse_images(items) -> dict[str, list[str]]:
+    """The process runtime's image map: {glob: argv} from the config, or IMAGE=COMMAND flags."""
+    import shlex
+
+    out: dict[str, list[str]] = {}
+    if isinstance(items, dict):
+        for glob, argv in items.items():
+            out[str(glob)] = shlex.split(argv) if isinstance(argv, str) else [str(a) for a in argv]
+        return out
+    for item in items or ():
+        glob, sep, command = str(item).partition("=")
+        if not sep or not glob or not command.strip():
+            raise ValueError(f"invalid --image {item!r}: expected IMAGE_GLOB=COMMAND")
+        out[glob] = shlex.split(command)
+    return out
 
 
 def apply_config_file(args) -> None:
@@ -46,7 +84,7 @@ def apply_config_file(args) -> None:
         if unknown:
             raise ValueError(f"agent configuration {args.config}: unknown key {unknown[0]!r} "
                              f"(known: {', '.join(sorted(_CONFIG_KEYS))})")
-    for key in _CONFIG_KEYS - {"labels", "features"}:
+    for key in _CONFIG_KEYS - {"labels", "features", "taints", "images"}:
         if getattr(args, key, None) is None:
             setattr(args, key, conf.get(key, AGENT_DEFAULTS.get(key)))
     labels = conf.get("labels") or {}
@@ -57,6 +95,17 @@ def apply_config_file(args) -> None:
     if not isinstance(features, list):
         raise ValueError(f"agent configuration {args.config}: features must be a list")
     args.feature = [str(f) for f in features] + list(args.feature)
+    taints = conf.get("taints") or []
+    if not isinstance(taints, list):
+        raise ValueError(f"agent configuration {args.config}: taints must be a list")
+    args.taint = [parse_taint_text(t) for t in taints] + [parse_taint_text(t) for t in args.taint or ()]
+    images = conf.get("images") or {}
+    if not isinstance(images, dict):
+        raise ValueError(f"agent configuration {args.config}: images must be a mapping of image glob: command")
+    args.images = {**parse_images(images), **parse_images(args.image or ())}
+    args.runtime = args.runtime or "process"
+    if args.runtime not in RUNTIMES:
+        raise ValueError(f"unknown runtime {args.runtime!r} (one of {', '.join(RUNTIMES)})")
     if not args.server:
         raise ValueError("the server URL is required: --server or 'server:' in --config")
 
@@ -104,7 +153,8 @@ def run(args) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     features = sorted(set(args.feature or []) | _gpu_features(inventory.gpus))
     cfg = AgentConfig(name=name, server=args.server, join_token=join, address=args.address, port=args.port,
-                      workdir=workdir, host=host, inventory=inventory, labels=labels, features=features)
+                      workdir=workdir, host=host, inventory=inventory, labels=labels, features=features,
+                      taints=args.taint, runtime=args.runtime, images=args.images)
     try:
         agent = Agent(cfg)
     except OSError as e:
@@ -113,6 +163,7 @@ def run(args) -> int:
 
     def _term(signum, frame):
         agent.runtime.kill_all()
+        agent.pods.shutdown()
         agent.shutdown()
         raise SystemExit(0)
 

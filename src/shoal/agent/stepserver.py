@@ -19,8 +19,11 @@ import selectors
 import socket
 import subprocess
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs
 
+from shoal.agent.pods import LogNotFound
 from shoal.agent.runtime import Runtime, _killpg, set_gpu_env
 
 log = logging.getLogger("shoal.agent.steps")
@@ -47,8 +50,41 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self):
         if self.path == "/healthz":
             self._json(200, {"ok": True, "node": self.server.agent.name})
+        elif self.path.startswith("/v1/pods/log?"):
+            self._pod_log(self.path.partition("?")[2])
         else:
             self._json(404, {"detail": "not found"})
+
+    def _pod_log(self, query: str) -> None:
+        """A container's log, for ``shoal logs`` (the server signs the query with the step key)."""
+        agent = self.server.agent
+        body, _, sig = query.rpartition("&sig=")
+        want = hmac.new(agent.step_key.encode(), body.encode(), hashlib.sha256).hexdigest()
+        if not sig or not hmac.compare_digest(want, sig):
+            return self._json(403, {"detail": "invalid log request signature"})
+        q = {k: v[0] for k, v in parse_qs(body).items()}
+        if abs(time.time() - float(q.get("t", 0))) > 300:
+            return self._json(403, {"detail": "expired log request"})
+        key, container = q.get("key", ""), q.get("container", "")
+        try:
+            path = agent.pods.log_path(key, container, previous=q.get("previous") == "1")
+        except LogNotFound as e:
+            return self._json(404, {"detail": str(e)})
+        if not path.exists():
+            what = "previous terminated container" if q.get("previous") == "1" else "container"
+            return self._json(400, {"detail": f'{what} "{container}" has no log yet'})
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; charset=utf-8")
+        self.end_headers()
+        tail = int(q["tail"]) if q.get("tail") else None
+
+        def alive() -> bool:
+            try:
+                return key in agent.pods.alive_keys() and path == agent.pods.log_path(key, container)
+            except LogNotFound:
+                return False
+
+        _send_log(path, self.wfile, tail, follow=q.get("follow") == "1", alive=alive)
 
     def do_POST(self):
         if self.path != "/v1/steps":
@@ -79,6 +115,39 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+
+
+def _send_log(path, wfile, tail: int | None, follow: bool, alive) -> None:
+    """Write the log (its last ``tail`` lines), then, when following, what the container
+    appends, until it exits (or restarts into a new log file) or the client goes away."""
+    with open(path, "rb") as f:
+        if tail is not None:
+            lines = f.read().splitlines(keepends=True)
+            data = b"".join(lines[-tail:]) if tail else b""
+        else:
+            data = f.read()
+        try:
+            wfile.write(data)
+            wfile.flush()
+            idle = 0.0
+            while follow:
+                chunk = f.read(65536)
+                if chunk:
+                    wfile.write(chunk)
+                    wfile.flush()
+                    idle = 0.0
+                    continue
+                if not alive():
+                    wfile.write(f.read())
+                    break
+                time.sleep(0.1)
+                idle += 0.1
+                if idle >= 5.0:  # a keep-alive probe: a write to a gone client fails
+                    wfile.write(b"")
+                    wfile.flush()
+                    idle = 0.0
+        except OSError:
+            pass
 
 
 def _check(agent, req: dict) -> str | None:

@@ -25,9 +25,10 @@ DEFAULT_CONFIG = "~/.config/shoal/config.yaml"
 class ClientError(Exception):
     """A request the server refused, or a server that could not be reached. Carries the message to print."""
 
-    def __init__(self, message: str, status: int | None = None):
+    def __init__(self, message: str, status: int | None = None, body: Any = None):
         super().__init__(message)
         self.status = status
+        self.body = body  # the decoded JSON answer, for callers that read structured errors
 
 
 def config_path() -> str:
@@ -111,6 +112,62 @@ class Client:
         return self.request("DELETE", path)
 
     def request(self, method: str, path: str, body: dict | None = None, timeout: float | None = None):
+        status, data = self._roundtrip(self._message(method, path, body), timeout or self.timeout)
+        try:
+            doc = json.loads(data) if data else None
+        except ValueError:
+            doc = None
+        if status >= 400:
+            raise _status_error(status, doc, data)
+        return doc
+
+    def stream(self, path: str, params: dict | None = None, read_timeout: float | None = None):
+        """GET ``path`` and yield the body's bytes as they arrive (``logs -f``): chunked or not.
+
+        ``read_timeout`` bounds each wait for data; None waits as long as the server keeps
+        the answer open. An error status raises ClientError as ``request`` does.
+        """
+        if params:
+            clean = {k: v for k, v in params.items() if v is not None}
+            if clean:
+                path = f"{path}?{urlencode(clean)}"
+        sock = self._connect(self.timeout)
+        try:
+            try:
+                sock.sendall(self._message("GET", path, None))
+                sock.settimeout(read_timeout)
+                buf = b""
+                while b"\r\n\r\n" not in buf:
+                    chunk = sock.recv(65536)
+                    if not chunk:
+                        break
+                    buf += chunk
+                if b"\r\n\r\n" not in buf:
+                    raise ClientError("the server sent a malformed HTTP response")
+                head, _, rest = buf.partition(b"\r\n\r\n")
+                status, _ = _parse_response(head + b"\r\n\r\n")
+                chunked = b"transfer-encoding: chunked" in head.lower()
+                if status >= 400:
+                    while True:
+                        chunk = sock.recv(65536)
+                        if not chunk:
+                            break
+                        rest += chunk
+                    data = _dechunk(rest) if chunked else rest
+                    try:
+                        doc = json.loads(data) if data else None
+                    except ValueError:
+                        doc = None
+                    raise _status_error(status, doc, data)
+                yield from (_dechunk_stream(sock, rest) if chunked else _raw_stream(sock, rest))
+            except socket.timeout:
+                raise ClientError(f"the Shoal server at {self.server} sent nothing for {read_timeout:g}s") from None
+            except OSError as e:
+                raise ClientError(f"connection to the Shoal server at {self.server} failed: {e}") from None
+        finally:
+            sock.close()
+
+    def _message(self, method: str, path: str, body: dict | None) -> bytes:
         payload = b"" if body is None else json.dumps(body).encode()
         headers = [
             f"{method} {self.base}{path} HTTP/1.1",
@@ -129,20 +186,9 @@ class Client:
         if body is not None:
             headers.append("Content-Type: application/json")
         headers.append(f"Content-Length: {len(payload)}")
-        raw = ("\r\n".join(headers) + "\r\n\r\n").encode() + payload
-        status, data = self._roundtrip(raw, timeout or self.timeout)
-        try:
-            doc = json.loads(data) if data else None
-        except ValueError:
-            doc = None
-        if status >= 400:
-            detail = doc.get("detail") if isinstance(doc, dict) else None
-            if isinstance(detail, list):  # validation errors: name the field
-                detail = "; ".join(_field_error(d) for d in detail)
-            raise ClientError(str(detail or data.decode(errors="replace") or f"HTTP {status}"), status)
-        return doc
+        return ("\r\n".join(headers) + "\r\n\r\n").encode() + payload
 
-    def _roundtrip(self, raw: bytes, timeout: float) -> tuple[int, bytes]:
+    def _connect(self, timeout: float) -> socket.socket:
         try:
             sock = socket.create_connection((_address_host(self.host), self.port), timeout=timeout)
         except OSError as e:
@@ -156,6 +202,10 @@ class Client:
             sock = ssl.create_default_context(cafile=os.environ.get("SHOAL_CA")).wrap_socket(
                 sock, server_hostname=self.host
             )
+        return sock
+
+    def _roundtrip(self, raw: bytes, timeout: float) -> tuple[int, bytes]:
+        sock = self._connect(timeout)
         try:
             sock.sendall(raw)
             chunks = []
@@ -310,6 +360,54 @@ def _dechunk(body: bytes) -> bytes:
         out.append(rest[:size])
         body = rest[size + 2 :]
     return b"".join(out)
+
+
+def _status_error(status: int, doc: Any, data: bytes) -> ClientError:
+    detail = doc.get("detail") if isinstance(doc, dict) else None
+    if isinstance(detail, list):  # validation errors: name the field
+        detail = "; ".join(_field_error(d) for d in detail)
+    return ClientError(str(detail or data.decode(errors="replace") or f"HTTP {status}"), status, doc)
+
+
+def _raw_stream(sock: socket.socket, rest: bytes):
+    if rest:
+        yield rest
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return
+        yield chunk
+
+
+def _dechunk_stream(sock: socket.socket, buf: bytes):
+    """Chunked transfer-coding decoded as the chunks arrive."""
+
+    def fill(need: int) -> bool:
+        nonlocal buf
+        while len(buf) < need:
+            chunk = sock.recv(65536)
+            if not chunk:
+                return False
+            buf += chunk
+        return True
+
+    while True:
+        while b"\r\n" not in buf:
+            if not fill(len(buf) + 1):
+                return
+        size_line, _, buf = buf.partition(b"\r\n")
+        try:
+            size = int(size_line.split(b";")[0], 16)
+        except ValueError:
+            raise ClientError("the server sent a malformed chunked response") from None
+        if size == 0:
+            return
+        if not fill(size + 2):
+            if buf:
+                yield buf[:size]
+            return
+        yield buf[:size]
+        buf = buf[size + 2:]
 
 
 def _field_error(d: dict) -> str:

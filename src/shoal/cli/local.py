@@ -142,6 +142,12 @@ def up(args) -> int:
             cmd += ["--fake-gpus", str(args.gpus_per_node), "--gpu-model", args.gpu_model]
         for label in args.label:
             cmd += ["--label", label]
+        for taint in getattr(args, "taint", None) or ():
+            cmd += ["--taint", taint]
+        for image in getattr(args, "image", None) or ():
+            cmd += ["--image", image]
+        if getattr(args, "runtime", None):
+            cmd += ["--runtime", args.runtime]
         if use_uts:
             cmd = ["unshare", "--uts", "--", *cmd, "--hostname"]
         pids["agents"][name] = _spawn(cmd, sdir / "logs" / f"{name}.log")
@@ -162,6 +168,16 @@ def up(args) -> int:
     else:
         return _failed(sdir, f"not every node registered within {args.timeout:g}s", None)
     _write_client_config(server_url, token)
+    if getattr(args, "gateway", None):
+        pids["gateway"] = _spawn([py, "-m", "shoal", "gateway", "--server", server_url, "--token-file",
+                                  str(admin_file), "--listen", f"127.0.0.1:{args.gateway}"],
+                                 sdir / "logs" / "gateway.log")
+        state["gateway"] = f"http://127.0.0.1:{args.gateway}"
+        _write_state(sdir, state)
+        while time.time() < deadline and not _healthy(state["gateway"], "/gateway/healthz"):
+            if not _alive(pids["gateway"]):
+                return _failed(sdir, "the gateway exited during start-up", "gateway.log")
+            time.sleep(0.05)
     gpus = f"{args.gpus_per_node} x {model.product}" if model else "no GPUs"
     print(f"Shoal local cluster is up: {args.nodes} nodes ({names[0]}..{names[-1]}), {gpus} each, "
           f"{args.cpus_per_node} CPUs, {args.memory_per_node} memory")
@@ -170,7 +186,9 @@ def up(args) -> int:
     if not use_uts:
         print("  note     not root: nodes share this machine's hostname, and node names resolve only if "
               "/etc/hosts lists them")
-    print("  try      sinfo; sbatch --wrap hostname; squeue; shoal down")
+    if state.get("gateway"):
+        print(f"  gateway  {state['gateway']}  (Host: NAME.NAMESPACE, or /api/v1/namespaces/NS/services/NAME/proxy/)")
+    print("  try      sinfo; sbatch --wrap hostname; squeue; shoal apply -f app.yaml; shoal down")
     return 0
 
 
@@ -181,9 +199,9 @@ def _spawn(cmd: list[str], log: Path) -> int:
     return p.pid
 
 
-def _healthy(url: str) -> bool:
+def _healthy(url: str, path: str = "/healthz") -> bool:
     try:
-        Client(url).get("/healthz", timeout=1)
+        Client(url).get(path, timeout=1)
         return True
     except ClientError:
         return False
@@ -269,6 +287,7 @@ def _stop(sdir: Path, quiet: bool) -> None:
         return
     pids = state["pids"]
     agents = [p for p in pids["agents"].values() if p]
+    _terminate([pids["gateway"]] if pids.get("gateway") else [])
     _terminate(agents)
     _terminate([pids["server"]] if pids["server"] else [])
     if state.get("hosts"):

@@ -1,4 +1,4 @@
-"""`shoal`: run the server or an agent, start and stop a local cluster, manage tokens."""
+"""`shoal`: run the server, an agent or the gateway, start and stop a local cluster, manage tokens."""
 
 from __future__ import annotations
 
@@ -39,6 +39,12 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--label", action="append", default=[], metavar="KEY=VALUE")
     a.add_argument("--feature", action="append", default=[], help="node feature for --constraint")
     a.add_argument("--hostname", action="store_true", help="set the UTS hostname to the node name")
+    a.add_argument("--taint", action="append", default=[], metavar="KEY[=VALUE]:EFFECT",
+                   help="taint the node when it first registers (pods must tolerate it)")
+    a.add_argument("--runtime", help="default container runtime for pods: process (default), podman, docker, "
+                                     "enroot or apptainer")
+    a.add_argument("--image", action="append", default=[], metavar="GLOB=COMMAND",
+                   help="process runtime: run COMMAND for pods whose image matches GLOB and has no command")
 
     u = sub.add_parser("up", help="start a local cluster (server + N agents) in the background")
     u.add_argument("--nodes", type=int, default=4)
@@ -54,6 +60,13 @@ def _parser() -> argparse.ArgumentParser:
     u.add_argument("--db", help="SQLAlchemy URL (default: SQLite in the state dir)")
     u.add_argument("--state-dir", help="default: $SHOAL_STATE_DIR or ~/.local/state/shoal/local")
     u.add_argument("--label", action="append", default=[], metavar="KEY=VALUE", help="label for every node")
+    u.add_argument("--taint", action="append", default=[], metavar="KEY[=VALUE]:EFFECT",
+                   help="taint every node (pods must tolerate it; batch jobs ignore taints)")
+    u.add_argument("--runtime", help="pods' container runtime on every node (default: process)")
+    u.add_argument("--image", action="append", default=[], metavar="GLOB=COMMAND",
+                   help="process runtime: what to run for an image without a command")
+    u.add_argument("--gateway", type=int, metavar="PORT",
+                   help="also start a gateway on 127.0.0.1:PORT routing to Services' ready pods")
     u.add_argument("--heartbeat-timeout", type=float, help="seconds before a silent node is DOWN")
     u.add_argument("--kill-wait", type=float, help="seconds between SIGTERM and SIGKILL")
     u.add_argument("--timeout", type=float, default=60.0, help="give up if the nodes are not ready in time")
@@ -65,6 +78,26 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("action", choices=["create"])
     t.add_argument("--user", required=True)
     t.add_argument("--role", default="user", choices=["user", "admin"])
+
+    g = sub.add_parser("gateway", help="route HTTP requests to Services' ready pods")
+    g.add_argument("--listen", default="127.0.0.1:8080", help="host:port to serve on (default %(default)s)")
+    source = g.add_mutually_exclusive_group()
+    source.add_argument("--server", help="server URL to long-poll for routes (default: the client configuration's)")
+    source.add_argument("--routes", metavar="FILE", help="static routes JSON, shaped as GET /api/v1/kube/routes "
+                                                         "answers, re-read when it changes (no server needed)")
+    g.add_argument("--token-file", help="file with the API token (default: $SHOAL_TOKEN or the client configuration)")
+    g.add_argument("--hold-timeout", type=float, default=60.0, metavar="S",
+                   help="how long to hold a request for a scale-to-zero Service (default %(default)g)")
+    g.add_argument("--connect-timeout", type=float, default=5.0, metavar="S", help="default %(default)g")
+    g.add_argument("--retries", type=int, default=2, help="other pods to try when a connection fails "
+                                                          "(default %(default)s)")
+    g.add_argument("--metrics-interval", type=float, default=1.0, metavar="S",
+                   help="seconds between load reports to the server (default %(default)g)")
+    g.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+
+    from shoal.cli import kubectl
+
+    kubectl.add_parsers(sub)  # apply, get, describe, delete, scale, rollout, logs, taint, label, exec
 
     # Listed for --help only: main() hands `simulate ...` to shoal.sim.cli, imported lazily.
     sub.add_parser("simulate", help="replay a job trace on a simulated cluster, policies side by side",
@@ -80,12 +113,18 @@ def main(argv: list[str] | None = None) -> int:
         return simulate(argv[1:])
     parser = _parser()
     args = parser.parse_args(argv)
+    if getattr(args, "kubectl", None):
+        return args.kubectl(args)
     if args.command == "server":
         from shoal.server.main import run
 
         return run(args)
     if args.command == "agent":
         from shoal.agent.main import run
+
+        return run(args)
+    if args.command == "gateway":
+        from shoal.gateway.main import run
 
         return run(args)
     if args.command in ("up", "down"):

@@ -27,6 +27,26 @@ class Partition:
 
 
 @dataclass(frozen=True)
+class PodTerms:
+    """What a pod asks of its node beyond resources: the Kubernetes scheduling terms of its
+    spec, as plain data (``affinity`` and ``tolerations`` as the manifest writes them).
+
+    ``key`` identifies the static terms (node selector, node affinity, tolerations) so a pass
+    evaluates them once per distinct set; the server builds it."""
+
+    namespace: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    affinity: Mapping = field(default_factory=dict)
+    tolerations: tuple[Mapping, ...] = ()
+    ports: tuple[int, ...] = ()  # containerPorts: pods use the node's network
+    key: str = ""
+
+    def __hash__(self) -> int:
+        return hash((self.namespace, self.key, self.ports, tuple(sorted(self.labels.items()))))
+
+
+@dataclass(frozen=True)
 class NodeInfo:
     """A node's capacity and what sets it apart. Free resources are derived from allocations."""
 
@@ -37,6 +57,7 @@ class NodeInfo:
     gpus: tuple[GPU, ...] = ()
     features: frozenset[str] = frozenset()
     labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[tuple[str, str, str], ...] = ()  # (key, value, effect): pods must tolerate them
 
 
 @dataclass(frozen=True)
@@ -61,6 +82,7 @@ class PendingJob:
     nice: int = 0  # subtracted from the multifactor priority
     preemptor: bool = False  # jobs were preempted for it: it goes first until it starts
     reservation: str | None = None  # --reservation: the advance reservation it runs in
+    pod: PodTerms | None = None  # a serving pod: node selection by labels, taints, affinity
 
 
 @dataclass(frozen=True)
@@ -79,6 +101,7 @@ class ActiveJob:
     qos: str | None = None
     completing: bool = False  # ended, processes not yet gone: holds resources, not QOS limits
     preempted_by: int | None = None  # being preempted for that pending job: never a victim again
+    pod: PodTerms | None = None  # a serving pod: what other pods' affinity and ports see
 
 
 @dataclass(frozen=True)

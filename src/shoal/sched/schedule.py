@@ -48,7 +48,8 @@ from shoal.model.snapshot import Partition, PendingJob, Plan, Snapshot, Start
 from shoal.sched import queue as q
 from shoal.sched.backfill import Booking, Ends, Horizon, Shadow, earliest_start
 from shoal.sched.config import SchedConfig
-from shoal.sched.placement import ClusterState, Demand, ReservedShare, place
+from shoal.sched.placement import ClusterState, Demand, Placement, ReservedShare, place
+from shoal.sched.podfit import PodFit
 from shoal.sched.preempt import Preempter, claimants_first
 from shoal.sched.priority import job_priorities, priority_map
 from shoal.sched.reservations import ReservationPolicy
@@ -110,6 +111,7 @@ class _Pass:
         self.depth = config.depth
         self.empty_states: dict[bool, ClusterState] = {}  # unrunnable(): UP nodes / all revived
         self.preempter = Preempter(snapshot, config.preemption)
+        self.podfit = PodFit(snapshot) if any(j.pod is not None for j in snapshot.pending) else None
         self.priorities = (priority_map(job_priorities(snapshot, config.multifactor))
                            if config.priority == "multifactor" else None)
 
@@ -147,6 +149,10 @@ class _Pass:
         d = self.demands.get(job.request)
         if d is None:
             d = self.demands[job.request] = Demand.of(job.request)
+        if job.pod is not None:
+            kept_off = self.podfit.excluded(job.pod)
+            if kept_off:
+                d = dataclasses.replace(d, exclude=d.exclude | kept_off)
         unavailable = [
             name for name in d.nodelist
             if name not in pnodes or name not in self.state.by_name
@@ -165,9 +171,7 @@ class _Pass:
         key = (part.name, d.static_key, tuple(binding))
         failed = self.failures.get(key, ())
         if not any(d.dominates(shape) for shape in failed):
-            placement = place(d, self.state, "now", partition=part,
-                              reserved=[self.reservations[i].shares for i in binding],
-                              topology=self.snapshot.topology)
+            placement = self.place_now(job, d, part, binding)
             if placement.allocation is not None:
                 self.start(job, placement.allocation, end, binding)
                 return None
@@ -182,8 +186,23 @@ class _Pass:
                 return self.resv.reason(maint)
         return self.blocked(job, d, part, reach, whole)
 
+    def place_now(self, job: PendingJob, d: Demand, part: Partition, binding: list[int]) -> Placement:
+        """Placement now; a pod with preferences tries its best-scored nodes first."""
+        reserved = [self.reservations[i].shares for i in binding]
+        if job.pod is not None and self.podfit.has_preferences(job.pod):
+            allowed = [n for n in self.partition_nodes[part.name] if n not in d.exclude]
+            for worse in self.podfit.preferred_tiers(job.pod, allowed)[:-1]:
+                tier = place(dataclasses.replace(d, exclude=d.exclude | worse), self.state, "now",
+                             partition=part, reserved=reserved, topology=self.snapshot.topology)
+                if tier.allocation is not None:
+                    return tier
+        return place(d, self.state, "now", partition=part, reserved=reserved, topology=self.snapshot.topology)
+
     def start(self, job: PendingJob, allocation: Allocation, end: float | None,
               binding: list[int]) -> None:
+        if job.pod is not None:
+            for name in allocation.node_names:
+                self.podfit.started(name, job.pod)
         self.state.commit(allocation)
         self.plan.starts.append(Start(job.id, allocation))
         self.holders.append((allocation, end))

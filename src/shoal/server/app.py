@@ -27,6 +27,9 @@ from shoal.server import reservations as resvsvc
 from shoal.server import steps as stepsvc
 from shoal.server.auth import AuthError, Principal, agent_credential, node_step_key
 from shoal.server.core import Server
+from shoal.server.kube import api as kube_api
+from shoal.server.kube import service as kubesvc
+from shoal.server.kube.objects import ObjectError
 from shoal.server.schemas import (AgentRegister, AgentReport, BulkCancelRequest, CancelRequest,
                                   InteractiveComplete, JobSubmit, JobUpdate, NodeUpdate,
                                   ReservationCreate, ReservationUpdate, StepComplete, StepCreate,
@@ -80,6 +83,10 @@ def create_app(server: Server) -> FastAPI:
     async def _job_error(request, exc: jobsvc.JobError):
         return JSONResponse({"detail": exc.message}, status_code=exc.status)
 
+    @app.exception_handler(ObjectError)
+    async def _object_error(request, exc: ObjectError):
+        return JSONResponse({"detail": exc.message, "reason": exc.reason}, status_code=exc.status)
+
     @app.exception_handler(StaleDataError)
     async def _conflict(request, exc: StaleDataError):
         # Optimistic concurrency: someone else changed the same row first. Safe to retry.
@@ -100,6 +107,8 @@ def create_app(server: Server) -> FastAPI:
         if p.role not in ("admin", "user"):
             raise AuthError(403, "Access/permission denied: a job or node credential cannot do this")
         return p
+
+    app.include_router(kube_api.router(server, principal, admin, retry_on_conflict))
 
     # ------------------------------------------------------------------ health
 
@@ -416,7 +425,19 @@ def create_app(server: Server) -> FastAPI:
                 row.state, row.reason, row.reason_time = NodeState.UP.value, None, None
             elif body.reason is not None:
                 row.reason = body.reason
+            if body.taints is not None:
+                row.taints = [t.model_dump(exclude_defaults=False) for t in body.taints]
+            if body.labels is not None:
+                labels = dict(row.labels)
+                for k, v in body.labels.items():
+                    if v is None:
+                        labels.pop(k, None)
+                    else:
+                        labels[k] = v
+                row.labels = labels
             out = _nodes_json(s, [row])[0]
+        if body.taints is not None or body.labels is not None:
+            server.kube.wake()
         _after_change(touched | {name})
         return out
 
@@ -511,13 +532,15 @@ def create_app(server: Server) -> FastAPI:
             row = s.get(NodeRow, body.name)
             gpus = [g.model_dump() for g in body.gpus]
             if row is None:
-                row = NodeRow(name=body.name, state=NodeState.UP.value, registered_at=now)
+                row = NodeRow(name=body.name, state=NodeState.UP.value, registered_at=now,
+                              taints=[t.model_dump() for t in body.taints])
                 s.add(row)
             elif row.state == NodeState.DOWN.value and row.reason == "Not responding":
                 row.state, row.reason, row.reason_time = NodeState.UP.value, None, None
             row.address, row.port, row.cpus, row.memory_mb = body.address, body.port, body.cpus, body.memory_mb
             row.gpus, row.labels, row.features = gpus, body.labels, body.features
             row.boot_time, row.last_heartbeat = body.boot_time, now
+        server.forget_address(body.name)
         server.hub.bump([body.name])
         server.controller.wake()
         return {
@@ -560,14 +583,21 @@ def create_app(server: Server) -> FastAPI:
                 row.state, row.reason, row.reason_time = NodeState.UP.value, None, None
             for ev in body.events:
                 touched |= _agent_exit(s, node, ev, now)
+            routes_changed = kubesvc.pod_reports(s, node, body.pods, now)
             alive = set(body.alive)
             for c in list(s.scalars(select(CleanupRow).where(CleanupRow.node == node))):
                 if jobsvc.job_run_key(c.job_id, c.run) not in alive:
                     s.delete(c)
                     touched.add(node)
+        if body.gpu_util or body.pod_cpu:
+            server.kube.metrics.agent_report(node, body.gpu_util, body.pod_cpu, now)
         if touched:
             server.hub.bump(touched)
             server.controller.wake()
+        if routes_changed or touched or body.pods:
+            server.kube.wake()
+        if routes_changed or touched:
+            server.hub.bump([kube_api.ROUTES_KEY])
         return {"ok": True}
 
     def _agent_exit(s, node: str, ev, now: float) -> set[str]:
@@ -648,7 +678,8 @@ def create_app(server: Server) -> FastAPI:
                 "reason": r.reason, "reason_time": r.reason_time,
                 "cpus": r.cpus, "cpus_alloc": cpus, "memory_mb": r.memory_mb, "memory_alloc_mb": mem,
                 "gpus": r.gpus, "gpus_alloc": gpus, "gres": gpu_gres(tuple(GPU(**g) for g in r.gpus)),
-                "labels": r.labels, "features": r.features, "partitions": parts_of.get(r.name, []),
+                "labels": r.labels, "taints": r.taints or [], "features": r.features,
+                "partitions": parts_of.get(r.name, []),
                 "last_heartbeat": r.last_heartbeat, "boot_time": r.boot_time, "jobs": sorted(jobs),
             })
         return out

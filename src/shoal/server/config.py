@@ -262,6 +262,17 @@ class TopologyConfig(BaseModel):
         return Topology.of(switch(s.name, s.nodes, s.switches) for s in self.switches)
 
 
+class ServingConfig(BaseModel):
+    """Serving (pods of Deployments): where pods run and how the controllers pace themselves."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    partition: str | None = None  # the partition pods are placed in (default: the default partition)
+    drain_s: float = Field(default=1.0, ge=0, le=300)  # out of the routes this long before SIGTERM
+    interval_s: float = Field(default=1.0, gt=0, le=60)  # controllers' resync period (they also run on change)
+    hpa_sync_s: float = Field(default=15.0, gt=0, le=600)  # --horizontal-pod-autoscaler-sync-period
+
+
 class ClusterConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -273,6 +284,7 @@ class ClusterConfig(BaseModel):
     qos: list[QOSConfig] = Field(default_factory=list)
     nodes: NodeLifecycleConfig = NodeLifecycleConfig()
     topology: TopologyConfig | None = None
+    serving: ServingConfig = ServingConfig()
     # Where relative paths (topology.file) start: the cluster file's folder.
     _base_dir: Path | None = PrivateAttr(default=None)
 
@@ -321,6 +333,13 @@ class ClusterConfig(BaseModel):
         if sum(p.default for p in parts) > 1:
             raise ValueError("only one partition may have default: true")
         return parts
+
+    @model_validator(mode="after")
+    def _serving_partition(self) -> "ClusterConfig":
+        name = self.serving.partition
+        if name is not None and name not in {p.name for p in self.partitions}:
+            raise ValueError(f"serving.partition: no partition named {name}")
+        return self
 
     def partition_list(self) -> tuple[Partition, ...]:
         parts = [p.to_partition() for p in self.partitions]

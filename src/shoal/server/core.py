@@ -20,6 +20,8 @@ from shoal.server.auth import Authenticator
 from shoal.server.config import ClusterConfig
 from shoal.server.controller import Controller
 from shoal.server.hub import WorkHub
+from shoal.server.kube.controller import KubeController
+from shoal.server.kube.logs import PodLogs
 from shoal.store.engine import make_engine, migrate, session_factory
 from shoal.store.models import TokenRow
 
@@ -58,6 +60,11 @@ class Server:
         self.auth = Authenticator(self.sessions, self.secret)
         self.hub = WorkHub()
         self.controller = Controller(self)
+        default = next(p for p in self.partitions if p.default)
+        self.serving_partition = config.serving.partition or default.name
+        self.kube = KubeController(self)
+        self.logs = PodLogs(self)
+        self._addresses: dict[str, str] = {}
         self.submit_host = socket.gethostname()
         self._bootstrap_tokens(join_token)
 
@@ -99,11 +106,28 @@ class Server:
                               usage_half_life_s=self.sched_config.multifactor.decay_half_life_s
                               if usage else None, topology=self.topology)
 
+    def node_address(self, node: str) -> str:
+        """A node's advertised address (cached; registration updates it)."""
+        address = self._addresses.get(node)
+        if address is None:
+            from shoal.store.models import NodeRow
+
+            with self.sessions() as s:
+                row = s.get(NodeRow, node)
+                address = row.address if row is not None else ""
+            self._addresses[node] = address
+        return address
+
+    def forget_address(self, node: str) -> None:
+        self._addresses.pop(node, None)
+
     def start(self) -> None:
         self.controller.start()
         self.controller.wake()
+        self.kube.start()
 
     def stop(self) -> None:
+        self.kube.stop()
         self.controller.stop()
         self.engine.dispose()
 

@@ -132,6 +132,8 @@ class NodeUpdate(StoredText):
 
     state: str | None = Field(default=None, pattern="^(DRAIN|RESUME|DOWN|UP|IDLE)$")
     reason: str | None = Field(default=None, max_length=255)
+    taints: list[Taint] | None = Field(default=None, max_length=64)  # the whole new list
+    labels: dict[str, str | None] | None = None  # merged into the node's labels; null removes one
 
 
 class GPUFacts(BaseModel):
@@ -141,6 +143,14 @@ class GPUFacts(BaseModel):
     memory_mb: int
     mig_capable: bool = False
     mig_enabled: bool = False
+
+
+class Taint(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    key: str = Field(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9]([A-Za-z0-9_./-]*[A-Za-z0-9])?$")
+    value: str = Field(default="", max_length=63)
+    effect: str = Field(pattern="^(NoSchedule|PreferNoSchedule|NoExecute)$")
 
 
 class AgentRegister(StoredText):
@@ -156,6 +166,9 @@ class AgentRegister(StoredText):
     features: list[str] = Field(default_factory=list)
     boot_time: float | None = None
     alive: list[str] = Field(default_factory=list)
+    # Applied when the node first registers (kubelet's --register-with-taints); later
+    # registrations keep what `shoal taint` set.
+    taints: list[Taint] = Field(default_factory=list, max_length=64)
 
 
 class AgentEvent(BaseModel):
@@ -168,11 +181,55 @@ class AgentEvent(BaseModel):
     time: float | None = None
 
 
+class PodReport(BaseModel):
+    """One pod's PodStatus as the agent sees it, and the events since its last report."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    key: str = Field(max_length=64)
+    job_id: int
+    run: int
+    status: dict = Field(default_factory=dict)
+    events: list[dict] = Field(default_factory=list, max_length=256)
+
+
 class AgentReport(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     events: list[AgentEvent] = Field(default_factory=list)
     alive: list[str] = Field(default_factory=list)
+    pods: list[PodReport] = Field(default_factory=list)
+    # Per-GPU utilisation (%, DCGM_FI_DEV_GPU_UTIL) and per-pod CPU use (cores), for the HPA.
+    gpu_util: dict[str, float] = Field(default_factory=dict)
+    pod_cpu: dict[str, float] = Field(default_factory=dict)
+
+
+class ApplyRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    documents: list[dict] = Field(max_length=1000)
+    dry_run: bool = False
+
+
+class ScaleRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    replicas: int = Field(ge=0, le=10000)
+
+
+class UndoRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    to_revision: int = Field(default=0, ge=0)
+
+
+class GatewayMetrics(BaseModel):
+    """What a gateway measured in its last second: per pod (``NS/POD``) and held requests per Service."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    pods: dict[str, dict[str, float]] = Field(default_factory=dict)
+    held: dict[str, int] = Field(default_factory=dict)
 
 
 class TokenCreate(StoredText):

@@ -14,6 +14,7 @@ from shoal.model.reservation import AdvanceReservation
 from shoal.model.resources import GPU, Allocation, NodeAllocation
 from shoal.model.snapshot import ActiveJob, Dependency, JobRecord, NodeInfo, PendingJob, Snapshot
 from shoal.server.jobs import request_from_json
+from shoal.server.kube.pods import POD, terms_of
 from shoal.model.topology import Topology
 from shoal.store.models import CleanupRow, JobRow, NodeRow, ReservationRow
 
@@ -27,6 +28,7 @@ def node_info(row: NodeRow) -> NodeInfo:
         gpus=tuple(GPU(**g) for g in row.gpus),
         features=frozenset(row.features),
         labels=dict(row.labels),
+        taints=tuple((t["key"], t.get("value") or "", t["effect"]) for t in row.taints or ()),
     )
 
 
@@ -52,6 +54,7 @@ def pending_job(row: JobRow) -> PendingJob:
         qos=spec.get("qos"),
         nice=int(spec.get("nice") or 0),
         reservation=row.reservation,
+        pod=terms_of(row) if row.kind == POD else None,
     )
 
 
@@ -62,6 +65,7 @@ def active_job(row: JobRow) -> ActiveJob:
         time_limit_s=row.time_limit_s, array_job_id=row.array_job_id,
         account=row.spec.get("account"), qos=row.spec.get("qos"),
         preempted_by=row.preemptor_id if row.preempted_at is not None else None,
+        pod=terms_of(row) if row.kind == POD else None,
     )
 
 

@@ -88,6 +88,19 @@ def slurm_environment(row: JobRow, cluster_name: str, submit_host: str, secret: 
     return env
 
 
+def pod_entry(row: JobRow, node: str, server) -> dict:
+    """What the agent needs to run a pod (docs/SERVING.md, "Pod run entry")."""
+    pod = row.spec["pod"]
+    address = server.node_address(node)
+    return {
+        "namespace": pod["namespace"], "name": pod["name"], "uid": pod["uid"],
+        "labels": pod.get("labels") or {}, "spec": pod["spec"],
+        "runtime": pod["spec"].get("runtimeClassName"),
+        "env": {"POD_NAME": pod["name"], "POD_NAMESPACE": pod["namespace"], "POD_IP": address,
+                "NODE_NAME": node, "SHOAL_JOB_ID": str(row.id)},
+    }
+
+
 def node_work(session: Session, server, node: str) -> dict:
     runs = []
     for row in session.scalars(select(JobRow).where(JobRow.state == JobState.RUNNING.value)):
@@ -100,7 +113,9 @@ def node_work(session: Session, server, node: str) -> dict:
             "key": job_run_key(row.id, row.restart_count), "job_id": row.id, "run": row.restart_count,
             "user": row.user, "gpus": mine["gpus"], "cpus": mine["cpus"], "nodeid": nodeid,
         }
-        if row.batch_host == node and not row.interactive:
+        if row.kind == "pod":  # a draining pod keeps running until the controller cancels it
+            entry["pod"] = pod_entry(row, node, server)
+        elif row.batch_host == node and not row.interactive:
             spec = row.spec
             entry["batch"] = {
                 "script": spec["script"],

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import JSON, Boolean, Float, ForeignKey, Integer, String, Text
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -37,6 +37,9 @@ class NodeRow(Base):
     gpus: Mapped[list] = mapped_column(JSON, default=list)
     labels: Mapped[dict] = mapped_column(JSON, default=dict)
     features: Mapped[list] = mapped_column(JSON, default=list)
+    # Kubernetes-style taints [{key, value, effect}]: pods must tolerate them (batch jobs
+    # ignore them: partitions fence training). Set by `shoal taint node` or the agent config.
+    taints: Mapped[list] = mapped_column(JSON, default=list)
     registered_at: Mapped[float] = mapped_column(Float)
     last_heartbeat: Mapped[float] = mapped_column(Float)
     boot_time: Mapped[float | None] = mapped_column(Float, nullable=True)
@@ -82,6 +85,13 @@ class JobRow(Base):
     preempted_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     preemptor_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
     reservation: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    # Serving: a Pod is a job of kind "pod" (one node, never a batch script). Its manifest is
+    # in spec["pod"]; the agent's last PodStatus in pod_status; deleting_at starts its drain.
+    kind: Mapped[str] = mapped_column(String(8), default="batch", index=True)
+    namespace: Mapped[str | None] = mapped_column(String(63), nullable=True)
+    owner_uid: Mapped[str | None] = mapped_column(String(40), nullable=True, index=True)
+    pod_status: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    deleting_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     version: Mapped[int] = mapped_column(Integer, default=1)
 
     # SQLAlchemy adds "AND version = :old" to every UPDATE and raises StaleDataError
@@ -144,3 +154,45 @@ class ReservationRow(Base):
     version: Mapped[int] = mapped_column(Integer, default=1)
 
     __mapper_args__ = {"version_id_col": version}
+
+
+class ObjectRow(Base):
+    """A Kubernetes-style object (Deployment, ReplicaSet, Service, HPA, Namespace,
+    PriorityClass): its manifest as applied (defaulted), and the status controllers write.
+
+    ``version`` is the object's resourceVersion: every write bumps it, and a write based on
+    an older read fails (optimistic concurrency, as for jobs). Pods are jobs, not objects."""
+
+    __tablename__ = "objects"
+    __table_args__ = (UniqueConstraint("kind", "namespace", "name"),)
+
+    uid: Mapped[str] = mapped_column(String(40), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(40), index=True)
+    namespace: Mapped[str] = mapped_column(String(63))  # "" for cluster-scoped kinds
+    name: Mapped[str] = mapped_column(String(253))
+    body: Mapped[dict] = mapped_column(JSON)  # apiVersion, kind, metadata, spec
+    status: Mapped[dict] = mapped_column(JSON, default=dict)
+    owner_uid: Mapped[str | None] = mapped_column(String(40), nullable=True, index=True)
+    generation: Mapped[int] = mapped_column(Integer, default=1)
+    created: Mapped[float] = mapped_column(Float)
+    version: Mapped[int] = mapped_column(Integer, default=1)
+
+    __mapper_args__ = {"version_id_col": version}
+
+
+class EventRow(Base):
+    """An event about an object (kubectl get events): repeated ones are counted, not copied."""
+
+    __tablename__ = "events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    namespace: Mapped[str] = mapped_column(String(63), index=True)
+    kind: Mapped[str] = mapped_column(String(40))
+    name: Mapped[str] = mapped_column(String(253))
+    type: Mapped[str] = mapped_column(String(16))  # Normal | Warning
+    reason: Mapped[str] = mapped_column(String(64))
+    message: Mapped[str] = mapped_column(Text)
+    source: Mapped[str] = mapped_column(String(64))
+    count: Mapped[int] = mapped_column(Integer, default=1)
+    first_time: Mapped[float] = mapped_column(Float)
+    last_time: Mapped[float] = mapped_column(Float)

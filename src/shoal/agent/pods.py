@@ -1,0 +1,768 @@
+"""Pod supervision on a node: containers through a runtime, probes, restarts, logs, status.
+
+Each container has one supervisor thread that lives its life as kubelet would: run the
+runtime's steps and the container process, decide on a restart (restartPolicy, kubelet's
+back-off), sleep out the back-off, start again. While a container runs, one worker thread
+per probe checks it. Every process starts in its own session, so TERM and KILL reach all
+it forked. The PodStatus is computed from this bookkeeping on demand; a notifier thread
+hands each change to ``on_change`` at once, so readiness reaches the gateway quickly.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from shoal.agent.containers import (ContainerError, ContainerPaths, ContainerRuntime, Launch, Step,
+                                    container_env, get_runtime)
+from shoal.agent.probes import (KINDS, Probe, ProbeConfigError, ProbeState, ProbeTarget, run_command,
+                                run_probe)
+from shoal.agent.runtime import _killpg
+
+log = logging.getLogger("shoal.agent")
+
+OnChange = Callable[[str, dict, list], None]
+_EVENTS_KEPT = 500  # pending events per pod; the oldest go first when nobody collects them
+_TAIL_BYTES = 8192  # how much of a log's end is searched for a runtime's pull error
+
+
+class LogNotFound(LookupError):
+    """No such log: an unknown pod or container, or no previous restart."""
+
+
+def rfc3339(t: float) -> str:
+    """A timestamp as Kubernetes writes it: ``2026-12-02T19:00:00Z``."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+def go_duration(seconds: float) -> str:
+    """A duration as Go prints it, as kubelet's messages carry it: ``10s``, ``2m40s``, ``5m0s``, ``200ms``."""
+    ms = round(seconds * 1000)
+    if ms < 1000:
+        return f"{ms}ms"
+    minutes, rest = divmod(ms, 60_000)
+    secs = f"{rest / 1000:g}s"
+    return f"{minutes}m{secs}" if minutes else secs
+
+
+@dataclass
+class Backoff:
+    """kubelet's restart back-off, without its jitter: ``base_s`` doubling to ``max_s``."""
+
+    base_s: float
+    max_s: float
+    current_s: float = 0.0  # 0: no failure remembered
+
+    def next(self) -> float:
+        """Advance to the next delay and return it."""
+        self.current_s = self.base_s if self.current_s == 0 else min(self.current_s * 2, self.max_s)
+        return self.current_s
+
+    def reset(self) -> None:
+        self.current_s = 0.0
+
+
+@dataclass
+class _Run:
+    """One start of a container: its main process and how it ended."""
+
+    number: int  # the restartCount it started as; names its log
+    launch: Launch
+    log: Path
+    popen: subprocess.Popen | None
+    started_at: float
+    started_mono: float
+    finished_at: float | None = None
+    finished_mono: float | None = None
+    exit_code: int | None = None
+    signal: int = 0
+    reason: str = ""
+    message: str = ""
+    kill_reason: str | None = None  # "liveness" | "startup" when a probe had it killed
+    killed_hard: bool = False
+    done: threading.Event = field(default_factory=threading.Event)
+    probe_procs: set = field(default_factory=set)
+
+    def finish(self, exit_code: int, sig: int, reason: str, message: str = "") -> None:
+        self.finished_at, self.finished_mono = time.time(), time.monotonic()
+        self.exit_code, self.signal, self.reason, self.message = exit_code, sig, reason, message
+        self.done.set()
+
+    def terminated(self) -> dict:
+        t = {"exitCode": self.exit_code, "reason": self.reason,
+             "startedAt": rfc3339(self.started_at), "finishedAt": rfc3339(self.finished_at or time.time())}
+        if self.signal:
+            t["signal"] = self.signal
+        if self.message:
+            t["message"] = self.message
+        return t
+
+
+@dataclass
+class _Container:
+    spec: dict
+    crash: Backoff
+    start_backoff: Backoff  # image pulls and CreateContainerError, as kubelet's image back-off
+    runs_started: int = 0
+    run: _Run | None = None  # the current or the last run
+    last_state: dict = field(default_factory=dict)  # the run before ``run``
+    waiting: tuple[str, str] | None = ("ContainerCreating", "")
+    proc: subprocess.Popen | None = None  # what runs now: a launch step or the main process
+    started: bool = False
+    ready: bool = False
+    ended: bool = False  # will not start again
+    thread: threading.Thread | None = None
+
+    @property
+    def name(self) -> str:
+        return self.spec["name"]
+
+    @property
+    def restart_count(self) -> int:
+        return max(self.runs_started - 1, 0)
+
+    def running(self) -> bool:
+        return self.run is not None and self.run.exit_code is None
+
+
+@dataclass
+class _Pod:
+    key: str
+    entry: dict
+    dir: Path
+    containers: list[_Container]
+    start_time: float
+    conditions: dict[str, tuple[bool, float]] = field(default_factory=dict)
+    events: list[dict] = field(default_factory=list)
+    stopping: bool = False
+    kill_at: float | None = None  # monotonic: KILL whatever is left after this
+    wake: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def pod(self) -> dict:
+        return self.entry["pod"]
+
+    @property
+    def spec(self) -> dict:
+        return self.pod.get("spec", {})
+
+    @property
+    def display(self) -> str:
+        """The pod as kubelet names it in messages: ``name_namespace(uid)``."""
+        return f"{self.pod['name']}_{self.pod['namespace']}({self.pod.get('uid', '')})"
+
+    def grace_s(self) -> float:
+        return float(self.spec.get("terminationGracePeriodSeconds", 30))
+
+
+class PodManager:
+    """Every pod run on this node. Thread-safe: the work loop, the reporter and the
+    supervisors share it under one lock, never held while a process is waited for."""
+
+    def __init__(self, node: str, workdir: Path, address: str, on_change: OnChange,
+                 images: dict[str, list[str]] | None = None, default_runtime: str = "process", *,
+                 backoff_base_s: float = 10.0, backoff_max_s: float = 300.0) -> None:
+        self.node = node
+        self.workdir = Path(workdir)
+        self.address = address
+        self.on_change = on_change
+        self.images = dict(images or {})
+        self.default_runtime = default_runtime
+        self.backoff_base_s = backoff_base_s
+        self.backoff_max_s = backoff_max_s
+        self.lock = threading.RLock()
+        self.pods: dict[str, _Pod] = {}
+        self._runtimes: dict[str, ContainerRuntime] = {}
+        self._dirty: set[str] = set()
+        self._notify = threading.Event()
+        self._closed = False
+        self._sent: dict[str, dict] = {}
+        self._notifier = threading.Thread(target=self._notify_loop, name="pod-status", daemon=True)
+        self._notifier.start()
+
+    # ---------------------------------------------------------------- the daemon's interface
+
+    def ensure(self, entry: dict) -> None:
+        """Start the pod of a run entry (one carrying "pod") unless this run key is known."""
+        with self.lock:
+            if self._closed or entry["key"] in self.pods:
+                return
+            p = entry["pod"]
+            podir = self.workdir / "pods" / f"{p['namespace']}_{p['name']}_{p.get('uid', '')}"
+            containers = [_Container(dict(spec), Backoff(self.backoff_base_s, self.backoff_max_s),
+                                     Backoff(self.backoff_base_s, self.backoff_max_s))
+                          for spec in p.get("spec", {}).get("containers", [])]
+            pod = self.pods[entry["key"]] = _Pod(entry["key"], entry, podir, containers, time.time())
+            for c in containers:
+                cdir = podir / c.name
+                cdir.mkdir(parents=True, exist_ok=True)
+                c.runs_started = self._left_behind(cdir)
+                c.thread = threading.Thread(target=self._supervise, args=(pod, c), daemon=True,
+                                            name=f"pod-{entry['key']}-{c.name}")
+            self._changed(pod)
+            for c in containers:
+                c.thread.start()
+
+    def stop(self, key: str, grace_s: float | None = None) -> bool:
+        """Begin (or continue) ending a pod: TERM at once, KILL after its grace period
+        (``grace_s``, else terminationGracePeriodSeconds). True once everything is gone."""
+        with self.lock:
+            pod = self.pods.get(key)
+            if pod is None:
+                return True
+            now = time.monotonic()
+            grace = pod.grace_s() if grace_s is None else float(grace_s)
+            if not pod.stopping:
+                pod.stopping = True
+                pod.wake.set()
+                for c in pod.containers:
+                    if c.proc is not None and c.proc.poll() is None:
+                        self._event(pod, "Normal", "Killing", f"Stopping container {c.name}")
+                        _terminate(c.proc)
+                self._changed(pod)
+            if pod.kill_at is None or now + grace < pod.kill_at:
+                pod.kill_at = now + grace
+                _timer(grace, self._kill_left, pod)
+            if now >= pod.kill_at:
+                self._kill_left(pod)
+            return self._gone(pod)
+
+    def alive_keys(self) -> list[str]:
+        """Pod runs that have not finished for good (a pod in back-off is alive)."""
+        with self.lock:
+            return [k for k, pod in self.pods.items() if not self._finished(pod)]
+
+    def status(self, key: str) -> dict:
+        """The pod's PodStatus, as docs/SERVING.md shows it."""
+        with self.lock:
+            return self._status(self.pods[key])
+
+    def log_path(self, pod: str | tuple[str, str], container: str, previous: bool = False) -> Path:
+        """The log of a container's current (or, with ``previous``, prior) run, by run key or
+        (namespace, name). Its stdout and stderr are interleaved in that one file."""
+        with self.lock:
+            found = self._find(pod)
+            if found is not None:
+                if container not in {c.name for c in found.containers}:
+                    raise LogNotFound(f"container {container} is not valid for pod {found.pod['name']}")
+                cdir, name = found.dir / container, found.pod["name"]
+                current = next(c.restart_count for c in found.containers if c.name == container)
+            else:
+                if isinstance(pod, str):
+                    raise LogNotFound(f"no pod run {pod} on node {self.node}")
+                cdir, name = self._dir_on_disk(pod, container), pod[1]
+                numbers = [int(f.stem) for f in cdir.glob("*.log") if f.stem.isdigit()]
+                current = max(numbers, default=0)
+        n = current - 1 if previous else current
+        if n < 0:
+            raise LogNotFound(f'previous terminated container "{container}" in pod "{name}" not found')
+        return cdir / f"{n}.log"
+
+    def exit_of(self, key: str) -> tuple[int, int] | None:
+        """(exit code, signal) once the pod has finished for good, else None.
+
+        That is when no container will start again: under restartPolicy Never, under
+        OnFailure once all have exited 0, or after stop(). The pair is the first failed
+        container's in spec order (a signal as the batch runtime reports one: (0, sig)),
+        else (0, 0); a container stopped before it ever ran counts as ended by SIGTERM.
+        """
+        with self.lock:
+            pod = self.pods.get(key)
+            if pod is None or not self._finished(pod):
+                return None
+            for c in pod.containers:
+                r = c.run
+                if r is None:
+                    return 0, int(signal.SIGTERM)
+                if r.signal:
+                    return 0, r.signal
+                if r.exit_code:
+                    return r.exit_code, 0
+            return 0, 0
+
+    def forget_dead(self, keep: set[str]) -> None:
+        """Drop the bookkeeping of finished pods that the server no longer lists."""
+        with self.lock:
+            for k in [k for k, pod in self.pods.items() if k not in keep and self._finished(pod)
+                      and self._gone(pod)]:
+                del self.pods[k]
+                self._sent.pop(k, None)
+
+    def shutdown(self) -> None:
+        """Kill every container at once (as Runtime.kill_all does) and stop the threads."""
+        with self.lock:
+            self._closed = True
+            pods = list(self.pods.values())
+        for pod in pods:
+            self.stop(pod.key, grace_s=0)
+        deadline = time.monotonic() + 5.0
+        for pod in pods:
+            for c in pod.containers:
+                if c.thread is not None:
+                    c.thread.join(max(0.0, deadline - time.monotonic()))
+        self._notify.set()
+        self._notifier.join(1.0)
+
+    # ---------------------------------------------------------------- one container's life
+
+    def _supervise(self, pod: _Pod, c: _Container) -> None:
+        next_start = 0.0
+        backoff_shown_at: float | None = None  # when ErrImagePull turns into ImagePullBackOff
+        launch: Launch | None = None
+        try:
+            while True:
+                with self.lock:
+                    if pod.stopping:
+                        break
+                    now = time.monotonic()
+                    if backoff_shown_at is not None and now >= backoff_shown_at:
+                        backoff_shown_at = None
+                        self._pull_backoff(pod, c)
+                    wake_at = min(next_start, backoff_shown_at or math.inf)
+                if now < wake_at:
+                    pod.wake.wait(wake_at - now)
+                    continue
+                outcome, launch = self._attempt(pod, c)
+                with self.lock:
+                    if outcome == "stopped" or pod.stopping:
+                        break
+                    now = time.monotonic()
+                    if outcome == "start-failed":
+                        delay = c.start_backoff.next()
+                        next_start = now + delay
+                        if c.waiting and c.waiting[0] == "ErrImagePull":
+                            backoff_shown_at = now + min(1.0, delay / 2)
+                        continue
+                    if not self._restarts(pod, c):
+                        break
+                    delay = self._crash_delay(c)
+                    if delay > 0:
+                        c.waiting = ("CrashLoopBackOff", f"back-off {go_duration(delay)} restarting failed "
+                                                         f"container={c.name} pod={pod.display}")
+                        self._event(pod, "Warning", "BackOff",
+                                    f"Back-off restarting failed container {c.name} in pod {pod.display}")
+                        self._changed(pod)
+                    next_start = now + delay
+        except Exception:
+            log.exception("pod %s: supervising container %s failed", pod.key, c.name)
+        finally:
+            if launch is not None and launch.cleanup:
+                run_command(launch.cleanup, 30.0, env=launch.env)
+            with self.lock:
+                c.ended = True
+                c.proc = None
+                if c.waiting and c.waiting[0] == "CrashLoopBackOff":
+                    c.waiting = None  # it will not be restarted: show how it ended
+                self._changed(pod)
+
+    def _attempt(self, pod: _Pod, c: _Container) -> tuple[str, Launch | None]:
+        """Start the container once and wait for it to end: "exited", "start-failed" or "stopped"."""
+        cdir = pod.dir / c.name
+        try:
+            rt = self._runtime(pod)
+            rt.check_available()
+            probes = {k: Probe.from_spec(c.spec[f"{k}Probe"]) for k in KINDS if c.spec.get(f"{k}Probe")}
+            launch = rt.launch(pod.pod, c.spec, list(pod.entry.get("gpus", [])), container_env(pod.pod, c.spec),
+                               ContainerPaths(cdir, self.workdir / "images"))
+        except ContainerError as e:
+            self._start_failed(pod, c, e.reason, str(e))
+            return "start-failed", None
+        except ProbeConfigError as e:
+            self._start_failed(pod, c, "CreateContainerConfigError", str(e))
+            return "start-failed", None
+        except ValueError as e:  # a resource quantity the runtime cannot pass on
+            self._start_failed(pod, c, "CreateContainerError", str(e))
+            return "start-failed", None
+        number = c.runs_started
+        path = cdir / f"{number}.log"
+        with open(path, "wb") as out:
+            for step in launch.steps:
+                failed = self._run_step(pod, c, step, out)
+                if failed is not None:
+                    return failed, launch
+            with self.lock:
+                if pod.stopping:
+                    return "stopped", launch
+                prev, prev_last = c.run, c.last_state
+                error: OSError | None = None
+                try:
+                    popen = subprocess.Popen(launch.argv, env=launch.env, cwd=launch.cwd, stdin=subprocess.DEVNULL,
+                                             stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                             close_fds=True)
+                except OSError as e:
+                    popen, error = None, e
+                run = _Run(number, launch, path, popen, time.time(), time.monotonic())
+                c.runs_started = number + 1
+                c.last_state = {"terminated": prev.terminated()} if prev is not None else {}
+                c.run, c.waiting = run, None
+                if popen is None:
+                    message = f"exec: {error.filename or launch.argv[0]!s}: {error.strerror}"
+                    out.write(f"shoal: {message}\n".encode())
+                    run.finish(128, 0, "StartError", message)
+                    self._event(pod, "Warning", "Failed", f"Error: {message}")
+                    self._changed(pod)
+                    return "exited", launch
+                c.proc = popen
+                c.start_backoff.reset()
+                _write_pid(cdir / "pid", popen.pid)
+                self._event(pod, "Normal", "Created", f"Created container {c.name}")
+                self._event(pod, "Normal", "Started", f"Started container {c.name}")
+                self._start_probes(pod, c, run, probes)
+                self._changed(pod)
+        rc = popen.wait()
+        pull_error = None
+        if run.kill_reason is None:
+            pull_error = self._runtime(pod).pull_failure(rc, _tail(path))
+        with self.lock:
+            c.proc = None
+            if rc < 0:
+                run.finish(128 - rc, -rc, "Error")
+            else:
+                run.finish(rc, 0, "Completed" if rc == 0 else "Error")
+            _kill_all(run.probe_procs)
+            c.started = c.ready = False
+            if pull_error and not pod.stopping:
+                c.run, c.last_state, c.runs_started = prev, prev_last, number  # it never ran
+                self._start_failed(pod, c, "ErrImagePull", pull_error)
+                return "start-failed", launch
+            self._changed(pod)
+        return "exited", launch
+
+    def _run_step(self, pod: _Pod, c: _Container, step: Step, out) -> str | None:
+        """Run a launch step to completion; None when the container may go on."""
+        image = c.spec.get("image", "")
+        if step.output is not None and step.output.exists() and not step.always:
+            with self.lock:
+                self._event(pod, "Normal", "Pulled", f'Container image "{image}" already present on machine')
+            return None
+        with self.lock:
+            if pod.stopping:
+                return "stopped"
+            if step.kind == "pull":
+                self._event(pod, "Normal", "Pulling", f'Pulling image "{image}"')
+            try:
+                p = subprocess.Popen(step.argv, env=self._runtime(pod).base_env, stdin=subprocess.DEVNULL,
+                                     stdout=out, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+            except OSError as e:
+                p, error = None, e
+            c.proc = p
+        if p is None:
+            if not step.check:
+                return None
+            reason = "ErrImagePull" if step.kind == "pull" else "CreateContainerError"
+            self._start_failed(pod, c, reason, f"{step.argv[0]}: {error.strerror}")
+            return "start-failed"
+        rc = p.wait()
+        with self.lock:
+            c.proc = None
+            if pod.stopping:
+                return "stopped"
+        if rc == 0 and step.output is not None and step.partial is not None:
+            os.replace(step.partial, step.output)
+        if rc == 0 or not step.check:
+            if step.kind == "pull":
+                with self.lock:
+                    self._event(pod, "Normal", "Pulled", f'Successfully pulled image "{image}"')
+            return None
+        out.flush()
+        lines = [line for line in _tail(Path(out.name)).splitlines() if line.strip()]
+        message = lines[-1].strip() if lines else f"{step.argv[0]} {step.argv[1]} exited with {rc}"
+        self._start_failed(pod, c, "ErrImagePull" if step.kind == "pull" else "CreateContainerError", message)
+        return "start-failed"
+
+    def _start_failed(self, pod: _Pod, c: _Container, reason: str, message: str) -> None:
+        with self.lock:
+            c.waiting = (reason, message)
+            if reason == "ErrImagePull":
+                self._event(pod, "Warning", "Failed", f'Failed to pull image "{c.spec.get("image", "")}": {message}')
+                self._event(pod, "Warning", "Failed", "Error: ErrImagePull")
+            else:
+                self._event(pod, "Warning", "Failed", f"Error: {message}")
+            self._changed(pod)
+
+    def _pull_backoff(self, pod: _Pod, c: _Container) -> None:
+        message = f'Back-off pulling image "{c.spec.get("image", "")}"'
+        c.waiting = ("ImagePullBackOff", message)
+        self._event(pod, "Normal", "BackOff", message)
+        self._event(pod, "Warning", "Failed", "Error: ImagePullBackOff")
+        self._changed(pod)
+
+    def _restarts(self, pod: _Pod, c: _Container) -> bool:
+        """restartPolicy: whether a container that has just ended starts again."""
+        policy = pod.spec.get("restartPolicy", "Always")
+        if policy == "Always":
+            return True
+        if policy == "OnFailure":
+            return c.run.exit_code != 0 or c.run.kill_reason is not None
+        return False
+
+    def _crash_delay(self, c: _Container) -> float:
+        """kubelet's crash back-off: the first restart at once, then base, doubling to max;
+        forgotten once a run has gone 2 x max (10 minutes) without failing."""
+        run = c.run
+        if run.finished_mono - run.started_mono >= 2 * self.backoff_max_s:
+            c.crash.reset()
+        delay = c.crash.current_s
+        c.crash.next()
+        return delay
+
+    # ---------------------------------------------------------------- probes
+
+    def _start_probes(self, pod: _Pod, c: _Container, run: _Run, probes: dict[str, Probe]) -> None:
+        states = {k: ProbeState(p, k, run.started_mono) for k, p in probes.items()}
+        c.started = "startup" not in states
+        c.ready = c.started and "readiness" not in states
+        first = ["startup"] if "startup" in states else [k for k in ("liveness", "readiness") if k in states]
+        for k in first:
+            self._probe_worker(pod, c, run, states[k], states)
+
+    def _probe_worker(self, pod: _Pod, c: _Container, run: _Run, state: ProbeState, states: dict) -> None:
+        threading.Thread(target=self._probe_loop, args=(pod, c, run, state, states), daemon=True,
+                         name=f"probe-{pod.key}-{c.name}-{state.kind}").start()
+
+    def _probe_loop(self, pod: _Pod, c: _Container, run: _Run, state: ProbeState, states: dict) -> None:
+        ports = {p["name"]: int(p["containerPort"]) for p in c.spec.get("ports") or [] if p.get("name")}
+        target = ProbeTarget(host=pod.pod.get("env", {}).get("POD_IP") or self.address, ports=ports,
+                             exec=lambda argv, timeout: self._exec(pod, run, argv, timeout))
+        kind = state.kind
+        while True:
+            if run.done.wait(max(0.0, state.next_due() - time.monotonic())):
+                return
+            result = run_probe(state.probe, target)
+            with self.lock:
+                if run.done.is_set() or run.kill_reason is not None or pod.stopping:
+                    return
+                flip = state.record(result.ok, time.monotonic())
+                if not result.ok:
+                    self._event(pod, "Warning", "Unhealthy", f"{kind.capitalize()} probe failed: {result.message}")
+                if flip is None:
+                    continue
+                if kind == "readiness":
+                    c.ready = flip
+                    self._changed(pod)
+                    continue
+                if kind == "startup" and flip:
+                    c.started = True
+                    c.ready = "readiness" not in states
+                    for k in ("liveness", "readiness"):
+                        if k in states:
+                            self._probe_worker(pod, c, run, states[k], states)
+                    self._changed(pod)
+                    return
+                if flip is False:  # liveness or startup failed: kill, and restart as the policy says
+                    run.kill_reason = kind
+                    self._event(pod, "Normal", "Killing",
+                                f"Container {c.name} failed {kind} probe, will be restarted")
+                    grace = state.probe.termination_grace_s
+                    self._kill_run(c, run, pod.grace_s() if grace is None else grace)
+                    self._changed(pod)
+                    return
+
+    def _exec(self, pod: _Pod, run: _Run, argv: list[str], timeout_s: float) -> tuple[int | None, str]:
+        if run.popen is None:
+            return 1, "the container is not running"
+        full = self._runtime(pod).exec_argv(run.launch, argv, run.popen.pid)
+        return run_command(full, timeout_s, env=run.launch.env, cwd=run.launch.cwd, procs=run.probe_procs)
+
+    # ---------------------------------------------------------------- killing
+
+    def _kill_run(self, c: _Container, run: _Run, grace_s: float) -> None:
+        p = run.popen
+        if p is None or p.poll() is not None:
+            return
+        _terminate(p)
+
+        def hard() -> None:
+            with self.lock:
+                if p.poll() is None:
+                    _killpg(p.pid, signal.SIGKILL)
+                    run.killed_hard = True
+
+        _timer(grace_s, hard)
+
+    def _kill_left(self, pod: _Pod) -> None:
+        with self.lock:
+            for c in pod.containers:
+                if c.proc is not None and c.proc.poll() is None:
+                    _killpg(c.proc.pid, signal.SIGKILL)
+                    if c.run is not None and c.run.popen is c.proc:
+                        c.run.killed_hard = True
+                if c.run is not None:
+                    _kill_all(c.run.probe_procs)
+
+    def _gone(self, pod: _Pod) -> bool:
+        return all((c.thread is None or not c.thread.is_alive())
+                   and (c.run is None or not c.run.probe_procs) for c in pod.containers)
+
+    def _finished(self, pod: _Pod) -> bool:
+        return all(c.ended and (c.proc is None or c.proc.poll() is not None) for c in pod.containers)
+
+    # ---------------------------------------------------------------- status
+
+    def _status(self, pod: _Pod) -> dict:
+        containers = [self._container_status(pod, c) for c in pod.containers]
+        if all(c.ended for c in pod.containers):
+            ok = all(c.run is not None and c.run.exit_code == 0 for c in pod.containers)
+            phase = "Succeeded" if ok else "Failed"
+        elif any(c.runs_started == 0 for c in pod.containers):
+            phase = "Pending"
+        else:
+            phase = "Running"
+        conditions = []
+        unready = [c.name for c in pod.containers if not c.ready]
+        for kind in ("Ready", "ContainersReady", "Initialized", "PodScheduled"):
+            value, since = pod.conditions[kind]
+            cond = {"type": kind, "status": "True" if value else "False", "lastTransitionTime": rfc3339(since)}
+            if not value:
+                done = phase in ("Succeeded", "Failed")
+                cond["reason"] = "PodCompleted" if done else "ContainersNotReady"
+                if not done:
+                    cond["message"] = f"containers with unready status: [{' '.join(unready)}]"
+            conditions.append(cond)
+        ip = pod.pod.get("env", {}).get("POD_IP") or self.address
+        return {"phase": phase, "podIP": ip, "hostIP": self.address, "startTime": rfc3339(pod.start_time),
+                "conditions": conditions, "containerStatuses": containers}
+
+    def _container_status(self, pod: _Pod, c: _Container) -> dict:
+        run = c.run
+        if c.running():
+            state, last = {"running": {"startedAt": rfc3339(run.started_at)}}, c.last_state
+        elif c.waiting is not None:
+            waiting = {"reason": c.waiting[0]}
+            if c.waiting[1]:
+                waiting["message"] = c.waiting[1]
+            state, last = {"waiting": waiting}, ({"terminated": run.terminated()} if run else {})
+        elif run is not None:
+            state, last = {"terminated": run.terminated()}, c.last_state
+        else:
+            state, last = {"waiting": {"reason": "ContainerCreating"}}, {}
+        status = {"name": c.name, "image": c.spec.get("image", ""), "ready": c.ready and c.running(),
+                  "started": c.started and c.running(), "restartCount": c.restart_count,
+                  "state": state, "lastState": last}
+        if run is not None and run.popen is not None:
+            status["containerID"] = f"{run.launch.runtime}://{run.popen.pid}"
+        return status
+
+    def _changed(self, pod: _Pod) -> None:
+        """Record condition transitions and have the notifier send the pod's status now."""
+        now = time.time()
+        ready = bool(pod.containers) and all(c.ready and c.running() for c in pod.containers)
+        for kind, value in (("Ready", ready), ("ContainersReady", ready), ("Initialized", True),
+                            ("PodScheduled", True)):
+            if kind not in pod.conditions or pod.conditions[kind][0] != value:
+                pod.conditions[kind] = (value, pod.start_time if kind in ("Initialized", "PodScheduled") else now)
+        self._dirty.add(pod.key)
+        self._notify.set()
+
+    def _event(self, pod: _Pod, type_: str, reason: str, message: str) -> None:
+        pod.events.append({"type": type_, "reason": reason, "message": message, "time": time.time()})
+        del pod.events[:-_EVENTS_KEPT]
+        (log.warning if type_ == "Warning" else log.info)("pod %s/%s: %s: %s", pod.pod["namespace"],
+                                                          pod.pod["name"], reason, message)
+        self._dirty.add(pod.key)
+        self._notify.set()
+
+    def _notify_loop(self) -> None:
+        while True:
+            if not self._closed:
+                self._notify.wait()
+            self._notify.clear()
+            with self.lock:
+                if self._closed and not self._dirty:
+                    return
+                batch = []
+                for key in sorted(self._dirty):
+                    pod = self.pods.get(key)
+                    if pod is not None:
+                        batch.append((key, self._status(pod), pod.events))
+                        pod.events = []
+                self._dirty.clear()
+            for key, status, events in batch:
+                if status == self._sent.get(key) and not events:
+                    continue
+                self._sent[key] = status
+                try:
+                    self.on_change(key, status, events)
+                except Exception:
+                    log.exception("pod %s: reporting its status failed", key)
+
+    # ---------------------------------------------------------------- helpers
+
+    def _runtime(self, pod: _Pod) -> ContainerRuntime:
+        name = pod.pod.get("runtime") or self.default_runtime
+        with self.lock:
+            rt = self._runtimes.get(name)
+            if rt is None:
+                rt = self._runtimes[name] = get_runtime(name, self.node, self.images)
+            return rt
+
+    def _find(self, pod: str | tuple[str, str]) -> _Pod | None:
+        if isinstance(pod, str):
+            return self.pods.get(pod)
+        matches = [p for p in self.pods.values() if (p.pod["namespace"], p.pod["name"]) == tuple(pod)]
+        return max(matches, key=lambda p: p.start_time, default=None)
+
+    def _dir_on_disk(self, pod: tuple[str, str], container: str) -> Path:
+        namespace, name = pod
+        dirs = [d for d in (self.workdir / "pods").glob(f"{namespace}_{name}_*") if (d / container).is_dir()]
+        if not dirs:
+            raise LogNotFound(f'pod "{name}" in namespace "{namespace}" has no container {container} '
+                              f"on node {self.node}")
+        return max(dirs, key=lambda d: d.stat().st_mtime) / container
+
+    def _left_behind(self, cdir: Path) -> int:
+        """An earlier agent ran this container here: kill what is left of it, and continue its
+        restart numbering so its logs are kept. Returns the runs started so far."""
+        pidfile = cdir / "pid"
+        try:
+            pid, created = pidfile.read_text().split()
+            if abs(psutil.Process(int(pid)).create_time() - float(created)) < 0.01:
+                _killpg(int(pid), signal.SIGKILL)
+        except (OSError, ValueError, psutil.Error):
+            pass
+        numbers = [int(f.stem) for f in cdir.glob("*.log") if f.stem.isdigit()]
+        return max(numbers) + 1 if numbers else 0
+
+
+def _terminate(p: subprocess.Popen) -> None:
+    _killpg(p.pid, signal.SIGCONT)
+    _killpg(p.pid, signal.SIGTERM)
+
+
+def _kill_all(procs: set) -> None:
+    for p in list(procs):
+        if p.poll() is None:
+            _killpg(p.pid, signal.SIGKILL)
+
+
+def _timer(delay_s: float, fn, *args) -> None:
+    t = threading.Timer(max(0.0, delay_s), fn, args)
+    t.daemon = True
+    t.start()
+
+
+def _write_pid(path: Path, pid: int) -> None:
+    try:
+        path.write_text(f"{pid} {psutil.Process(pid).create_time()}")
+    except (OSError, psutil.Error):
+        pass
+
+
+def _tail(path: Path) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - _TAIL_BYTES))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""

@@ -1,0 +1,1 @@
+"""Kubernetes-style serving objects: store, apply, controllers, routes (docs/SERVING.md)."""

@@ -1,0 +1,199 @@
+"""Routes for Kubernetes-style objects, under /api/v1/kube (see docs/SERVING.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+
+from fastapi import APIRouter, Depends, Query
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse, StreamingResponse
+from sqlalchemy import select
+
+from shoal.model.selectors import parse_selector_text
+from shoal.server.auth import Principal
+from shoal.server.kube import objects as objs
+from shoal.server.kube import pods as podsvc
+from shoal.server.kube import service as svc
+from shoal.server.kube.objects import ObjectError
+from shoal.server.kube.routes import routes_table
+from shoal.server.schemas import ApplyRequest, GatewayMetrics, ScaleRequest, UndoRequest
+from shoal.store.models import NodeRow
+
+ROUTES_KEY = "@routes"  # the hub key gateways wait on
+
+
+def _status_body(e: ObjectError) -> dict:
+    return {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": e.message,
+            "reason": e.reason, "code": e.status, "detail": e.message}
+
+
+def router(server, principal, admin, retry_on_conflict) -> APIRouter:
+    r = APIRouter(prefix="/api/v1/kube")
+
+    def node_addresses(s) -> dict[str, str]:
+        return {n.name: n.address for n in s.scalars(select(NodeRow))}
+
+    def changed(routes: bool = True) -> None:
+        server.controller.wake()
+        server.kube.wake()
+        if routes:
+            server.hub.bump([ROUTES_KEY])
+
+    @r.post("/apply")
+    @retry_on_conflict
+    def apply(body: ApplyRequest, p: Principal = Depends(principal)):
+        now = server.clock()
+        try:
+            with server.sessions() as s, s.begin():
+                out = svc.apply(s, server, p, body.documents, now, dry_run=body.dry_run)
+                if body.dry_run:
+                    s.rollback()
+        except svc.ManifestErrors as e:
+            return JSONResponse({"detail": {"errors": e.errors}}, status_code=422)
+        if not body.dry_run:
+            changed()
+        return out
+
+    @r.get("/objects/{plural}")
+    def list_objects(plural: str, namespace: str | None = None, name: str | None = None,
+                     selector: str | None = Query(default=None, max_length=1000),
+                     p: Principal = Depends(principal)):
+        kind = svc.kind_of(plural)
+        ns = None if namespace in (None, "", "all") or not kind.namespaced else namespace
+        try:
+            sel = parse_selector_text(selector) if selector else None
+        except ValueError as e:
+            raise ObjectError(f"unable to parse requirement: {e}", 400) from None
+        with server.sessions() as s:
+            if kind.kind == "Pod":
+                addrs = node_addresses(s)
+                items = [podsvc.to_json(row, addrs) for row in podsvc.visible(s, ns, name)]
+            elif kind.kind == "Event":
+                items = [objs.event_json(e) for e in objs.events_for(s, ns)]
+            else:
+                rows = objs.list_rows(s, kind.kind, ns)
+                items = [objs.to_json(row) for row in rows if name is None or row.name == name]
+                if kind.kind == "Namespace":
+                    have = {i["metadata"]["name"] for i in items}
+                    items = [_builtin_namespace(n) for n in objs.BUILTIN_NAMESPACES if n not in have] + items
+        if sel is not None:
+            items = [i for i in items if sel.matches((i.get("metadata") or {}).get("labels") or {})]
+        return {"apiVersion": "v1", "kind": "List", "items": items}
+
+    @r.get("/objects/{plural}/{namespace}/{name}")
+    def get_object(plural: str, namespace: str, name: str, p: Principal = Depends(principal)):
+        kind = svc.kind_of(plural)
+        ns = svc.namespace_of(kind, None if namespace == "_" else namespace)
+        with server.sessions() as s:
+            if kind.kind == "Pod":
+                row = podsvc.find(s, ns, name)
+                if row is None:
+                    raise objs.not_found(kind, name)
+                return podsvc.to_json(row, node_addresses(s))
+            if kind.kind == "Namespace" and name in objs.BUILTIN_NAMESPACES and objs.get(s, "Namespace", "", name) is None:
+                return _builtin_namespace(name)
+            return objs.to_json(objs.require(s, kind, ns, name))
+
+    @r.delete("/objects/{plural}/{namespace}/{name}")
+    @retry_on_conflict
+    def delete_object(plural: str, namespace: str, name: str, p: Principal = Depends(principal)):
+        kind = svc.kind_of(plural)
+        if kind.kind == "Event":
+            raise ObjectError("events cannot be deleted", 405, "MethodNotAllowed")
+        if kind.kind == "Namespace" and name in objs.BUILTIN_NAMESPACES:
+            raise ObjectError(f'namespaces "{name}" is forbidden: this namespace may not be deleted', 403, "Forbidden")
+        with server.sessions() as s, s.begin():
+            out = svc.delete(s, p, kind, None if namespace == "_" else namespace, name, server.clock())
+        changed()
+        return {"deleted": out}
+
+    @r.post("/objects/deployments/{namespace}/{name}/scale")
+    @retry_on_conflict
+    def scale(namespace: str, name: str, body: ScaleRequest, p: Principal = Depends(principal)):
+        with server.sessions() as s, s.begin():
+            out = objs.to_json(svc.scale(s, p, namespace, name, body.replicas))
+        changed(routes=False)
+        return out
+
+    @r.get("/objects/deployments/{namespace}/{name}/history")
+    def history(namespace: str, name: str, p: Principal = Depends(principal)):
+        with server.sessions() as s:
+            return {"revisions": svc.history(s, namespace, name)}
+
+    @r.post("/objects/deployments/{namespace}/{name}/undo")
+    @retry_on_conflict
+    def undo(namespace: str, name: str, body: UndoRequest | None = None, p: Principal = Depends(principal)):
+        with server.sessions() as s, s.begin():
+            out = objs.to_json(svc.undo(s, p, namespace, name, body.to_revision if body else 0))
+        changed(routes=False)
+        return out
+
+    @r.get("/pods/{namespace}/{name}/log")
+    async def pod_log(namespace: str, name: str, container: str | None = None, previous: bool = False,
+                      follow: bool = False, tail: int | None = Query(default=None, ge=0),
+                      p: Principal = Depends(principal)):
+        def locate():
+            with server.sessions() as s:
+                row = podsvc.find(s, namespace, name)
+                if row is None:
+                    raise objs.not_found(objs.KINDS["pods"], name)
+                svc.check_access(p, row.user)
+                node = s.get(NodeRow, row.batch_host) if row.batch_host else None
+                if node is None:
+                    raise ObjectError(f'container "{container or row.spec["pod"]["spec"]["containers"][0]["name"]}" '
+                                      f'in pod "{name}" is waiting to start: the pod is not scheduled yet', 400)
+                names = [c["name"] for c in row.spec["pod"]["spec"]["containers"]]
+                if container is None and len(names) > 1:
+                    raise ObjectError(f"a container name must be specified for pod {name}, "
+                                      f"choose one of: [{' '.join(names)}]", 400)
+                cname = container or names[0]
+                if cname not in names:
+                    raise ObjectError(f"container {cname} is not valid for pod {name}", 400)
+                return node.name, node.address, node.port, podsvc.job_key(row), cname
+
+        node, address, port, key, cname = await run_in_threadpool(locate)
+        chunks = server.logs.stream(node, address, port, key=key, container=cname, previous=previous,
+                                    follow=follow, tail=tail)
+        first = await chunks.__anext__()  # errors (unreachable agent, no such log) before the 200
+        return StreamingResponse(_prepend(first, chunks), media_type="text/plain; charset=utf-8")
+
+    @r.get("/routes")
+    async def routes(version: str | None = None, wait: float = Query(default=0, ge=0, le=60),
+                     p: Principal = Depends(admin)):
+        """The Services' backends for gateways: answers at once when they differ from
+        ``version``, else when they change (or after ``wait`` seconds)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        while True:
+            gen = server.hub.generation(ROUTES_KEY)
+            table = await run_in_threadpool(_table)
+            if table["version"] != version or loop.time() >= deadline:
+                return table
+            await server.hub.wait(ROUTES_KEY, server.hub.epoch, gen, min(1.0, max(0.0, deadline - loop.time())))
+
+    def _table() -> dict:
+        with server.sessions() as s:
+            services = routes_table(s)
+        text = json.dumps(services, sort_keys=True)
+        return {"version": hashlib.sha1(text.encode()).hexdigest()[:16], "services": services}
+
+    @r.post("/metrics")
+    def metrics(body: GatewayMetrics, p: Principal = Depends(admin)):
+        server.kube.metrics.gateway_report(body.pods, body.held, server.clock())
+        if body.held:
+            server.kube.wake()
+        return {"ok": True}
+
+    return r
+
+
+async def _prepend(first, rest):
+    yield first
+    async for chunk in rest:
+        yield chunk
+
+
+def _builtin_namespace(name: str) -> dict:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}, "status": {"phase": "Active"}}

@@ -1,0 +1,324 @@
+"""The serving controllers' loop: Deployments -> ReplicaSets -> pods, HPAs, drains, evictions.
+
+Level-triggered like the scheduling loop: each round reads the store, decides with the pure
+functions of ``shoal.kube`` (rollout, HPA) and writes the difference in one transaction;
+a round that loses an optimistic-concurrency race is simply run again. It runs on every
+change that may matter (apply, scale, pod readiness, pod exit) and every ``interval_s``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from sqlalchemy.orm.exc import StaleDataError
+
+from shoal.kube import hpa as hpalib
+from shoal.kube import rollout
+from shoal.kube.manifest import pod_resources
+from shoal.model.job import JobState
+from shoal.model.selectors import eviction_delay
+from shoal.server import jobs as jobsvc
+from shoal.server.kube import objects as objs
+from shoal.server.kube import pods as podsvc
+from shoal.server.kube.metrics import Metrics
+from shoal.store.models import JobRow, NodeRow, ObjectRow
+
+log = logging.getLogger("shoal.kube")
+
+ROUTES_KEY = "@routes"
+
+
+class KubeController:
+    def __init__(self, server) -> None:
+        self.server = server
+        self.kick = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.metrics = Metrics()
+        self.hpa_state: dict[str, hpalib.HPAState] = {}  # HPA uid -> recommendations and scale events
+        self._last_hpa = float("-inf")
+        self.rounds = 0
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="kube-controllers", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.kick.set()
+        if self._thread:
+            self._thread.join(timeout=10)
+
+    def wake(self) -> None:
+        self.kick.set()
+
+    def _run(self) -> None:
+        cfg = self.server.config.serving
+        while not self._stop.is_set():
+            self.kick.wait(timeout=cfg.interval_s)
+            self.kick.clear()
+            if self._stop.is_set():
+                break
+            for _attempt in range(3):
+                try:
+                    self.run_round()
+                    break
+                except StaleDataError:
+                    continue
+                except Exception:  # a bad round must not kill the loop; the next one retries
+                    log.exception("serving controllers' round failed")
+                    time.sleep(0.2)
+                    break
+
+    def run_round(self) -> None:
+        s = self.server
+        now = s.clock()
+        nodes: set[str] = set()
+        routes = False
+        sched = False
+        with s.sessions() as session, session.begin():
+            n, r = self._drain(session, now)
+            nodes |= n
+            routes |= r
+            routes |= self._evict(session, now)
+            hpa_due = now - self._last_hpa >= s.config.serving.hpa_sync_s
+            if hpa_due:
+                self._last_hpa = now
+            self._autoscale(session, now, hpa_due)
+            for dep in objs.list_rows(session, "Deployment"):
+                self._deployment(session, dep, now)
+            for rs in objs.list_rows(session, "ReplicaSet"):
+                created, deleted = self._replicaset(session, rs, now)
+                sched |= created
+                routes |= deleted
+        self.rounds += 1
+        if sched:
+            s.controller.wake()
+        if nodes:
+            s.hub.bump(nodes)
+        if routes or nodes:
+            s.hub.bump([ROUTES_KEY])
+
+    # -------------------------------------------------------------- pods going away
+
+    def _drain(self, session, now: float) -> tuple[set[str], bool]:
+        """Pods whose drain is over are cancelled: their agents stop the containers."""
+        nodes: set[str] = set()
+        for row in podsvc.drain_over(session, now, self.server.config.serving.drain_s):
+            jobsvc.finish(session, row, JobState.CANCELLED, now, reason="None")
+            nodes.update(n["name"] for n in (row.allocation or {}).get("nodes", ()))
+        return nodes, bool(nodes)
+
+    def _evict(self, session, now: float) -> bool:
+        """NoExecute taints evict the running pods that do not tolerate them (after their
+        tolerationSeconds), as the taint manager does; their ReplicaSet replaces them."""
+        tainted = {n.name: n.taints for n in session.query(NodeRow).all() if any(
+            t.get("effect") == "NoExecute" for t in n.taints or ())}
+        if not tainted:
+            return False
+        evicted = False
+        for row in podsvc.live(session):
+            if row.state != JobState.RUNNING.value or row.batch_host not in tainted:
+                continue
+            delay = eviction_delay(tainted[row.batch_host], row.spec["pod"]["spec"].get("tolerations") or ())
+            if delay is not None and now - (row.start_time or now) >= delay:
+                objs.record_event(session, row.namespace, "Pod", row.name, "Normal", "TaintManagerEviction",
+                                  f"Marking for deletion Pod {row.namespace}/{row.name}", now, "taint-controller")
+                podsvc.delete(session, row, now)
+                evicted = True
+        return evicted
+
+    # -------------------------------------------------------------- ReplicaSets
+
+    def _replicaset(self, session, rs: ObjectRow, now: float) -> tuple[bool, bool]:
+        spec = rs.body.get("spec") or {}
+        want = int(spec.get("replicas", 1))
+        template = spec.get("template") or {}
+        tmeta = template.get("metadata") or {}
+        # Ended pods (a node failed, the pod was preempted or exited) are replaced: clear them away.
+        deleted = False
+        for row in podsvc.visible(session, rs.namespace):
+            if row.owner_uid == rs.uid and JobState(row.state).terminal and row.deleting_at is None:
+                row.deleting_at = now
+        live = podsvc.live(session, owner_uid=rs.uid)
+        created = False
+        to_create, to_delete = rollout.replicaset_pod_diff(want, _pod_views(live))
+        if to_create:
+            owner = (rs.body.get("metadata") or {}).get("annotations", {}).get("shoal.io/owner") or "root"
+            deployment = ((rs.body.get("metadata") or {}).get("labels") or {}).get("shoal.io/deployment")
+            for _ in range(to_create):
+                name = podsvc.new_name(rs.name)
+                podsvc.create(session, self.server, namespace=rs.namespace, name=name,
+                              labels=dict(tmeta.get("labels") or {}),
+                              annotations=dict(tmeta.get("annotations") or {}), spec=template.get("spec") or {},
+                              owner_uid=rs.uid, owner_name=rs.name, user=owner, now=now, uid=objs.new_uid(),
+                              deployment=deployment)
+                objs.record_event(session, rs.namespace, "ReplicaSet", rs.name, "Normal", "SuccessfulCreate",
+                                  f"Created pod: {name}", now, "replicaset-controller")
+            created = True
+        elif to_delete:
+            for view in to_delete:
+                pod = next(p for p in live if p.name == view.name)
+                podsvc.delete(session, pod, now)
+                objs.record_event(session, rs.namespace, "ReplicaSet", rs.name, "Normal", "SuccessfulDelete",
+                                  f"Deleted pod: {pod.name}", now, "replicaset-controller")
+            deleted = True
+            live = podsvc.live(session, owner_uid=rs.uid)
+        min_ready = int(spec.get("minReadySeconds") or 0)
+        ready = [p for p in live if podsvc.is_ready(p)]
+        available = [p for p in ready if now - (podsvc.ready_since(p) or now) >= min_ready]
+        status = {"replicas": len(live), "fullyLabeledReplicas": len(live), "readyReplicas": len(ready),
+                  "availableReplicas": len(available), "observedGeneration": rs.generation}
+        objs.set_status(rs, status)
+        return created, deleted
+
+    # -------------------------------------------------------------- Deployments
+
+    def _deployment(self, session, dep: ObjectRow, now: float) -> None:
+        sets = objs.owned(session, "ReplicaSet", dep.uid)
+        views = [_rs_view(rs, session, now) for rs in sets]
+        dep_json = objs.to_json(dep)
+        plan = rollout.plan_rollout(dep_json, views, now)
+        by_name = {rs.name: rs for rs in sets}
+        if plan.create is not None:
+            rs_doc = rollout.replicaset_manifest(dep_json, plan.create)
+            meta = rs_doc["metadata"]
+            ann = meta.setdefault("annotations", {})
+            ann["shoal.io/owner"] = (dep.body["metadata"].get("annotations") or {}).get("shoal.io/owner", "root")
+            meta.setdefault("labels", {})["shoal.io/deployment"] = dep.name
+            row = ObjectRow(uid=objs.new_uid(), kind="ReplicaSet", namespace=dep.namespace, name=meta["name"],
+                            body=rs_doc, status={}, owner_uid=dep.uid, generation=1, created=now)
+            session.add(row)
+            session.flush()
+            by_name[row.name] = row
+            objs.record_event(session, dep.namespace, "Deployment", dep.name, "Normal", "ScalingReplicaSet",
+                              f"Scaled up replica set {row.name} to {rs_doc['spec'].get('replicas', 0)}", now,
+                              "deployment-controller")
+        for name, revision in plan.revisions.items():
+            rs = by_name.get(name)
+            if rs is not None:
+                meta = dict(rs.body.get("metadata") or {})
+                ann = dict(meta.get("annotations") or {})
+                if ann.get("deployment.kubernetes.io/revision") != str(revision):
+                    ann["deployment.kubernetes.io/revision"] = str(revision)
+                    cause = ((dep.body.get("metadata") or {}).get("annotations") or {}).get("kubernetes.io/change-cause")
+                    if cause:
+                        ann["kubernetes.io/change-cause"] = cause
+                    meta["annotations"] = ann
+                    rs.body = {**rs.body, "metadata": meta}
+        for name, replicas in plan.scaled(views).items():
+            rs = by_name.get(name)
+            if rs is None:
+                continue
+            old = int((rs.body.get("spec") or {}).get("replicas", 0))
+            if old != replicas and objs.set_spec_field(rs, "replicas", replicas):
+                verb = "up" if replicas > old else "down"
+                objs.record_event(session, dep.namespace, "Deployment", dep.name, "Normal", "ScalingReplicaSet",
+                                  f"Scaled {verb} replica set {name} from {old} to {replicas}", now,
+                                  "deployment-controller")
+        for name in plan.delete:
+            rs = by_name.get(name)
+            if rs is not None and not podsvc.live(session, owner_uid=rs.uid):
+                session.delete(rs)
+        objs.set_status(dep, plan.status)
+
+    # -------------------------------------------------------------- HPAs
+
+    def _autoscale(self, session, now: float, due: bool) -> None:
+        for h in objs.list_rows(session, "HorizontalPodAutoscaler"):
+            spec = h.body.get("spec") or {}
+            ref = spec.get("scaleTargetRef") or {}
+            dep = objs.get(session, "Deployment", h.namespace, ref.get("name", "")) \
+                if ref.get("kind") == "Deployment" else None
+            if dep is None:
+                objs.set_status(h, {**(h.status or {}), "conditions": [{
+                    "type": "AbleToScale", "status": "False", "reason": "FailedGetScale",
+                    "message": f"the HPA controller was unable to get the target's current scale: "
+                               f"{ref.get('kind')} {ref.get('name')!r} not found"}]})
+                continue
+            current = int((dep.body.get("spec") or {}).get("replicas", 1))
+            pods = podsvc.live(session, namespace=h.namespace)
+            selector = ((dep.body.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+            mine = [p for p in pods if all((p.spec["pod"].get("labels") or {}).get(k) == v
+                                           for k, v in selector.items())]
+            held = self.metrics.held(h.namespace, self._services_of(session, h.namespace, selector))
+            if current == 0 and held:
+                # Scale from zero (opt-in beyond Kubernetes): a request is waiting at the gateway.
+                objs.set_spec_field(dep, "replicas", max(1, int(spec.get("minReplicas", 1) or 1)))
+                objs.record_event(session, h.namespace, "HorizontalPodAutoscaler", h.name, "Normal",
+                                  "SuccessfulRescale", "New size: 1; reason: a request is waiting at the gateway",
+                                  now, "horizontal-pod-autoscaler")
+                continue
+            if not due:
+                continue
+            ready = [p for p in mine if podsvc.is_ready(p)]
+            values = self.metrics.for_pods(self.server, ready, now)
+            requests = [max(pod_resources(p.spec["pod"]["spec"])["cpus"], 0.001) for p in ready]
+            values["cpu"] = [None if v is None else 100.0 * v / r for v, r in zip(values["cpu"], requests)]
+            state = self.hpa_state.get(h.uid, hpalib.HPAState())
+            result = hpalib.desired_replicas(spec, current, values, state, now, ready_pods=len(ready),
+                                             unready_pods=len(mine) - len(ready))
+            self.hpa_state[h.uid] = result.state
+            status = {"currentReplicas": current, "desiredReplicas": result.replicas,
+                      "currentMetrics": list(result.current_metrics),
+                      "conditions": hpalib.stamp_conditions((h.status or {}).get("conditions") or (),
+                                                            result.conditions, objs.rfc3339(now))}
+            if result.rescale:
+                objs.set_spec_field(dep, "replicas", result.replicas)
+                status["lastScaleTime"] = objs.rfc3339(now)
+                objs.record_event(session, h.namespace, "HorizontalPodAutoscaler", h.name, "Normal",
+                                  "SuccessfulRescale", f"New size: {result.replicas}; reason: {result.reason}",
+                                  now, "horizontal-pod-autoscaler")
+            elif (h.status or {}).get("lastScaleTime"):
+                status["lastScaleTime"] = h.status["lastScaleTime"]
+            objs.set_status(h, status)
+
+    def _services_of(self, session, namespace: str, selector: dict) -> list[str]:
+        out = []
+        for svc in objs.list_rows(session, "Service", namespace):
+            sel = (svc.body.get("spec") or {}).get("selector") or {}
+            if sel and all(selector.get(k) == v for k, v in sel.items()):
+                out.append(svc.name)
+        return out
+
+
+def _pod_views(rows: list[JobRow]) -> list[rollout.PodView]:
+    out = []
+    for r in rows:
+        statuses = (r.pod_status or {}).get("containerStatuses") or ()
+        cost = ((r.spec["pod"].get("annotations") or {}).get("controller.kubernetes.io/pod-deletion-cost") or "0")
+        out.append(rollout.PodView(
+            name=r.name, created=r.submit_time, node=r.batch_host,
+            phase=(r.pod_status or {}).get("phase") or ("Running" if r.state == JobState.RUNNING.value else "Pending"),
+            ready=podsvc.is_ready(r), ready_since=podsvc.ready_since(r),
+            restarts=sum(int(c.get("restartCount", 0)) for c in statuses),
+            terminating=r.deleting_at is not None, deletion_cost=int(cost) if str(cost).lstrip("-").isdigit() else 0))
+    return out
+
+
+def _rs_view(rs: ObjectRow, session, now: float) -> rollout.RSView:
+    spec = rs.body.get("spec") or {}
+    ann = (rs.body.get("metadata") or {}).get("annotations") or {}
+    labels = (rs.body.get("metadata") or {}).get("labels") or {}
+    live = podsvc.live(session, owner_uid=rs.uid)
+    cleaning = _cleaning(session, rs.uid)
+    going = [p for p in podsvc.visible(session, rs.namespace) if p.owner_uid == rs.uid and p.deleting_at is not None
+             and (not JobState(p.state).terminal or p.id in cleaning)]
+    return rollout.RSView(
+        name=rs.name, revision=int(ann.get("deployment.kubernetes.io/revision", 0)),
+        template_hash=labels.get("pod-template-hash", ""), replicas=int(spec.get("replicas", 0)),
+        ready=int((rs.status or {}).get("readyReplicas", 0)),
+        available=int((rs.status or {}).get("availableReplicas", 0)), created=rs.created,
+        current=len(live), terminating=len(going))
+
+
+def _cleaning(session, owner_uid: str) -> set[int]:
+    """Pods of this owner whose processes are still being stopped (cleanup rows)."""
+    from sqlalchemy import select
+
+    from shoal.store.models import CleanupRow
+
+    return set(session.scalars(select(CleanupRow.job_id).join(JobRow, JobRow.id == CleanupRow.job_id)
+                               .where(JobRow.owner_uid == owner_uid)))
