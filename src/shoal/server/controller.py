@@ -8,8 +8,6 @@ and applies the plan in one short transaction that re-checks every row it change
 from __future__ import annotations
 
 import logging
-import threading
-import time
 
 from sqlalchemy import delete, select
 from sqlalchemy.orm.exc import StaleDataError
@@ -19,46 +17,27 @@ from shoal.model.node import NodeState
 from shoal.model.resources import Allocation
 from shoal.sched.schedule import schedule
 from shoal.server import jobs as jobsvc
+from shoal.server.loop import KickedLoop
 from shoal.store.models import CleanupRow, JobRow, NodeRow
 
 log = logging.getLogger("shoal.controller")
 
 
-class Controller:
+class Controller(KickedLoop):
+    name = "scheduler"
+
     def __init__(self, server) -> None:
+        super().__init__()
         self.server = server
-        self.kick = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._warned: set[str] = set()  # runs whose --signal warning was sent
         self.passes = 0
         self._last_full = float("-inf")  # when the last full backfill pass ran
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="scheduler", daemon=True)
-        self._thread.start()
+    def interval_s(self) -> float:
+        return self.server.config.scheduler.interval_s
 
-    def stop(self) -> None:
-        self._stop.set()
-        self.kick.set()
-        if self._thread:
-            self._thread.join(timeout=10)
-
-    def wake(self) -> None:
-        self.kick.set()
-
-    def _run(self) -> None:
-        interval = self.server.config.scheduler.interval_s
-        while not self._stop.is_set():
-            self.kick.wait(timeout=interval)
-            self.kick.clear()
-            if self._stop.is_set():
-                break
-            try:
-                self.run_pass()
-            except Exception:  # a bad pass must not kill the loop; the next one retries
-                log.exception("scheduling pass failed")
-                time.sleep(0.2)
+    def step(self) -> None:
+        self.run_pass()
 
     def run_pass(self) -> None:
         now = self.server.clock()

@@ -8,9 +8,6 @@ change that may matter (apply, scale, pod readiness, pod exit) and every ``inter
 
 from __future__ import annotations
 
-import logging
-import threading
-import time
 
 from sqlalchemy.orm.exc import StaleDataError
 
@@ -23,54 +20,35 @@ from shoal.server import jobs as jobsvc
 from shoal.server.kube import objects as objs
 from shoal.server.kube import pods as podsvc
 from shoal.server.kube.metrics import Metrics
+from shoal.server.loop import KickedLoop
 from shoal.store.models import JobRow, NodeRow, ObjectRow
 
-log = logging.getLogger("shoal.kube")
 
 ROUTES_KEY = "@routes"
 
 
-class KubeController:
+class KubeController(KickedLoop):
+    name = "kube-controllers"
+
     def __init__(self, server) -> None:
+        super().__init__()
         self.server = server
-        self.kick = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self.metrics = Metrics()
         self.hpa_state: dict[str, hpalib.HPAState] = {}  # HPA uid -> recommendations and scale events
         self._last_hpa = float("-inf")
         self.rounds = 0
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="kube-controllers", daemon=True)
-        self._thread.start()
+    def interval_s(self) -> float:
+        return self.server.config.serving.interval_s
 
-    def stop(self) -> None:
-        self._stop.set()
-        self.kick.set()
-        if self._thread:
-            self._thread.join(timeout=10)
-
-    def wake(self) -> None:
-        self.kick.set()
-
-    def _run(self) -> None:
-        cfg = self.server.config.serving
-        while not self._stop.is_set():
-            self.kick.wait(timeout=cfg.interval_s)
-            self.kick.clear()
-            if self._stop.is_set():
-                break
-            for _attempt in range(3):
-                try:
-                    self.run_round()
-                    break
-                except StaleDataError:
-                    continue
-                except Exception:  # a bad round must not kill the loop; the next one retries
-                    log.exception("serving controllers' round failed")
-                    time.sleep(0.2)
-                    break
+    def step(self) -> None:
+        for attempt in range(3):  # a round that lost an optimistic-concurrency race runs again
+            try:
+                self.run_round()
+                return
+            except StaleDataError:
+                if attempt == 2:
+                    raise
 
     def run_round(self) -> None:
         s = self.server
