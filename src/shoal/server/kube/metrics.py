@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import threading
 
+from shoal.kube.hpa import METRIC_ALIASES
+
 STALE_S = 10.0
-ALIASES = {"http_requests_per_second": "requests_per_second", "queue_depth": "inflight_requests"}
 
 
 class Metrics:
@@ -64,6 +65,6 @@ class Metrics:
                                                    else None)
                 c = self._cpu.get(job_key(row))
                 out["cpu"].append(c[0] if c is not None and now - c[1] < STALE_S else None)
-        for alias, name in ALIASES.items():
+        for alias, name in METRIC_ALIASES.items():
             out[alias] = out[name]
         return out

@@ -10,27 +10,24 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from shoal.kube.manifest import TRAFFIC_SPLIT, parse_traffic_split
 from shoal.model.job import JobState
 from shoal.server.kube import objects as objs
 from shoal.server.kube import pods as podsvc
 from shoal.store.models import JobRow, NodeRow
 
-SPLIT_ANNOTATION = "shoal.io/traffic-split"
 SCALE_TO_ZERO_ANNOTATION = "shoal.io/scale-to-zero"
 
 
 def parse_split(text: str | None) -> dict[str, int] | None:
-    """``"llm-v1=90,llm-v2=10"`` -> {"llm-v1": 90, "llm-v2": 10}; None when absent or malformed
-    (apply rejects a malformed one, so this only guards old rows)."""
+    """The traffic-split annotation's weights; None when absent or malformed (apply rejects
+    a malformed one, so this only guards old rows)."""
     if not text:
         return None
-    out: dict[str, int] = {}
-    for part in text.split(","):
-        name, _, weight = part.strip().partition("=")
-        if not name or not weight.strip().isdigit():
-            return None
-        out[name.strip()] = int(weight)
-    return out or None
+    try:
+        return parse_traffic_split(text)
+    except ValueError:
+        return None
 
 
 def target_port(pod_spec: dict, target) -> int | None:
@@ -77,7 +74,7 @@ def routes_table(session: Session) -> list[dict]:
                     "ready": podsvc.is_ready(row), "terminating": row.deleting_at is not None,
                 })
         out.append({"namespace": svc.namespace, "name": svc.name, "ports": ports,
-                    "split": parse_split(ann.get(SPLIT_ANNOTATION)),
+                    "split": parse_split(ann.get(TRAFFIC_SPLIT)),
                     "scale_to_zero": ann.get(SCALE_TO_ZERO_ANNOTATION, "").lower() == "true",
                     "backends": sorted(backends, key=lambda b: b["pod"])})
     return out
