@@ -6,6 +6,8 @@ it generates text token by token, so requests cost real work and streaming is re
 speaks the part of vLLM's OpenAI-compatible API that load tests use:
 
     GET  /health                 200 once the model is loaded (readiness), 503 before
+                                 (and after --healthy-for seconds, when given: a liveness demo)
+    POST /admin/unhealthy        {"unhealthy": true|false}: make /health fail (or pass) from now on
     GET  /v1/models              the served model
     POST /v1/completions         {"prompt": "...", "max_tokens": 16, "stream": false}
                                  "stream": true answers as server-sent events, one token each
@@ -75,7 +77,7 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self):
         srv = self.server
         if self.path in ("/health", "/healthz", "/ready"):
-            if srv.ready.is_set() and not srv.unhealthy:
+            if srv.ready.is_set() and not srv.unhealthy and not srv.expired():
                 return self._json(200, {"status": "ok", "version": srv.version})
             return self._json(503, {"status": "loading" if not srv.ready.is_set() else "unhealthy"})
         if self.path == "/v1/models":
@@ -149,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--version-tag", default=os.environ.get("MODEL_VERSION", "v1"))
     p.add_argument("--load-seconds", type=float, default=float(os.environ.get("LOAD_SECONDS", "0.5")),
                    help="pretend loading the weights takes this long (readiness waits for it)")
+    p.add_argument("--healthy-for", type=float, default=float(os.environ.get("HEALTHY_SECONDS", "0")),
+                   help="make /health fail this many seconds after start (0: never), to show liveness restarts")
     p.add_argument("--token-delay", type=float, default=float(os.environ.get("TOKEN_DELAY", "0.002")),
                    help="seconds per generated token")
     # vLLM's own flags, accepted so a vLLM manifest's args run unchanged here.
@@ -164,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     srv.token_delay_s = args.token_delay
     srv.ready = threading.Event()
     srv.unhealthy = False
+    started = time.monotonic()
+    srv.expired = lambda: 0 < args.healthy_for <= time.monotonic() - started
     srv.model = MarkovModel(CORPUS, seed=args.port)
     srv.inflight = 0
     srv.count_lock = threading.Lock()
