@@ -978,7 +978,7 @@ def test_delete_scale_rollout_and_label_messages(standin, capsys):
     assert main(["label", "node", "node1", "zone=b"]) == 1
     assert capsys.readouterr().err == "error: 'zone' already has a value (a), and --overwrite is false\n"
     assert main(["exec", "-it", "vllm-0", "--", "bash"]) == 1
-    assert capsys.readouterr().err.startswith("error: shoal exec is not supported yet")
+    assert capsys.readouterr().err.startswith("error: exec: -t (a terminal) is not supported")
 
 
 def test_get_watch_prints_changed_rows_under_one_header(capsys):

@@ -36,6 +36,21 @@ _EVENTS_KEPT = 500  # pending events per pod; the oldest go first when nobody co
 _TAIL_BYTES = 8192  # how much of a log's end is searched for a runtime's pull error
 
 
+class ContainerNotRunning(RuntimeError):
+    """``shoal exec`` into a container that is waiting, ended or being stopped."""
+
+
+@dataclass(frozen=True)
+class ExecTarget:
+    """A command to run inside a container: its argv, environment and working directory;
+    ``procs`` holds its process while it runs, so the container's end kills it too."""
+
+    argv: list[str]
+    env: dict
+    cwd: str | None
+    procs: set
+
+
 class LogNotFound(LookupError):
     """No such log: an unknown pod or container, or no previous restart."""
 
@@ -241,6 +256,13 @@ class PodManager:
         """Pod runs that have not finished for good (a pod in back-off is alive)."""
         with self.lock:
             return [k for k, pod in self.pods.items() if not self._finished(pod)]
+
+    def container_pids(self) -> dict[str, list[int]]:
+        """The main process of each running container, by run key (for CPU accounting)."""
+        with self.lock:
+            running = {k: [c.run.popen.pid for c in pod.containers if c.running() and c.run.popen is not None]
+                       for k, pod in self.pods.items()}
+        return {k: pids for k, pids in running.items() if pids}
 
     def status(self, key: str) -> dict:
         """The pod's PodStatus, as docs/SERVING.md shows it."""
@@ -573,6 +595,23 @@ class PodManager:
             return 1, "the container is not running"
         full = self._runtime(pod).exec_argv(run.launch, argv, run.popen.pid)
         return run_command(full, timeout_s, env=run.launch.env, cwd=run.launch.cwd, procs=run.probe_procs)
+
+    def exec_target(self, key: str, container: str, argv: list[str]) -> ExecTarget:
+        """How to run ``argv`` inside a running container (``shoal exec``): the same command
+        line as an exec probe. Raises LogNotFound (no such pod or container) or
+        ContainerNotRunning."""
+        with self.lock:
+            pod = self._find(key)
+            if pod is None:
+                raise LogNotFound(f"no pod run {key} on node {self.node}")
+            c = next((c for c in pod.containers if c.name == container), None)
+            if c is None:
+                raise LogNotFound(f"container {container} is not valid for pod {pod.pod['name']}")
+            run = c.run
+            if run is None or run.popen is None or not c.running() or pod.stopping:
+                raise ContainerNotRunning(f'container "{container}" in pod "{pod.pod["name"]}" is not running')
+        full = self._runtime(pod).exec_argv(run.launch, argv, run.popen.pid)
+        return ExecTarget(full, dict(run.launch.env), run.launch.cwd, run.probe_procs)
 
     # ---------------------------------------------------------------- killing
 

@@ -1,4 +1,5 @@
-"""The agent's own HTTP endpoint: srun connects here to launch a step's tasks on this node.
+"""The agent's own HTTP endpoint: srun connects here to launch a step's tasks on this node,
+and the server fetches pod logs and runs ``shoal exec`` commands here.
 
 As with srun and slurmd, the client talks to each node directly; the server only signs the
 launch (an HMAC with this node's step key), so output streams node-to-client without
@@ -23,7 +24,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs
 
-from shoal.agent.pods import LogNotFound
+from shoal.agent.pods import ContainerNotRunning, LogNotFound
 from shoal.agent.runtime import Runtime, _killpg, set_gpu_env
 
 log = logging.getLogger("shoal.agent.steps")
@@ -50,6 +51,8 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self):
         if self.path == "/healthz":
             self._json(200, {"ok": True, "node": self.server.agent.name})
+        elif self.path == "/metrics":
+            self._text(200, self.server.agent.metrics_text(), "text/plain; version=0.0.4; charset=utf-8")
         elif self.path.startswith("/v1/pods/log?"):
             self._pod_log(self.path.partition("?")[2])
         else:
@@ -59,12 +62,10 @@ class _Handler(BaseHTTPRequestHandler):
         """A container's log, for ``shoal logs`` (the server signs the query with the step key)."""
         agent = self.server.agent
         body, _, sig = query.rpartition("&sig=")
-        want = hmac.new(agent.step_key.encode(), body.encode(), hashlib.sha256).hexdigest()
-        if not sig or not hmac.compare_digest(want, sig):
-            return self._json(403, {"detail": "invalid log request signature"})
         q = {k: v[0] for k, v in parse_qs(body).items()}
-        if abs(time.time() - float(q.get("t", 0))) > 300:
-            return self._json(403, {"detail": "expired log request"})
+        err = _check_signed(agent, body, sig, q.get("t", 0), "log")
+        if err:
+            return self._json(403, {"detail": err})
         key, container = q.get("key", ""), q.get("container", "")
         try:
             path = agent.pods.log_path(key, container, previous=q.get("previous") == "1")
@@ -87,15 +88,20 @@ class _Handler(BaseHTTPRequestHandler):
         _send_log(path, self.wfile, tail, follow=q.get("follow") == "1", alive=alive)
 
     def do_POST(self):
-        if self.path != "/v1/steps":
+        if self.path not in ("/v1/steps", "/v1/pods/exec"):
             return self._json(404, {"detail": "not found"})
+        what = "step" if self.path == "/v1/steps" else "exec"
         length = int(self.headers.get("Content-Length") or 0)
         if length > MAX_BODY:
-            return self._json(413, {"detail": "step request too large"})
+            return self._json(413, {"detail": f"{what} request too large"})
         try:
             req = json.loads(self.rfile.read(length))
         except ValueError:
-            return self._json(400, {"detail": "step request is not JSON"})
+            return self._json(400, {"detail": f"{what} request is not JSON"})
+        if not isinstance(req, dict):
+            return self._json(400, {"detail": f"{what} request is not a JSON object"})
+        if what == "exec":
+            return self._pod_exec(req)
         agent = self.server.agent
         err = _check(agent, req)
         if err:
@@ -108,10 +114,49 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         _run_step(agent.runtime, run, req, self.connection, self.wfile, agent.name)
 
+    def _pod_exec(self, req: dict) -> None:
+        """``shoal exec``: run a command inside a pod's container and stream its output as a
+        step's (one task, procid 0). The server signs the request as it signs log queries."""
+        agent = self.server.agent
+        sig = str(req.pop("sig", ""))
+        err = _check_signed(agent, json.dumps(req, sort_keys=True), sig, req.get("t", 0), "exec")
+        if err:
+            return self._json(403, {"detail": err})
+        try:
+            target = agent.pods.exec_target(str(req["key"]), str(req["container"]), [str(a) for a in req["argv"]])
+        except (KeyError, TypeError):
+            return self._json(400, {"detail": "malformed exec request"})
+        except LogNotFound as e:
+            return self._json(404, {"detail": str(e)})
+        except ContainerNotRunning as e:
+            return self._json(409, {"detail": str(e)})
+        stdin = str(req.get("stdin") or "").encode()
+        try:
+            p = subprocess.Popen(target.argv, cwd=target.cwd, env=target.env,
+                                 stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                                 close_fds=True)
+        except OSError as e:
+            # kubectl's wording for a command the container cannot run.
+            return self._json(400, {"detail": f'exec: "{req["argv"][0]}": {e.strerror}'})
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-ndjson")
+        self.end_headers()
+        target.procs.add(p)
+        try:
+            if stdin:
+                threading.Thread(target=_feed, args=(p, stdin), daemon=True).start()
+            _stream_tasks({0: p}, self.connection, _emitter(self.wfile), {})
+        finally:
+            target.procs.discard(p)
+
     def _json(self, status: int, doc: dict) -> None:
-        body = json.dumps(doc).encode()
+        self._text(status, json.dumps(doc), "application/json")
+
+    def _text(self, status: int, text: str, content_type: str) -> None:
+        body = text.encode()
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -150,6 +195,47 @@ def _send_log(path, wfile, tail: int | None, follow: bool, alive) -> None:
             pass
 
 
+def _check_signed(agent, text: str, sig: str, t, what: str) -> str | None:
+    """Why a request the server signed with this node's step key is refused, or None."""
+    want = hmac.new(agent.step_key.encode(), text.encode(), hashlib.sha256).hexdigest()
+    if not sig or not hmac.compare_digest(want, sig):
+        return f"invalid {what} request signature"
+    try:
+        if abs(time.time() - float(t)) <= 300:
+            return None
+    except (TypeError, ValueError):
+        pass
+    return f"expired {what} request"
+
+
+def _feed(p: subprocess.Popen, data: bytes) -> None:
+    try:
+        p.stdin.write(data)
+    except OSError:
+        pass
+    finally:
+        try:
+            p.stdin.close()
+        except OSError:
+            pass
+
+
+def _emitter(wfile):
+    """A thread-safe writer of NDJSON lines to the client; False once the client is gone."""
+    lock = threading.Lock()
+
+    def emit(doc: dict) -> bool:
+        try:
+            with lock:
+                wfile.write(json.dumps(doc).encode() + b"\n")
+                wfile.flush()
+            return True
+        except OSError:
+            return False
+
+    return emit
+
+
 def _check(agent, req: dict) -> str | None:
     try:
         msg = f"{req['job_id']}.{req['run']}.{req['step_id']}"
@@ -162,20 +248,9 @@ def _check(agent, req: dict) -> str | None:
 
 
 def _run_step(runtime: Runtime, run, req: dict, conn: socket.socket, wfile, node: str) -> None:
-    sel = selectors.DefaultSelector()
     procs: dict[int, subprocess.Popen] = {}
     exits: dict[int, list[int]] = {}
-    lock = threading.Lock()
-
-    def emit(doc: dict) -> bool:
-        try:
-            with lock:
-                wfile.write(json.dumps(doc).encode() + b"\n")
-                wfile.flush()
-            return True
-        except OSError:
-            return False
-
+    emit = _emitter(wfile)
     for task in req["tasks"]:
         env = dict(req["env"])
         env.update({
@@ -199,10 +274,18 @@ def _run_step(runtime: Runtime, run, req: dict, conn: socket.socket, wfile, node
             continue
         runtime.add_step_proc(run, p, req["step_id"])
         procs[task["procid"]] = p
+    _stream_tasks(procs, conn, emit, exits)
+
+
+def _stream_tasks(procs: dict[int, subprocess.Popen], conn: socket.socket, emit, exits: dict[int, list[int]]) -> None:
+    """Forward the tasks' stdout and stderr as NDJSON lines until they end, then their exits
+    (``exits`` may already hold tasks that never started). A client that goes away kills them."""
+    sel = selectors.DefaultSelector()
+    for procid, p in procs.items():
         os.set_blocking(p.stdout.fileno(), False)
         os.set_blocking(p.stderr.fileno(), False)
-        sel.register(p.stdout, selectors.EVENT_READ, (task["procid"], "o"))
-        sel.register(p.stderr, selectors.EVENT_READ, (task["procid"], "e"))
+        sel.register(p.stdout, selectors.EVENT_READ, (procid, "o"))
+        sel.register(p.stderr, selectors.EVENT_READ, (procid, "e"))
     # A chunk may end inside a multi-byte character: decode each stream incrementally.
     decoders = {(t, k): codecs.getincrementaldecoder("utf-8")("replace") for t in procs for k in "oe"}
     sel.register(conn, selectors.EVENT_READ, None)  # readable = the client went away

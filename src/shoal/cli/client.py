@@ -121,8 +121,10 @@ class Client:
             raise _status_error(status, doc, data)
         return doc
 
-    def stream(self, path: str, params: dict | None = None, read_timeout: float | None = None):
-        """GET ``path`` and yield the body's bytes as they arrive (``logs -f``): chunked or not.
+    def stream(self, path: str, params: dict | None = None, read_timeout: float | None = None,
+               method: str = "GET", body: dict | None = None):
+        """Send the request and yield the answer's bytes as they arrive (``logs -f``, ``exec``):
+        chunked or not.
 
         ``read_timeout`` bounds each wait for data; None waits as long as the server keeps
         the answer open. An error status raises ClientError as ``request`` does.
@@ -134,7 +136,7 @@ class Client:
         sock = self._connect(self.timeout)
         try:
             try:
-                sock.sendall(self._message("GET", path, None))
+                sock.sendall(self._message(method, path, body))
                 sock.settimeout(read_timeout)
                 buf = b""
                 while b"\r\n\r\n" not in buf:

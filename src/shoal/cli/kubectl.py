@@ -9,6 +9,7 @@ status 1, as kubectl reports it; a refusal from the server is ``Error from serve
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -729,6 +730,26 @@ def pick_pod(pods: list[dict], now: float) -> dict | None:
     return min(pods, key=lambda p: _logging_order(p, now)) if pods else None
 
 
+def _pod_of(api: Kube, r: kf.Resource, ns: str, name: str, verb: str, having: str) -> dict:
+    """The pod a command naming a pod, Deployment or ReplicaSet means: for an owner, the pod
+    kubectl would pick (ByLogging order), saying so when it had several."""
+    if r.plural == "pods":
+        return api.get(r, ns, name)
+    if r.plural not in ("deployments", "replicasets"):
+        raise CommandError(f"cannot {verb} {r.plural}: pods, deployments and replicasets {having}")
+    owner = api.get(r, ns, name)
+    selector = (owner.get("spec") or {}).get("selector") or {}
+    match = ",".join(f"{k}={v}" for k, v in sorted((selector.get("matchLabels") or {}).items())) or None
+    pods = [p for p in api.list(kf.BY_PLURAL["pods"], ns, match)
+            if kf.selector_matches(selector, kf.meta(p).get("labels") or {})]
+    pod = pick_pod(pods, time.time())
+    if pod is None:
+        raise CommandError(f"no pods found for {r.qualified}/{name}")
+    if len(pods) > 1:
+        print(f"Found {len(pods)} pods, using pod/{kf.meta(pod).get('name')}", file=sys.stderr)
+    return pod
+
+
 def default_container(pod: dict) -> tuple[str | None, list[str]]:
     """The container ``logs`` reads without -c: kubectl.kubernetes.io/default-container, else the first."""
     names = [c.get("name", "") for c in (pod.get("spec") or {}).get("containers") or ()]
@@ -747,21 +768,7 @@ def run_logs(args) -> int:
         r, name = kf.BY_PLURAL["pods"], args.target
     ns = _namespace(args)
     api = _client()
-    if r.plural == "pods":
-        pod = api.get(r, ns, name)
-    elif r.plural in ("deployments", "replicasets"):
-        owner = api.get(r, ns, name)
-        selector = (owner.get("spec") or {}).get("selector") or {}
-        match = ",".join(f"{k}={v}" for k, v in sorted((selector.get("matchLabels") or {}).items())) or None
-        pods = [p for p in api.list(kf.BY_PLURAL["pods"], ns, match)
-                if kf.selector_matches(selector, kf.meta(p).get("labels") or {})]
-        pod = pick_pod(pods, time.time())
-        if pod is None:
-            raise CommandError(f'no pods found for {r.qualified}/{name}')
-        if len(pods) > 1:
-            print(f"Found {len(pods)} pods, using pod/{kf.meta(pod).get('name')}", file=sys.stderr)
-    else:
-        raise CommandError(f"cannot get logs from {r.plural}: pods, deployments and replicasets have logs")
+    pod = _pod_of(api, r, ns, name, "get logs from", "have logs")
     pod_name = kf.meta(pod).get("name", "")
     container = args.container or args.container_arg  # `logs POD CONTAINER`, as kubectl allows
     if not container:
@@ -842,9 +849,78 @@ def run_label(args) -> int:
 
 @_guard
 def run_exec(args) -> int:
-    """kubectl exec: not there yet."""
-    raise CommandError("shoal exec is not supported yet: read a pod's output with 'shoal logs POD', or run "
-                       "interactive work as a Slurm job with 'srun --pty'")
+    """kubectl exec POD|deployment/NAME [-c C] [-i] -- COMMAND ...: the command's output, and its
+    exit code as ours. Without a terminal: -t is refused, -i sends our stdin (read to its end)."""
+    _exec_words(args)
+    words = args.args
+    if args.tty:
+        raise CommandError("exec: -t (a terminal) is not supported: run a command without -t, e.g. "
+                           "'shoal exec POD -- ls /'; for an interactive shell on a node use 'srun --pty bash'")
+    if not words:
+        raise CommandError("exec: a pod name and a command are required: 'shoal exec POD -- COMMAND [ARGS...]'")
+    target, command = words[0], words[1:]
+    if args.container is not None and not args.container:
+        raise CommandError("exec: -c needs a container name")
+    if not command:
+        raise CommandError(f"exec: you must specify at least one command for the container: "
+                           f"'shoal exec {target} -- COMMAND [ARGS...]'")
+    ns = _namespace(args)
+    api = _client()
+    if "/" in target:
+        r, name = _one_target([target], "exec")
+        target = kf.meta(_pod_of(api, r, ns, name, "exec into", "have containers")).get("name", "")
+    body = {"command": command, "container": args.container,
+            "stdin": sys.stdin.read() if args.stdin else ""}
+    exit_code = 0
+    buf = b""
+    for chunk in api.client.stream(f"{API}/pods/{ns}/{target}/exec", read_timeout=None, method="POST", body=body):
+        buf += chunk
+        *lines, buf = buf.split(b"\n")
+        for line in lines:
+            if not line:
+                continue
+            doc = json.loads(line)
+            if "exit" in doc:
+                rc, sig = next(iter(doc["exit"].values()), (1, 0))
+                exit_code = rc or (128 + sig if sig else 0)
+            else:
+                out = sys.stdout if "o" in doc else sys.stderr
+                out.write(doc.get("o", doc.get("e", "")))
+                out.flush()
+    if exit_code:
+        print(f"command terminated with exit code {exit_code}", file=sys.stderr)
+    return exit_code
+
+
+def _exec_words(args) -> None:
+    """kubectl takes exec's flags anywhere before ``--``: parse those that came after the pod
+    name into ``args``, and leave ``args.args`` = [POD, COMMAND...]."""
+    import argparse
+
+    words = list(args.args)
+    if "--" in words:
+        cut = words.index("--")
+        head, command = words[:cut], words[cut + 1:]
+    else:  # kubectl's deprecated form: exec POD COMMAND
+        head, command = words[:1], words[1:]
+        if command:
+            print("shoal exec POD COMMAND is deprecated, as in kubectl: use shoal exec POD -- COMMAND",
+                  file=sys.stderr)
+    p = argparse.ArgumentParser(prog="shoal exec", add_help=False)
+    p.add_argument("pod", nargs="?")
+    p.add_argument("-c", "--container")
+    p.add_argument("-n", "--namespace")
+    p.add_argument("-i", "--stdin", action="store_true")
+    p.add_argument("-t", "--tty", action="store_true")
+    more, unknown = p.parse_known_args(head)
+    if unknown:
+        raise CommandError(f"exec: unknown flag or extra word before '--': {' '.join(unknown)}")
+    for k in ("container", "namespace"):
+        if getattr(more, k) is not None:
+            setattr(args, k, getattr(more, k))
+    args.stdin = args.stdin or more.stdin
+    args.tty = args.tty or more.tty
+    args.args = ([more.pod] if more.pod else []) + command
 
 
 # ---------------------------------------------------------------- argument parsing
@@ -947,10 +1023,10 @@ def add_parsers(sub) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace a label's value")
     p.set_defaults(kubectl=run_label)
 
-    p = sub.add_parser("exec", help="(not supported yet)")
-    p.add_argument("args", nargs="*", metavar="POD -- COMMAND")
-    p.add_argument("-i", "--stdin", action="store_true")
-    p.add_argument("-t", "--tty", action="store_true")
-    p.add_argument("-c", "--container")
+    p = sub.add_parser("exec", help="run a command in a pod's container (kubectl exec)")
+    p.add_argument("args", nargs=argparse.REMAINDER, metavar="POD|deployment/NAME -- COMMAND [ARGS...]")
+    p.add_argument("-i", "--stdin", action="store_true", help="send this command's stdin (read to its end)")
+    p.add_argument("-t", "--tty", action="store_true", help="(not supported: no terminals)")
+    p.add_argument("-c", "--container", help="the container (default: the pod's default container)")
     _namespace_flags(p)
     p.set_defaults(kubectl=run_exec)

@@ -223,6 +223,25 @@ class UndoRequest(BaseModel):
     to_revision: int = Field(default=0, ge=0)
 
 
+class ExecRequest(BaseModel):
+    """``shoal exec``: a command (an argv, never a shell line) for a running container."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    container: str | None = Field(default=None, max_length=63)
+    command: list[str] = Field(min_length=1, max_length=4096)
+    stdin: str = Field(default="", max_length=MAX_SCRIPT_BYTES)
+
+    @field_validator("command")
+    @classmethod
+    def _argv(cls, v: list[str]) -> list[str]:
+        if not v[0]:
+            raise ValueError("the command's first word (the program) must not be empty")
+        if any("\x00" in a for a in v):
+            raise ValueError("must not contain NUL (\\x00) characters")
+        return v
+
+
 class GatewayMetrics(BaseModel):
     """What a gateway measured in its last second: per pod (``NS/POD``) and held requests per Service."""
 
