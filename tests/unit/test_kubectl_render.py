@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from shoal.cli import kubectl, kubefmt as kf
+from shoal.cli import kubectl, kubedescribe as kd, kubefmt as kf
 from shoal.cli.client import Client, ClientError
 
 NOW = 1_790_000_000.0
@@ -354,7 +354,7 @@ def test_describe_pod_key_lines(utc):
               {"type": "Warning", "reason": "BackOff", "message": "Back-off restarting failed container",
                "firstTimestamp": ts(200), "lastTimestamp": ts(100), "count": 3, "source": {"component": "shoal-agent"},
                "involvedObject": {"kind": "Pod", "name": "vllm-0"}}]
-    out = kf.describe_pod(p, events, NOW)
+    out = kd.describe_pod(p, events, NOW)
     lines = out.splitlines()
     assert lines[:6] == [
         "Name:         vllm-0",
@@ -390,7 +390,7 @@ def test_describe_pod_key_lines(utc):
 
 def test_describe_pod_terminating_and_no_events():
     p = pod(statuses=[running()], metadata={"deletionTimestamp": ts(4), "deletionGracePeriodSeconds": 30})
-    out = kf.describe_pod(p, [], NOW)
+    out = kd.describe_pod(p, [], NOW)
     assert "Status:                    Terminating (lasts 4s)" in out
     assert "Termination Grace Period:  30s" in out
     assert out.endswith("Tolerations:        <none>\nEvents:             <none>\n")
@@ -411,7 +411,7 @@ def test_describe_deployment_key_lines():
               "status": {"replicas": 1}}
     other = {"kind": "ReplicaSet", "metadata": {"name": "other", "ownerReferences": [{"uid": "d-2"}]},
              "spec": {"replicas": 3}}
-    out = kf.describe_deployment(d, [new_rs, old_rs, other], None, NOW)
+    out = kd.describe_deployment(d, [new_rs, old_rs, other], None, NOW)
     lines = out.splitlines()
     for expected in [
         "Name:                   vllm-llama-70b",
@@ -430,7 +430,7 @@ def test_describe_deployment_key_lines():
         assert expected in lines, expected
     assert "Events" not in out  # not fetched: no section, as kubectl with --show-events=false
     d["spec"]["strategy"] = {"type": "Recreate"}
-    assert "RollingUpdateStrategy" not in kf.describe_deployment(d, [], [], NOW)
+    assert "RollingUpdateStrategy" not in kd.describe_deployment(d, [], [], NOW)
 
 
 def test_describe_service_lists_ready_endpoints():
@@ -440,7 +440,7 @@ def test_describe_service_lists_ready_endpoints():
                 spec={"containers": [{"name": "vllm", "ports": [{"name": "http", "containerPort": 8000}]}]})
             for i in range(2, 7)]
     pods[0]["status"]["conditions"] = []  # not ready: left out
-    out = kf.describe_service(svc, pods, [], NOW).splitlines()
+    out = kd.describe_service(svc, pods, [], NOW).splitlines()
     assert "Port:              http  80/TCP" in out
     assert "TargetPort:        http/TCP" in out
     assert "Endpoints:         127.0.1.3:8000,127.0.1.4:8000,127.0.1.5:8000 + 1 more..." in out
@@ -452,7 +452,7 @@ def test_describe_hpa_metrics():
         "averageUtilization": 45, "averageValue": "450m"}}}])
     h["status"]["conditions"] = [{"type": "AbleToScale", "status": "True", "reason": "ReadyForNewScale",
                                   "message": "recommended size matches current size"}]
-    lines = kf.describe_hpa(h, [], NOW).splitlines()
+    lines = kd.describe_hpa(h, [], NOW).splitlines()
     assert "Reference:                                             Deployment/vllm-llama-70b" in lines
     assert "  resource cpu on pods  (as a percentage of request):  45% (450m) / 50%" in lines
     assert '  "requests_per_second" on pods:                       <unknown> / 10' in lines
@@ -469,7 +469,7 @@ def test_describe_node_taints_and_gpus(utc):
                         "registered_at": NOW - 60, "last_heartbeat": NOW - 1}, "v0.1.0")
     p = pod(statuses=[running()], spec={"nodeName": "node1", "containers": [
         {"name": "vllm", "resources": {"limits": {"nvidia.com/gpu": 1, "cpu": "4", "memory": "16Gi"}}}]})
-    lines = kf.describe_node(n, [p], [], NOW).splitlines()
+    lines = kd.describe_node(n, [p], [], NOW).splitlines()
     assert "Taints:             dedicated:NoExecute" in lines
     assert "                    nvidia.com/gpu=present:NoSchedule" in lines
     assert "Unschedulable:      false" in lines

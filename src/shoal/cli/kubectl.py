@@ -14,6 +14,7 @@ import os
 import sys
 import time
 
+from shoal.cli import kubedescribe as kd
 from shoal.cli import kubefmt as kf
 from shoal.cli.client import Client, ClientError, fail
 
@@ -504,32 +505,32 @@ def describe_text(api: Kube, r: kf.Resource, obj: dict, now: float) -> str:
     ns = md.get("namespace") or None
     name = md.get("name", "")
     if r.plural == "pods":
-        return kf.describe_pod(obj, _events(api, "Pod", name, ns), now)
+        return kd.describe_pod(obj, _events(api, "Pod", name, ns), now)
     if r.plural == "deployments":
         rs = api.list(kf.BY_PLURAL["replicasets"], ns)
-        return kf.describe_deployment(obj, rs, _events(api, "Deployment", name, ns), now)
+        return kd.describe_deployment(obj, rs, _events(api, "Deployment", name, ns), now)
     if r.plural == "replicasets":
         pods = [p for p in api.list(kf.BY_PLURAL["pods"], ns)
                 if any(ref.get("uid") == md.get("uid") for ref in kf.meta(p).get("ownerReferences") or ())]
-        return kf.describe_replicaset(obj, pods, _events(api, "ReplicaSet", name, ns), now)
+        return kd.describe_replicaset(obj, pods, _events(api, "ReplicaSet", name, ns), now)
     if r.plural == "services":
         pods = api.list(kf.BY_PLURAL["pods"], ns)
-        return kf.describe_service(obj, pods, _events(api, "Service", name, ns), now)
+        return kd.describe_service(obj, pods, _events(api, "Service", name, ns), now)
     if r.plural == "horizontalpodautoscalers":
-        return kf.describe_hpa(obj, _events(api, "HorizontalPodAutoscaler", name, ns), now)
+        return kd.describe_hpa(obj, _events(api, "HorizontalPodAutoscaler", name, ns), now)
     if r.plural == "nodes":
         pods = [p for p in api.list(kf.BY_PLURAL["pods"], None) if (p.get("spec") or {}).get("nodeName") == name]
-        return kf.describe_node(obj, pods, _events(api, "Node", name, None), now)
+        return kd.describe_node(obj, pods, _events(api, "Node", name, None), now)
     if r.plural == "namespaces":
-        return kf.describe_namespace(obj)
+        return kd.describe_namespace(obj)
     if r.plural == "priorityclasses":
-        return kf.describe_priorityclass(obj, _events(api, "PriorityClass", name, None), now)
+        return kd.describe_priorityclass(obj, _events(api, "PriorityClass", name, None), now)
     raise CommandError(f"describe is not supported for {r.plural}; use 'shoal get {r.plural} -o yaml'")
 
 
 def _events(api: Kube, kind: str, name: str, namespace: str | None) -> list[dict] | None:
     events = api.events(namespace)
-    return None if events is None else kf.events_about(events, kind, name, namespace)
+    return None if events is None else kd.events_about(events, kind, name, namespace)
 
 
 @_guard
@@ -674,7 +675,7 @@ def run_rollout(args) -> int:
             if not match:
                 raise CommandError("unable to find the specified revision")
             _out(f"{r.qualified}/{name} with revision #{args.revision}\n"
-                 f"{kf.pod_template_text(match[0].get('template'))}\n")
+                 f"{kd.pod_template_text(match[0].get('template'))}\n")
         else:
             _out(kf.history_table(f"{r.qualified}/{name}", revisions))
         return 0

@@ -84,7 +84,7 @@ def render_job(job: Mapping[str, Any], now: float, oneliner: bool = False) -> st
     """``scontrol show job``: one job in Slurm's key order."""
     from shoal.cli.fmt import format_hms
     from shoal.cli.sacct import tres
-    from shoal.cli.squeue import display_state, elapsed, job_id_text
+    from shoal.cli.squeue import display_state, elapsed
     from shoal.model.job import exit_code_text
     from shoal.model.timefmt import format_timestamp
 
