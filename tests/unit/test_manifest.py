@@ -6,7 +6,9 @@ import json
 
 import pytest
 
-from shoal.kube.manifest import FieldError, ManifestError, load_documents, parse_traffic_split, pod_resources, validate
+from shoal.kube.manifest import load_documents, pod_resources, validate
+from shoal.kube.rules import parse_traffic_split
+from shoal.kube.schema import FieldError, ManifestError
 
 VLLM = """\
 apiVersion: apps/v1

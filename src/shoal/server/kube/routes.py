@@ -10,13 +10,13 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from shoal.kube.manifest import TRAFFIC_SPLIT, parse_traffic_split
+from shoal.kube.rules import parse_traffic_split
+from shoal.kube.schema import SCALE_TO_ZERO, TRAFFIC_SPLIT
 from shoal.model.job import JobState
 from shoal.server.kube import objects as objs
 from shoal.server.kube import pods as podsvc
 from shoal.store.models import JobRow, NodeRow
 
-SCALE_TO_ZERO_ANNOTATION = "shoal.io/scale-to-zero"
 
 
 def parse_split(text: str | None) -> dict[str, int] | None:
@@ -75,6 +75,6 @@ def routes_table(session: Session) -> list[dict]:
                 })
         out.append({"namespace": svc.namespace, "name": svc.name, "ports": ports,
                     "split": parse_split(ann.get(TRAFFIC_SPLIT)),
-                    "scale_to_zero": ann.get(SCALE_TO_ZERO_ANNOTATION, "").lower() == "true",
+                    "scale_to_zero": ann.get(SCALE_TO_ZERO, "").lower() == "true",
                     "backends": sorted(backends, key=lambda b: b["pod"])})
     return out

@@ -9,7 +9,8 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from shoal.kube.manifest import ManifestError, validate
+from shoal.kube.manifest import validate
+from shoal.kube.schema import ManifestError
 from shoal.kube.rollout import rollback_template
 from shoal.model.job import JobState
 from shoal.server.auth import Principal
