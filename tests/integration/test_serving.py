@@ -91,3 +91,44 @@ def test_bad_manifest_names_the_field(cluster, tmp_path):
     out = cluster.run(["shoal", "apply", "-f", str(bad)], check=False)
     assert out.returncode == 1
     assert "spec.replica" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_a_container_that_cannot_be_created_says_why_instead_of_hanging(cluster):
+    """No command for the image on the process runtime, and a container engine that cannot
+    run here (no docker daemon, or no docker at all): both pods wait with a kubelet-style
+    reason, the message says what is wrong, and an event is recorded; neither counts restarts."""
+    def deployment(name: str, runtime: str | None) -> dict:
+        spec = {"containers": [{"name": "app", "image": "ghcr.io/example/unknown-app:1.0"}],
+                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}
+        if runtime:
+            spec["runtimeClassName"] = runtime
+        return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
+                "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
+                         "template": {"metadata": {"labels": {"app": name}}, "spec": spec}}}
+
+    docs = [deployment("no-command", None), deployment("no-engine", "docker")]
+    cluster.run(["shoal", "apply", "-f", "-"], input="\n---\n".join(json.dumps(d) for d in docs))
+
+    def waiting(app: str):
+        for p in pods(cluster):
+            if p["metadata"]["labels"].get("app") == app:
+                for cs in p["status"].get("containerStatuses") or ():
+                    w = cs.get("state", {}).get("waiting") or {}
+                    if w.get("reason") not in (None, "ContainerCreating"):
+                        return p, cs, w
+        return None
+
+    pod, cs, w = wait_until(lambda: waiting("no-command"), 30, "the no-command pod's waiting reason")
+    assert w["reason"] == "CreateContainerError", w
+    assert "the process runtime needs a command for image ghcr.io/example/unknown-app:1.0" in w["message"]
+    assert cs["restartCount"] == 0 and pod["status"]["phase"] == "Pending"
+    table = cluster.run(["shoal", "get", "pods", "-l", "app=no-command"]).stdout
+    assert "CreateContainerError" in table, table
+    described = cluster.run(["shoal", "describe", "pod", pod["metadata"]["name"]]).stdout
+    assert "Warning" in described and "Failed" in described, described
+
+    pod, cs, w = wait_until(lambda: waiting("no-engine"), 60, "the docker pod's waiting reason")
+    assert w["reason"] in ("CreateContainerError", "ErrImagePull", "ImagePullBackOff"), w
+    assert "docker" in w["message"], w
+    assert cs["restartCount"] == 0
+    cluster.run(["shoal", "delete", "deployment", "no-command", "no-engine"])

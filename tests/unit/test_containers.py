@@ -262,6 +262,21 @@ def test_pull_failures_are_recognised_by_exit_code_and_message(runtime, code, ou
     assert get_runtime(runtime, "node1", base_env={}).pull_failure(code, output) == expected
 
 
+@pytest.mark.parametrize("runtime,code,output,expected", [
+    ("docker", 125, "docker: Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker "
+                    "daemon running?\n\nRun 'docker run --help' for more information\n",
+     "docker: Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?"),
+    ("podman", 125, "Error: Cannot connect to Podman. Please verify your connection to the Linux system\n",
+     "podman: Cannot connect to Podman. Please verify your connection to the Linux system"),
+    ("podman", 125, "Error: vllm/nope:v1: image not known\n", None),  # a pull error, not the engine's
+    ("podman", 125, "Error: crun: executable file not found\n", None),
+    ("docker", 1, "Cannot connect to the Docker daemon\n", None),  # the container's own exit and output
+    ("process", 125, "Cannot connect to the Docker daemon\n", None),
+])
+def test_a_container_engine_that_cannot_create_the_container_is_told_apart(runtime, code, output, expected):
+    assert get_runtime(runtime, "node1", base_env={}).engine_failure(code, output) == expected
+
+
 def test_launch_does_not_mutate_the_pod(tmp_path):
     before = copy.deepcopy(POD)
     for runtime in CASES:

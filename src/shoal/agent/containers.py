@@ -218,6 +218,11 @@ class ContainerRuntime:
         """The pull error in a container process's early output, or None if it is no pull failure."""
         return None
 
+    def engine_failure(self, exit_code: int, output: str) -> str | None:
+        """The runtime's own failure to create the container (its daemon unreachable, say),
+        or None: the container ran, or was never this runtime's to create."""
+        return None
+
 
 class ProcessRuntime(ContainerRuntime):
     """A plain process on the node: ``command + args``, in the agent's environment.
@@ -296,6 +301,10 @@ class PodmanRuntime(ContainerRuntime):
             flags += ["--device", f"nvidia.com/gpu={g}"]
         return flags
 
+    _ENGINE_ERRORS = ("Cannot connect to Podman", "cannot connect to Podman", "Cannot connect to the Docker daemon",
+                      "permission denied while trying to connect to the Docker daemon",
+                      "could not find a working container runtime")
+
     def pull_failure(self, exit_code, output):
         if exit_code != 125:
             return None
@@ -303,6 +312,14 @@ class PodmanRuntime(ContainerRuntime):
             if line.startswith("Error:") and any(p in line for p in self._PULL_ERRORS):
                 return line
         return None
+
+    def engine_failure(self, exit_code, output):
+        """Exit 125 is the engine's own error (126/127: the command in the image); only
+        the engine's messages about itself count, not a pull error."""
+        if exit_code != 125:
+            return None
+        hits = [line for line in _lines(output) if any(p in line for p in self._ENGINE_ERRORS)]
+        return f"{self.binary}: {hits[-1].removeprefix('Error: ').removeprefix(self.binary + ': ')}" if hits else None
 
 
 class DockerRuntime(PodmanRuntime):

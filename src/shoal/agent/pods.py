@@ -442,9 +442,11 @@ class PodManager:
                 self._start_probes(pod, c, run, probes)
                 self._changed(pod)
         rc = popen.wait()
-        pull_error = None
+        pull_error = engine_error = None
         if run.kill_reason is None:
-            pull_error = self._runtime(pod).pull_failure(rc, _tail(path))
+            tail = _tail(path)
+            pull_error = self._runtime(pod).pull_failure(rc, tail)
+            engine_error = None if pull_error else self._runtime(pod).engine_failure(rc, tail)
         with self.lock:
             c.proc = None
             if rc < 0:
@@ -453,9 +455,12 @@ class PodManager:
                 run.finish(rc, 0, "Completed" if rc == 0 else "Error")
             _kill_all(run.probe_procs)
             c.started = c.ready = False
-            if pull_error and not pod.stopping:
+            if (pull_error or engine_error) and not pod.stopping:
                 c.run, c.last_state, c.runs_started = prev, prev_last, number  # it never ran
-                self._start_failed(pod, c, "ErrImagePull", pull_error)
+                if pull_error:
+                    self._start_failed(pod, c, "ErrImagePull", pull_error)
+                else:
+                    self._start_failed(pod, c, "CreateContainerError", engine_error)
                 return "start-failed", launch
             self._changed(pod)
         return "exited", launch
