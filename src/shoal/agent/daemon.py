@@ -13,11 +13,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from shoal.agent.gpus import GPUInventory
+from shoal.agent.gpus import FakeNVML, GPUDiscoveryError, GPUInventory, open_nvml
 from shoal.agent.host import HostFacts
 from shoal.agent.pods import PodManager
 from shoal.agent.runtime import Run, Runtime
 from shoal.agent.stepserver import StepServer
+from shoal.agent.usage import UsageSampler, prometheus_text
 from shoal.cli.client import Client, ClientError
 
 log = logging.getLogger("shoal.agent")
@@ -38,6 +39,7 @@ class AgentConfig:
     taints: list[dict] = field(default_factory=list)  # applied when the node first registers
     runtime: str = "process"  # pods' default container runtime
     images: dict[str, list[str]] = field(default_factory=dict)  # process runtime: image glob -> argv
+    fake_nvml: FakeNVML | None = None  # the fake driver behind ``inventory``, if it is fake
 
 
 class Agent:
@@ -63,6 +65,19 @@ class Agent:
         self._server.job_token = None
         self.step_server = StepServer((cfg.address, cfg.port), self)
         self._desired: set[str] = set()
+        self.usage = UsageSampler(self._open_nvml(), cfg.inventory.gpus)
+        self._pod_names: dict[str, tuple[str, str]] = {}  # run key -> (namespace, pod), for /metrics
+        self._gpu_pods: dict[int, tuple[str, str]] = {}  # GPU index -> (namespace, pod)
+
+    def _open_nvml(self):
+        """NVML kept open for utilisation samples; None without GPUs or when it fails."""
+        if not self.cfg.inventory.gpus:
+            return None
+        try:
+            return open_nvml(self.cfg.fake_nvml)
+        except GPUDiscoveryError as e:
+            log.warning("GPU utilisation will not be reported: %s", e)
+            return None
 
     # ---------------------------------------------------------------- life cycle
 
@@ -140,6 +155,9 @@ class Agent:
     def reconcile(self, work: dict) -> None:
         now = time.time()
         desired = {r["key"] for r in work["runs"]}
+        pods = [(r["key"], r["gpus"], (r["pod"]["namespace"], r["pod"]["name"])) for r in work["runs"] if "pod" in r]
+        self._pod_names = {key: name for key, _, name in pods}
+        self._gpu_pods = {g: name for _, gpus, name in pods for g in gpus}
         kill = {k["key"] for k in work["kill"]}
         self._desired = desired | kill
         for entry in work["runs"]:
@@ -207,6 +225,10 @@ class Agent:
                                  "exit_code": code, "signal": sig, "time": time.time()})
         return out
 
+    def metrics_text(self) -> str:
+        """The last usage sample as Prometheus text (the step server's ``GET /metrics``)."""
+        return prometheus_text(self.usage.last, self.usage.gpus, self.name, self._gpu_pods, self._pod_names)
+
     def _on_exit(self, run: Run, exit_code: int, sig: int, when: float) -> None:
         self.events.put({"type": "exit", "key": run.key, "job_id": run.job_id, "run": run.run,
                          "exit_code": exit_code, "signal": sig, "time": when})
@@ -215,6 +237,7 @@ class Agent:
     def _reporter(self) -> None:
         pending: list[dict] = []
         unsent: dict[str, dict] = {}  # pod reports a failed post did not deliver, by run key
+        sampled = float("-inf")
         while not self.stop.is_set():
             # While a kill is in progress look again soon, so KILL follows TERM on time and
             # the server hears promptly that the processes are gone.
@@ -230,10 +253,18 @@ class Agent:
                     pending.append(self.events.get_nowait())
                 except queue.Empty:
                     break
+            usage = {}
+            if time.monotonic() - sampled >= self.heartbeat_interval * 0.9:
+                # Once per heartbeat, however often pod changes wake the reporter.
+                sampled = time.monotonic()
+                try:
+                    usage = self.usage.sample(self.pods.container_pids()).report()
+                except Exception:  # a figure missed must never stop the heartbeats
+                    log.exception("sampling GPU and pod usage failed")
             try:
                 self._server.post(f"/api/v1/agents/{self.name}/report",
                                   {"events": pending, "alive": self.alive_keys(),
-                                   "pods": list(unsent.values())}, timeout=10)
+                                   "pods": list(unsent.values()), **usage}, timeout=10)
                 pending = []
                 unsent = {}
             except ClientError as e:

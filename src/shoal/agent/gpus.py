@@ -13,7 +13,9 @@ from __future__ import annotations
 import enum
 import hashlib
 import logging
+import os
 import threading
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -130,6 +132,14 @@ class FakeMemoryInfo:
 
 
 @dataclass(frozen=True)
+class FakeUtilization:
+    """Shaped like pynvml's c_nvmlUtilization_t: percent over the last sample period."""
+
+    gpu: int
+    memory: int
+
+
+@dataclass(frozen=True)
 class FakeHandle:
     """Stands for a c_nvmlDevice_t."""
 
@@ -166,10 +176,18 @@ class FakeNVML:
     raise them: calls before ``nvmlInit`` (Uninitialized), a bad index (InvalidArgument),
     MIG mode on a GPU without MIG (NotSupported), any device call on a lost GPU
     (GpuIsLost), an empty event set (Timeout).
+
+    Utilisation stands in for the work a GPU would do: a fake GPU is held by the processes
+    below ``process_root`` (the agent that made the fake, by default) whose
+    CUDA_VISIBLE_DEVICES names it, and is as busy as they keep the CPU, split evenly over
+    the GPUs each holds: a process using one core on one GPU makes it 100% busy, a CPU
+    model server under load shows a busy GPU and an idle one an idle GPU.
     """
 
+    UTIL_PERIOD_S = 0.5  # the driver's sample period: calls within it see the same figures
+
     def __init__(self, gpus: list[FakeGPUSpec], driver_version: str = "550.54.15",
-                 cuda_version: int = 12040) -> None:
+                 cuda_version: int = 12040, process_root: int | None = None) -> None:
         uuids = [g.uuid for g in gpus]
         if len(set(uuids)) != len(uuids):
             raise FakeGPUConfigError("fake GPUs must have distinct UUIDs")
@@ -181,6 +199,11 @@ class FakeNVML:
         self._lost: set[int] = set()
         self._uncorrected_ecc: dict[int, int] = {}
         self._event_sets: list[_FakeEventSet] = []
+        self.process_root = os.getpid() if process_root is None else process_root
+        self._meter: Any = None  # shoal.agent.usage.CpuMeter, made on first use
+        self._holders: dict[int, tuple[float, tuple[int, ...]]] = {}  # pid -> (create_time, GPU indices)
+        self._load: dict[int, float] = {}
+        self._load_at = float("-inf")
 
     # Fault injection, for health checks -------------------------------------------
 
@@ -259,6 +282,13 @@ class FakeNVML:
         total = self.gpus[self._spec_index(handle)].memory_mb * _MiB
         return FakeMemoryInfo(total=total, free=total, used=0)
 
+    def nvmlDeviceGetUtilizationRates(self, handle: FakeHandle) -> FakeUtilization:  # noqa: N802
+        index = self._spec_index(handle)
+        with self._lock:
+            if time.monotonic() - self._load_at >= self.UTIL_PERIOD_S:
+                self._load, self._load_at = self._gpu_load(), time.monotonic()
+            return FakeUtilization(gpu=int(round(min(self._load.get(index, 0.0), 100.0))), memory=0)
+
     def nvmlDeviceGetMigMode(self, handle: FakeHandle) -> list[int]:  # noqa: N802
         spec = self.gpus[self._spec_index(handle)]
         if not spec.mig_capable:
@@ -306,6 +336,46 @@ class FakeNVML:
                 self._event_sets.remove(eventSet)
 
     # ---------------------------------------------------------------------------------
+
+    def _gpu_load(self) -> dict[int, float]:
+        """Percent per GPU index: its holders' CPU cores since the last call, x 100."""
+        import psutil
+
+        from shoal.agent.usage import CpuMeter, descendants
+
+        if self._meter is None:
+            self._meter = CpuMeter()
+        pids = descendants([self.process_root]).get(self.process_root, [])[1:]
+        holders: dict[int, tuple[float, tuple[int, ...]]] = {}
+        for pid in pids:
+            try:
+                p = psutil.Process(pid)
+                created = p.create_time()
+                known = self._holders.get(pid)
+                if known is not None and abs(known[0] - created) < 0.01:
+                    holders[pid] = known  # a process's environment is fixed at exec
+                    continue
+                holders[pid] = (created, self._visible(p.environ().get("CUDA_VISIBLE_DEVICES", "")))
+            except psutil.Error:
+                continue
+        self._holders = holders
+        using = {pid: devs for pid, (_, devs) in holders.items() if devs}
+        load: dict[int, float] = {}
+        for pid, cores in self._meter.cores(using).items():
+            for d in using[pid]:
+                load[d] = load.get(d, 0.0) + 100.0 * cores / len(using[pid])
+        return load
+
+    def _visible(self, text: str) -> tuple[int, ...]:
+        """The GPU indices CUDA_VISIBLE_DEVICES names, by index or UUID."""
+        by_uuid = {g.uuid: i for i, g in enumerate(self.gpus)}
+        out = []
+        for item in (s.strip() for s in text.split(",")):
+            if item.isdigit() and int(item) < len(self.gpus):
+                out.append(int(item))
+            elif item in by_uuid:
+                out.append(by_uuid[item])
+        return tuple(out)
 
     def _check_init(self) -> None:
         if self._init_count == 0:

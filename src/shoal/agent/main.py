@@ -154,7 +154,8 @@ def run(args) -> int:
     features = sorted(set(args.feature or []) | _gpu_features(inventory.gpus))
     cfg = AgentConfig(name=name, server=args.server, join_token=join, address=args.address, port=args.port,
                       workdir=workdir, host=host, inventory=inventory, labels=labels, features=features,
-                      taints=args.taint, runtime=args.runtime, images=args.images)
+                      taints=args.taint, runtime=args.runtime, images=args.images,
+                      fake_nvml=fake)
     try:
         agent = Agent(cfg)
     except OSError as e:

@@ -12,6 +12,8 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 
+from shoal.model.exposition import label_set as _labels
+
 WINDOW_S = 10
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
@@ -180,15 +182,6 @@ class GatewayStats:
                       "# TYPE shoal_gateway_routes_version gauge",
                       f"shoal_gateway_routes_version {_number(routes_version)}"]
         return "\n".join(lines) + "\n"
-
-
-def _labels(**labels: str) -> str:
-    inner = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
-    return "{" + inner + "}"
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def _number(value) -> str:

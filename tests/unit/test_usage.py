@@ -1,0 +1,146 @@
+"""Usage sampling on a node: pods' CPU cores from their process trees, GPU utilisation through
+NVML (the fake's stands in for GPU work with its holders' CPU), and the DCGM-style text."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pynvml
+import pytest
+
+from shoal.agent.gpus import FakeGPUSpec, FakeHandle, FakeNVML, discover_gpus, fake_nvml_from_flags, gpu_model
+from shoal.agent.usage import CpuMeter, UsageSampler, descendants, prometheus_text, read_gpus
+
+BURN = "import time\nend = time.time() + 20\nwhile time.time() < end: pass\n"
+IDLE = "import time; time.sleep(20)"
+
+
+@pytest.fixture
+def spawn():
+    procs: list[subprocess.Popen] = []
+
+    def start(code: str, gpus: str | None = None, shell_parent: bool = False) -> subprocess.Popen:
+        env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+        if gpus is not None:
+            env["CUDA_VISIBLE_DEVICES"] = gpus
+        argv = [sys.executable, "-c", code]
+        if shell_parent:  # a container whose main process is a shell running the server
+            argv = ["/bin/sh", "-c", f'"{sys.executable}" -c "$CODE"; true']
+            env["CODE"] = code
+        p = subprocess.Popen(argv, env=env)
+        procs.append(p)
+        return p
+
+    yield start
+    for p in procs:
+        p.kill()
+        p.wait()
+
+
+def _settle(check, timeout: float = 10.0):
+    """Sample until ``check`` passes (the machine is shared: a burner may wait for a core)."""
+    deadline = time.time() + timeout
+    while True:
+        time.sleep(0.7)
+        value = check()
+        if value or time.time() > deadline:
+            return value
+
+
+def test_a_process_busy_on_a_fake_gpu_makes_that_gpu_busy_and_no_other(spawn):
+    nvml = fake_nvml_from_flags(3, "H100-SXM-80GB", seed="node1")
+    nvml.nvmlInit()
+    spawn(BURN, gpus="1")
+    spawn(IDLE, gpus="2")
+    handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(3)]
+    nvml.nvmlDeviceGetUtilizationRates(handles[0])  # the driver's first period: no baseline yet
+
+    def rates():
+        r = [nvml.nvmlDeviceGetUtilizationRates(h).gpu for h in handles]
+        return r if r[1] >= 40 else None
+
+    gpu0, gpu1, gpu2 = _settle(rates) or [nvml.nvmlDeviceGetUtilizationRates(h).gpu for h in handles]
+    assert gpu1 >= 40 and gpu0 == 0 and gpu2 <= 5
+    assert nvml.nvmlDeviceGetUtilizationRates(handles[1]).memory == 0
+
+
+def test_a_process_on_two_gpus_splits_its_load_and_uuids_name_gpus_too(spawn):
+    nvml = fake_nvml_from_flags(2, "A100-SXM4-80GB", seed="n")
+    nvml.nvmlInit()
+    uuid1 = nvml.gpus[1].uuid
+    spawn(BURN, gpus=f"0,{uuid1}")
+    h0, h1 = nvml.nvmlDeviceGetHandleByIndex(0), nvml.nvmlDeviceGetHandleByIndex(1)
+    nvml.nvmlDeviceGetUtilizationRates(h0)
+    rates = _settle(lambda: (lambda a, b: (a, b) if a >= 20 else None)(
+        nvml.nvmlDeviceGetUtilizationRates(h0).gpu, nvml.nvmlDeviceGetUtilizationRates(h1).gpu))
+    assert rates is not None, "the burner never showed on its GPUs"
+    a, b = rates
+    assert 20 <= a <= 60 and abs(a - b) <= 1  # one core over two GPUs: at most half each
+
+
+def test_processes_outside_the_agents_tree_hold_no_fake_gpu(spawn):
+    spawn(BURN, gpus="0")  # busy on "GPU 0", but not below this fake's agent
+    nvml = FakeNVML([FakeGPUSpec.of_model(gpu_model("L4"), "GPU-y")], process_root=1 << 22)  # no such pid
+    nvml.nvmlInit()
+    h = nvml.nvmlDeviceGetHandleByIndex(0)
+    nvml.nvmlDeviceGetUtilizationRates(h)
+    time.sleep(0.7)
+    assert nvml.nvmlDeviceGetUtilizationRates(h).gpu == 0
+
+
+def test_utilisation_follows_the_driver_rules():
+    nvml = fake_nvml_from_flags(2, "H100-SXM-80GB", seed="node1")
+    with pytest.raises(pynvml.NVMLError_Uninitialized):
+        nvml.nvmlDeviceGetUtilizationRates(None)
+    nvml.nvmlInit()
+    nvml.mark_lost(0)
+    with pytest.raises(pynvml.NVMLError_GpuIsLost):
+        nvml.nvmlDeviceGetUtilizationRates(FakeHandle(0))
+    # A lost GPU is left out of a sample; the others are read.
+    assert [g.index for g in read_gpus(nvml, [0, 1])] == [1]
+    used = read_gpus(nvml, [1])[0]
+    assert used.fb_free_mb == 81559 and used.fb_used_mb == 0
+
+
+def test_cpu_meter_counts_cores_between_calls(spawn):
+    busy, idle = spawn(BURN), spawn(IDLE)
+    meter = CpuMeter()
+    assert meter.cores([busy.pid, idle.pid]) == {}  # no baseline yet
+    cores = _settle(lambda: (lambda c: c if c.get(busy.pid, 0) >= 0.4 else None)(meter.cores([busy.pid, idle.pid])))
+    assert cores is not None, "the burner never used half a core"
+    assert cores[busy.pid] <= 1.2 and cores[idle.pid] < 0.1
+    # A process born since the last call counts from its start.
+    late = spawn(BURN)
+    time.sleep(0.7)
+    assert meter.cores([late.pid]).get(late.pid, 0) > 0.2
+
+
+def test_a_pods_cpu_is_its_whole_process_tree(spawn):
+    pod = spawn(BURN, shell_parent=True)
+    tree = _settle(lambda: (lambda t: t if len(t.get(pod.pid, [])) >= 2 else None)(descendants([pod.pid])))
+    assert tree and tree[pod.pid][0] == pod.pid
+    assert descendants([1 << 22]) == {}
+    sampler = UsageSampler(None, ())
+    sampler.sample({"7.0": [pod.pid]})
+    sample = _settle(lambda: (lambda s: s if s.pod_cpu.get("7.0", 0) >= 0.4 else None)(
+        sampler.sample({"7.0": [pod.pid]})))
+    assert sample is not None, "the pod's child never showed in its CPU"
+    assert sample.report()["gpu_util"] == {} and set(sample.report()["pod_cpu"]) == {"7.0"}
+
+
+def test_the_sample_is_reported_and_exported_as_dcgm_exporter_writes_it(spawn):
+    nvml = fake_nvml_from_flags(2, "H100-SXM-80GB", seed="node1")
+    nvml.nvmlInit()
+    gpus = discover_gpus(nvml)
+    sampler = UsageSampler(nvml, gpus)
+    assert prometheus_text(sampler.last, gpus, "node1", {}, {}) == ""
+    sample = sampler.sample({})
+    assert sample.report() == {"gpu_util": {"0": 0.0, "1": 0.0}, "pod_cpu": {}}
+    text = prometheus_text(sample, gpus, "node1", {1: ("default", "llm-abc")}, {})
+    assert "# TYPE DCGM_FI_DEV_GPU_UTIL gauge" in text
+    assert (f'DCGM_FI_DEV_GPU_UTIL{{gpu="1",UUID="{gpus[1].uuid}",device="nvidia1",'
+            f'modelName="NVIDIA H100 80GB HBM3",Hostname="node1",namespace="default",pod="llm-abc"}} 0') in text
+    assert f'DCGM_FI_DEV_FB_FREE{{gpu="0",UUID="{gpus[0].uuid}"' in text and "pod=" not in text.split("\n")[2]
