@@ -1,7 +1,8 @@
 """Probes and logs end to end on a real cluster, behind `shoal gateway`, with the example
 model server: a pod that turns unready leaves the gateway within one probe period and comes
 back when ready again; a pod that fails its liveness probe is restarted with kubelet's
-growing back-off, and says so in its status, events and logs; `shoal logs -f` follows."""
+growing back-off, and says so in its status, events and logs; `shoal logs -f` follows until the
+container ends."""
 
 from __future__ import annotations
 
@@ -170,9 +171,14 @@ def test_logs_follow_shows_new_lines_as_they_come(cluster, tmp_path):
             assert get(cluster.gateway, marker, "tail.default") == 404  # logged with its path
             wait_until(lambda: saw(marker), 10, f"{marker} in the followed log")
         assert follow.poll() is None  # still following
+        # As kubectl's, following ends when the container does.
+        cluster.run(["shoal", "delete", "deployment", "tail"])
+        assert follow.wait(30) == 0
+        wait_until(lambda: saw("SIGTERM: finishing"), 5, "the container's last words")
     finally:
-        follow.terminate()
-        follow.wait(10)
+        if follow.poll() is None:
+            follow.kill()
+            follow.wait(10)
 
 
 def get(gateway: str, path: str, host: str) -> int:
