@@ -169,7 +169,7 @@ def test_logs_follow_shows_new_lines_as_they_come(cluster, tmp_path):
             marker = f"/marker-{uuid.uuid4().hex[:8]}"
             assert marker not in "".join(seen)
             assert get(cluster.gateway, marker, "tail.default") == 404  # logged with its path
-            wait_until(lambda: saw(marker), 10, f"{marker} in the followed log")
+            wait_until(lambda marker=marker: saw(marker), 10, f"{marker} in the followed log")
         assert follow.poll() is None  # still following
         # As kubectl's, following ends when the container does.
         cluster.run(["shoal", "delete", "deployment", "tail"])

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Self
 
 import pytest
 
@@ -39,7 +40,7 @@ class ReadySampler:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> ReadySampler:
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 

@@ -10,6 +10,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Self
 
 from tests.integration.cluster import LocalCluster
 
@@ -85,7 +86,7 @@ class Load:
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
 
-    def __enter__(self) -> Load:
+    def __enter__(self) -> Self:
         for _ in range(self.workers):
             t = threading.Thread(target=self._client, daemon=True)
             t.start()

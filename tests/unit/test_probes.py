@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import http.server
+import re
 import socket
+import struct
 import threading
 import time
 
@@ -82,6 +84,33 @@ def test_http_get_to_a_closed_port_or_a_slow_server_fails_in_kubelets_words(http
     slow = run_probe(_http("/slow", http_port), ProbeTarget("127.0.0.1"))
     assert time.monotonic() - t0 < 0.9  # timeoutSeconds bounds it
     assert not slow.ok and "context deadline exceeded" in slow.message
+
+
+@pytest.mark.parametrize("reset", [False, True])
+def test_http_get_to_a_server_that_hangs_up_fails_in_kubelets_words(reset):
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+
+    def hang_up():
+        conn, _ = listener.accept()
+        conn.recv(1024)
+        if reset:  # linger 0: the close sends RST
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        conn.close()
+
+    threading.Thread(target=hang_up, daemon=True).start()
+    try:
+        result = run_probe(_http("/health", port), ProbeTarget("127.0.0.1"))
+    finally:
+        listener.close()
+    url = f"http://127.0.0.1:{port}/health"
+    if reset:
+        assert re.fullmatch(rf'Get "{url}": read tcp 127\.0\.0\.1:\d+->127\.0\.0\.1:{port}: read: '
+                            r"connection reset by peer", result.message), result.message
+    else:
+        assert result.message == f'Get "{url}": EOF'
 
 
 def test_http_get_uses_the_probes_host_over_the_pod_ip(http_port):

@@ -124,6 +124,8 @@ def http_get(action: dict, target: ProbeTarget, timeout_s: float) -> ProbeResult
             conn.connect()
         except OSError as e:
             return ProbeResult(False, f'Get "{url}": {_dial_error(host, port, e)}')
+        local_host, local_port = conn.sock.getsockname()[:2]
+        local = f"{local_host}:{local_port}"
         conn.putrequest("GET", path, skip_host="host" in names, skip_accept_encoding=True)
         if "user-agent" not in names:
             conn.putheader("User-Agent", "kube-probe/shoal")
@@ -138,6 +140,10 @@ def http_get(action: dict, target: ProbeTarget, timeout_s: float) -> ProbeResult
     except TimeoutError:
         return ProbeResult(False, f'Get "{url}": context deadline exceeded '
                                   f'(Client.Timeout exceeded while awaiting headers)')
+    except http.client.RemoteDisconnected:  # closed before answering: Go's client says EOF
+        return ProbeResult(False, f'Get "{url}": EOF')
+    except ConnectionResetError:  # a server going away mid-request, as in a rolling update
+        return ProbeResult(False, f'Get "{url}": read tcp {local}->{host}:{port}: read: connection reset by peer')
     except (OSError, http.client.HTTPException) as e:
         return ProbeResult(False, f'Get "{url}": {type(e).__name__}: {e}')
     finally:
