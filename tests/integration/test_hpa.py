@@ -42,6 +42,12 @@ def obj(c: LocalCluster, kind: str, name: str) -> dict:
     return c.api("GET", f"/api/v1/kube/objects/{kind}/default/{name}")
 
 
+def hpa_when(c: LocalCluster, name: str, ok) -> dict | None:
+    """The HPA if ``ok(hpa)``, else None (for wait_until)."""
+    hpa = obj(c, "horizontalpodautoscalers", name)
+    return hpa if ok(hpa) else None
+
+
 def ready_pods(c: LocalCluster, app: str) -> list[dict]:
     items = c.api("GET", f"/api/v1/kube/objects/pods?namespace=default&selector=app%3D{app}")["items"]
     return [p for p in items if not p["metadata"].get("deletionTimestamp")
@@ -62,8 +68,8 @@ def condition(hpa: dict, kind: str) -> dict:
 def test_load_scales_the_deployment_up_and_quiet_scales_it_back_to_min_replicas(cluster):
     cluster.run(["shoal", "apply", "-f", str(HPA_YAML)])
     wait_until(lambda: len(ready_pods(cluster, "llm")) == 2, 60, "the 2 initial replicas to be ready")
-    hpa = wait_until(lambda: (lambda h: h if len(h.get("status", {}).get("currentMetrics") or ()) == 2 else None)(
-        obj(cluster, "horizontalpodautoscalers", "llm")), 30, "the HPA to read both metrics")
+    hpa = wait_until(lambda: hpa_when(cluster, "llm", lambda h: len(h.get("status", {}).get("currentMetrics") or ()) == 2),
+                     30, "the HPA to read both metrics")
     assert hpa["status"]["desiredReplicas"] == 2
     assert condition(hpa, "ScalingActive")["status"] == "True"
 
@@ -73,15 +79,15 @@ def test_load_scales_the_deployment_up_and_quiet_scales_it_back_to_min_replicas(
         wait_until(lambda: obj(cluster, "deployments", "llm")["spec"]["replicas"] == 4, 60,
                    "the HPA to scale the Deployment to 4 replicas")
         wait_until(lambda: len(ready_pods(cluster, "llm")) == 4, 60, "4 ready replicas")
-        hpa = wait_until(lambda: (lambda h: h if condition(h, "ScalingLimited")["status"] == "True" else None)(
-            obj(cluster, "horizontalpodautoscalers", "llm")), 30, "the HPA to say it is held at maxReplicas")
+        hpa = wait_until(lambda: hpa_when(cluster, "llm", lambda h: condition(h, "ScalingLimited")["status"] == "True"),
+                         30, "the HPA to say it is held at maxReplicas")
     assert load.answers and not load.failures(), load.failures()[:5]
     assert condition(hpa, "ScalingLimited")["reason"] == "TooManyReplicas"
     inflight = next(m for m in hpa["status"]["currentMetrics"] if m["pods"]["metric"]["name"] == "inflight_requests")
     assert float(inflight["pods"]["current"]["averageValue"].rstrip("m")) > 0
     assert hpa["status"]["currentReplicas"] == 4 and hpa["status"].get("lastScaleTime")
-    assert any(m.startswith("New size: 4; reason: pods metric inflight_requests above target")
-               or m.startswith("New size: 3; reason: pods metric inflight_requests above target")
+    assert any(m.startswith(("New size: 4; reason: pods metric inflight_requests above target",
+                             "New size: 3; reason: pods metric inflight_requests above target"))
                for m in hpa_events(cluster, "llm")), hpa_events(cluster, "llm")
 
     # No load: after the 10 s scale-down window the HPA goes back to minReplicas.
@@ -149,7 +155,7 @@ def test_a_busy_pods_cpu_and_gpu_utilisation_reach_the_hpa_from_its_agent(cluste
 
         # Half a core on a 250m request is ~200%, on a GPU it holds alone ~50% busy (less when
         # the machine is shared): twice the targets or more, so the HPA wants a second pod.
-        hpa, cpu, gpu = wait_until(busy_metrics, 60, "the burner's cpu and GPU figures in the HPA's currentMetrics")
+        wait_until(busy_metrics, 60, "the burner's cpu and GPU figures in the HPA's currentMetrics")
         assert any("above target" in m for m in hpa_events(cluster, "burner"))
         # The agent exports the same GPU figure DCGM-style, labelled with the pod holding the GPU.
         def exported():

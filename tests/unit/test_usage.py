@@ -11,8 +11,21 @@ import time
 import pynvml
 import pytest
 
-from shoal.agent.gpus import FakeGPUSpec, FakeHandle, FakeNVML, discover_gpus, fake_nvml_from_flags, gpu_model
-from shoal.agent.usage import CpuMeter, UsageSampler, descendants, prometheus_text, read_gpus
+from shoal.agent.gpus import (
+    FakeGPUSpec,
+    FakeHandle,
+    FakeNVML,
+    discover_gpus,
+    fake_nvml_from_flags,
+    gpu_model,
+)
+from shoal.agent.usage import (
+    CpuMeter,
+    UsageSampler,
+    descendants,
+    prometheus_text,
+    read_gpus,
+)
 
 BURN = "import time\nend = time.time() + 20\nwhile time.time() < end: pass\n"
 IDLE = "import time; time.sleep(20)"
@@ -40,13 +53,14 @@ def spawn():
         p.wait()
 
 
-def _settle(check, timeout: float = 10.0):
-    """Sample until ``check`` passes (the machine is shared: a burner may wait for a core)."""
+def _settle(sample, enough, timeout: float = 10.0):
+    """Take ``sample()`` until ``enough(value)`` (the machine is shared: a burner may wait for
+    a core) and return the last value."""
     deadline = time.time() + timeout
     while True:
         time.sleep(0.7)
-        value = check()
-        if value or time.time() > deadline:
+        value = sample()
+        if enough(value) or time.time() > deadline:
             return value
 
 
@@ -58,11 +72,8 @@ def test_a_process_busy_on_a_fake_gpu_makes_that_gpu_busy_and_no_other(spawn):
     handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(3)]
     nvml.nvmlDeviceGetUtilizationRates(handles[0])  # the driver's first period: no baseline yet
 
-    def rates():
-        r = [nvml.nvmlDeviceGetUtilizationRates(h).gpu for h in handles]
-        return r if r[1] >= 40 else None
-
-    gpu0, gpu1, gpu2 = _settle(rates) or [nvml.nvmlDeviceGetUtilizationRates(h).gpu for h in handles]
+    gpu0, gpu1, gpu2 = _settle(lambda: [nvml.nvmlDeviceGetUtilizationRates(h).gpu for h in handles],
+                               lambda r: r[1] >= 40)
     assert gpu1 >= 40 and gpu0 == 0 and gpu2 <= 5
     assert nvml.nvmlDeviceGetUtilizationRates(handles[1]).memory == 0
 
@@ -74,10 +85,8 @@ def test_a_process_on_two_gpus_splits_its_load_and_uuids_name_gpus_too(spawn):
     spawn(BURN, gpus=f"0,{uuid1}")
     h0, h1 = nvml.nvmlDeviceGetHandleByIndex(0), nvml.nvmlDeviceGetHandleByIndex(1)
     nvml.nvmlDeviceGetUtilizationRates(h0)
-    rates = _settle(lambda: (lambda a, b: (a, b) if a >= 20 else None)(
-        nvml.nvmlDeviceGetUtilizationRates(h0).gpu, nvml.nvmlDeviceGetUtilizationRates(h1).gpu))
-    assert rates is not None, "the burner never showed on its GPUs"
-    a, b = rates
+    a, b = _settle(lambda: (nvml.nvmlDeviceGetUtilizationRates(h0).gpu, nvml.nvmlDeviceGetUtilizationRates(h1).gpu),
+                   lambda r: r[0] >= 20)
     assert 20 <= a <= 60 and abs(a - b) <= 1  # one core over two GPUs: at most half each
 
 
@@ -109,9 +118,8 @@ def test_cpu_meter_counts_cores_between_calls(spawn):
     busy, idle = spawn(BURN), spawn(IDLE)
     meter = CpuMeter()
     assert meter.cores([busy.pid, idle.pid]) == {}  # no baseline yet
-    cores = _settle(lambda: (lambda c: c if c.get(busy.pid, 0) >= 0.4 else None)(meter.cores([busy.pid, idle.pid])))
-    assert cores is not None, "the burner never used half a core"
-    assert cores[busy.pid] <= 1.2 and cores[idle.pid] < 0.1
+    cores = _settle(lambda: meter.cores([busy.pid, idle.pid]), lambda c: c.get(busy.pid, 0) >= 0.4)
+    assert 0.4 <= cores[busy.pid] <= 1.2 and cores[idle.pid] < 0.1
     # A process born since the last call counts from its start.
     late = spawn(BURN)
     time.sleep(0.7)
@@ -120,14 +128,13 @@ def test_cpu_meter_counts_cores_between_calls(spawn):
 
 def test_a_pods_cpu_is_its_whole_process_tree(spawn):
     pod = spawn(BURN, shell_parent=True)
-    tree = _settle(lambda: (lambda t: t if len(t.get(pod.pid, [])) >= 2 else None)(descendants([pod.pid])))
-    assert tree and tree[pod.pid][0] == pod.pid
+    tree = _settle(lambda: descendants([pod.pid]), lambda t: len(t.get(pod.pid, [])) >= 2)
+    assert len(tree[pod.pid]) == 2 and tree[pod.pid][0] == pod.pid
     assert descendants([1 << 22]) == {}
     sampler = UsageSampler(None, ())
     sampler.sample({"7.0": [pod.pid]})
-    sample = _settle(lambda: (lambda s: s if s.pod_cpu.get("7.0", 0) >= 0.4 else None)(
-        sampler.sample({"7.0": [pod.pid]})))
-    assert sample is not None, "the pod's child never showed in its CPU"
+    sample = _settle(lambda: sampler.sample({"7.0": [pod.pid]}), lambda s: s.pod_cpu.get("7.0", 0) >= 0.4)
+    assert sample.pod_cpu["7.0"] >= 0.4, "the pod's child never showed in its CPU"
     assert sample.report()["gpu_util"] == {} and set(sample.report()["pod_cpu"]) == {"7.0"}
 
 

@@ -287,7 +287,7 @@ class FakeNVML:
         with self._lock:
             if time.monotonic() - self._load_at >= self.UTIL_PERIOD_S:
                 self._load, self._load_at = self._gpu_load(), time.monotonic()
-            return FakeUtilization(gpu=int(round(min(self._load.get(index, 0.0), 100.0))), memory=0)
+            return FakeUtilization(gpu=round(min(self._load.get(index, 0.0), 100.0)), memory=0)
 
     def nvmlDeviceGetMigMode(self, handle: FakeHandle) -> list[int]:  # noqa: N802
         spec = self.gpus[self._spec_index(handle)]

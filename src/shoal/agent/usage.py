@@ -32,6 +32,9 @@ _CREATE_TIME_SLACK_S = 1.0
 def descendants(roots: Iterable[int]) -> dict[int, list[int]]:
     """Each live root with every process below it (root first), from one read of the
     process table. A root that is gone is left out."""
+    roots = list(roots)
+    if not roots:
+        return {}
     children: dict[int, list[int]] = {}
     live: set[int] = set()
     for p in psutil.process_iter(["ppid"]):
