@@ -26,7 +26,9 @@ def start(tmp_path, gpus: int, **config) -> LocalCluster:
            "accounts": TEAMS, **config}
     path = tmp_path / "cluster.yaml"
     path.write_text(json.dumps(doc))
-    return LocalCluster(tmp_path / "cluster", nodes=1, gpus_per_node=gpus, config=str(path))
+    # alice, bob and carol have tokens but no Unix accounts: their jobs run as the agent's user.
+    return LocalCluster(tmp_path / "cluster", nodes=1, gpus_per_node=gpus, config=str(path),
+                        extra=("--run-jobs-as", "agent"))
 
 
 @pytest.fixture

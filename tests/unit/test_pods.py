@@ -4,6 +4,8 @@ would watch them: crash loops, probes, grace periods, logs, exits, and nothing l
 from __future__ import annotations
 
 import copy
+import os
+import pwd
 import re
 import signal
 import socket
@@ -14,6 +16,7 @@ import time
 import psutil
 import pytest
 
+from shoal.agent.identity import JobUsers
 from shoal.agent.pods import LogNotFound, PodManager, go_duration
 
 PY = sys.executable
@@ -53,6 +56,9 @@ class Changes:
             return [e for _, _, _, evs in self.seen for e in evs if reason is None or e["reason"] == reason]
 
 
+ME = pwd.getpwuid(os.geteuid()).pw_name  # the agent's own user: its pods run without a switch
+
+
 @pytest.fixture
 def changes() -> Changes:
     return Changes()
@@ -67,7 +73,7 @@ def pods(tmp_path, changes):
 
 
 def entry(name: str, *containers: dict, policy: str = "Always", grace: float = 30, gpus=(), key: str = "7.0"):
-    return {"key": key, "job_id": 7, "run": 0, "gpus": list(gpus), "cpus": 1, "user": "alice",
+    return {"key": key, "job_id": 7, "run": 0, "gpus": list(gpus), "cpus": 1, "user": ME,
             "pod": {"namespace": "default", "name": name, "uid": f"uid-{name}", "labels": {},
                     "spec": {"containers": list(containers), "restartPolicy": policy,
                              "terminationGracePeriodSeconds": grace},
@@ -425,5 +431,22 @@ def test_a_missing_runtime_binary_and_a_failed_pull(tmp_path, changes, monkeypat
         _, _, status = changes.wait(lambda s: waiting_reason(s) == "CreateContainerError"
                                     and "docker" in cs(s)["state"]["waiting"].get("message", ""))
         assert cs(status)["state"]["waiting"]["message"] == "docker not found on node node1"
+    finally:
+        m.shutdown()
+
+
+def test_a_pod_whose_owner_has_no_account_on_the_node_never_starts(tmp_path, changes):
+    """An agent running as root starts pods as their owner; an owner unknown on the node is a
+    config error the pod shows, never a container run as root."""
+    m = PodManager("node1", tmp_path / "work", "127.0.0.1", changes, users=JobUsers(switch=True))
+    try:
+        e = entry("stranger", {"name": "app", "image": "example/app:v1", "command": ["true"]}, policy="Never")
+        e["user"] = "no-such-user-on-this-node"
+        m.ensure(e)
+        _, _, status = changes.wait(lambda s: s["containerStatuses"][0]["state"].get("waiting", {}).get("reason")
+                                    == "CreateContainerConfigError")
+        assert status["containerStatuses"][0]["state"]["waiting"]["message"] == \
+            "user no-such-user-on-this-node is unknown on node node1"
+        assert not (tmp_path / "work" / "pods" / "default_stranger_uid-stranger" / "app" / "0.log").exists()
     finally:
         m.shutdown()

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from shoal.agent.gpus import FakeNVML, GPUDiscoveryError, GPUInventory, open_nvml
 from shoal.agent.host import HostFacts
+from shoal.agent.identity import JobUsers
 from shoal.agent.pods import PodManager
 from shoal.agent.runtime import Run, Runtime
 from shoal.agent.stepserver import StepServer
@@ -40,15 +41,17 @@ class AgentConfig:
     runtime: str = "process"  # pods' default container runtime
     images: dict[str, list[str]] = field(default_factory=dict)  # process runtime: image glob -> argv
     fake_nvml: FakeNVML | None = None  # the fake driver behind ``inventory``, if it is fake
+    run_as_submitter: bool | None = None  # jobs run as their users; None: when the agent is root
 
 
 class Agent:
     def __init__(self, cfg: AgentConfig) -> None:
         self.cfg = cfg
         self.name = cfg.name
-        self.runtime = Runtime(cfg.name, cfg.workdir, self._on_exit)
+        users = JobUsers(cfg.run_as_submitter)
+        self.runtime = Runtime(cfg.name, cfg.workdir, self._on_exit, users)
         self.pods = PodManager(cfg.name, cfg.workdir, cfg.address, self._on_pod_change, images=cfg.images,
-                               default_runtime=cfg.runtime)
+                               default_runtime=cfg.runtime, users=users)
         self._pod_ids: dict[str, tuple[int, int]] = {}  # run key -> (job id, run)
         self._pod_updates: dict[str, list[dict]] = {}  # run key -> events not yet reported
         self._pod_exits_sent: set[str] = set()
@@ -166,7 +169,7 @@ class Agent:
                     self._pod_ids[entry["key"]] = (entry["job_id"], entry["run"])
                 self.pods.ensure(entry)
                 continue
-            self.runtime.ensure(entry["key"], entry["job_id"], entry["run"])
+            self.runtime.ensure(entry["key"], entry["job_id"], entry["run"], entry.get("user", ""))
             if "batch" in entry:
                 self.runtime.start_batch(entry, {"SHOAL_SERVER": self.cfg.server})
         pod_keys = set(self.pods.alive_keys())
@@ -229,9 +232,12 @@ class Agent:
         """The last usage sample as Prometheus text (the step server's ``GET /metrics``)."""
         return prometheus_text(self.usage.last, self.usage.gpus, self.name, self._gpu_pods, self._pod_names)
 
-    def _on_exit(self, run: Run, exit_code: int, sig: int, when: float) -> None:
-        self.events.put({"type": "exit", "key": run.key, "job_id": run.job_id, "run": run.run,
-                         "exit_code": exit_code, "signal": sig, "time": when})
+    def _on_exit(self, run: Run, exit_code: int, sig: int, when: float, reason: str | None = None) -> None:
+        event = {"type": "exit", "key": run.key, "job_id": run.job_id, "run": run.run,
+                 "exit_code": exit_code, "signal": sig, "time": when}
+        if reason:
+            event["reason"] = reason  # why it never ran (squeue's and sacct's REASON)
+        self.events.put(event)
         self._report_now.set()
 
     def _reporter(self) -> None:

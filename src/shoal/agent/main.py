@@ -25,7 +25,7 @@ def parse_labels(items: list[str]) -> dict[str, str]:
 AGENT_DEFAULTS = {"address": "0.0.0.0", "port": 6818, "gpu_model": "A100-SXM4-80GB"}
 _CONFIG_KEYS = {"server", "join_token", "join_token_file", "name", "address", "port", "workdir", "fake_gpus",
                 "gpu_model", "fake_gpus_file", "cpus", "memory", "labels", "features", "taints", "runtime",
-                "images"}
+                "images", "run_jobs_as"}
 RUNTIMES = ("process", "podman", "docker", "enroot", "apptainer")
 
 
@@ -108,6 +108,10 @@ def apply_config_file(args) -> None:
         raise ValueError(f"unknown runtime {args.runtime!r} (one of {', '.join(RUNTIMES)})")
     if not args.server:
         raise ValueError("the server URL is required: --server or 'server:' in --config")
+    if args.run_jobs_as not in (None, "submitter", "agent"):
+        raise ValueError(f"run_jobs_as must be submitter or agent, not {args.run_jobs_as!r}")
+    if args.run_jobs_as == "submitter" and os.geteuid() != 0:
+        raise ValueError("--run-jobs-as submitter needs an agent running as root")
 
 
 def run(args) -> int:
@@ -155,7 +159,8 @@ def run(args) -> int:
     cfg = AgentConfig(name=name, server=args.server, join_token=join, address=args.address, port=args.port,
                       workdir=workdir, host=host, inventory=inventory, labels=labels, features=features,
                       taints=args.taint, runtime=args.runtime, images=args.images,
-                      fake_nvml=fake)
+                      fake_nvml=fake, run_as_submitter=None if args.run_jobs_as is None
+                      else args.run_jobs_as == "submitter")
     try:
         agent = Agent(cfg)
     except OSError as e:

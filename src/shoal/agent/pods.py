@@ -23,10 +23,11 @@ from pathlib import Path
 
 import psutil
 
-from shoal.agent.containers import (ContainerError, ContainerPaths, ContainerRuntime, Launch, Step,
-                                    container_env, get_runtime)
+from shoal.agent.containers import (ContainerError, ContainerPaths, ContainerRuntime,
+                                    CreateContainerConfigError, Launch, Step, container_env, get_runtime)
 from shoal.agent.probes import (KINDS, Probe, ProbeConfigError, ProbeState, ProbeTarget, run_command,
                                 run_probe)
+from shoal.agent.identity import Identity, JobUsers, UnknownUser, spawn
 from shoal.agent.runtime import _killpg
 
 log = logging.getLogger("shoal.agent")
@@ -49,6 +50,7 @@ class ExecTarget:
     env: dict
     cwd: str | None
     procs: set
+    identity: Identity | None = None  # the pod owner's, when the agent runs as root
 
 
 class LogNotFound(LookupError):
@@ -107,6 +109,7 @@ class _Run:
     killed_hard: bool = False
     done: threading.Event = field(default_factory=threading.Event)
     probe_procs: set = field(default_factory=set)
+    identity: Identity | None = None  # whose process it is (None: the agent's)
 
     def finish(self, exit_code: int, sig: int, reason: str, message: str = "") -> None:
         self.finished_at, self.finished_mono = time.time(), time.monotonic()
@@ -186,8 +189,9 @@ class PodManager:
 
     def __init__(self, node: str, workdir: Path, address: str, on_change: OnChange,
                  images: dict[str, list[str]] | None = None, default_runtime: str = "process", *,
-                 backoff_base_s: float = 10.0, backoff_max_s: float = 300.0) -> None:
+                 backoff_base_s: float = 10.0, backoff_max_s: float = 300.0, users: JobUsers | None = None) -> None:
         self.node = node
+        self.users = users or JobUsers()
         self.workdir = Path(workdir)
         self.address = address
         self.on_change = on_change
@@ -392,6 +396,7 @@ class PodManager:
         cdir = pod.dir / c.name
         try:
             rt = self._runtime(pod)
+            ident = self._owner(pod)
             rt.check_available()
             probes = {k: Probe.from_spec(c.spec[f"{k}Probe"]) for k in KINDS if c.spec.get(f"{k}Probe")}
             launch = rt.launch(pod.pod, c.spec, list(pod.entry.get("gpus", [])), container_env(pod.pod, c.spec),
@@ -418,12 +423,11 @@ class PodManager:
                 prev, prev_last = c.run, c.last_state
                 error: OSError | None = None
                 try:
-                    popen = subprocess.Popen(launch.argv, env=launch.env, cwd=launch.cwd, stdin=subprocess.DEVNULL,
-                                             stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                             close_fds=True)
+                    popen = spawn(launch.argv, identity=ident, env=_as(ident, launch.env), cwd=launch.cwd,
+                                  stdout=out, stderr=subprocess.STDOUT)
                 except OSError as e:
                     popen, error = None, e
-                run = _Run(number, launch, path, popen, time.time(), time.monotonic())
+                run = _Run(number, launch, path, popen, time.time(), time.monotonic(), identity=ident)
                 c.runs_started = number + 1
                 c.last_state = {"terminated": prev.terminated()} if prev is not None else {}
                 c.run, c.waiting = run, None
@@ -599,7 +603,8 @@ class PodManager:
         if run.popen is None:
             return 1, "the container is not running"
         full = self._runtime(pod).exec_argv(run.launch, argv, run.popen.pid)
-        return run_command(full, timeout_s, env=run.launch.env, cwd=run.launch.cwd, procs=run.probe_procs)
+        return run_command(full, timeout_s, env=_as(run.identity, run.launch.env), cwd=run.launch.cwd,
+                           procs=run.probe_procs, identity=run.identity)
 
     def exec_target(self, key: str, container: str, argv: list[str]) -> ExecTarget:
         """How to run ``argv`` inside a running container (``shoal exec``): the same command
@@ -616,7 +621,7 @@ class PodManager:
             if run is None or run.popen is None or not c.running() or pod.stopping:
                 raise ContainerNotRunning(f'container "{container}" in pod "{pod.pod["name"]}" is not running')
         full = self._runtime(pod).exec_argv(run.launch, argv, run.popen.pid)
-        return ExecTarget(full, dict(run.launch.env), run.launch.cwd, run.probe_procs)
+        return ExecTarget(full, _as(run.identity, run.launch.env), run.launch.cwd, run.probe_procs, run.identity)
 
     # ---------------------------------------------------------------- killing
 
@@ -750,6 +755,14 @@ class PodManager:
                 rt = self._runtimes[name] = get_runtime(name, self.node, self.images)
             return rt
 
+    def _owner(self, pod: _Pod) -> Identity | None:
+        """Whose processes the pod's containers are: its owner's, when the agent runs as root."""
+        user = pod.entry.get("user", "")
+        try:
+            return self.users.of(user)
+        except UnknownUser:
+            raise CreateContainerConfigError(f"user {user} is unknown on node {self.node}") from None
+
     def _find(self, pod: str | tuple[str, str]) -> _Pod | None:
         if isinstance(pod, str):
             return self.pods.get(pod)
@@ -776,6 +789,11 @@ class PodManager:
             pass
         numbers = [int(f.stem) for f in cdir.glob("*.log") if f.stem.isdigit()]
         return max(numbers) + 1 if numbers else 0
+
+
+def _as(ident: Identity | None, env: dict) -> dict:
+    """A container's host-side environment, with the owner's USER, LOGNAME and HOME."""
+    return {**env, **ident.environment()} if ident is not None else dict(env)
 
 
 def _terminate(p: subprocess.Popen) -> None:

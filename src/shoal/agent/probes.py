@@ -18,6 +18,8 @@ import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from shoal.agent.identity import Identity, LaunchError, spawn
+
 KINDS = ("startup", "liveness", "readiness")
 _OUTPUT_LIMIT = 10 * 1024  # kubelet keeps 10 KiB of an exec probe's output
 
@@ -187,16 +189,17 @@ def _dial_error(host: str, port: int, e: OSError) -> str:
 
 
 def run_command(argv: list[str], timeout_s: float, *, env: Mapping[str, str] | None = None,
-                cwd: str | None = None, procs: set | None = None) -> tuple[int | None, str]:
-    """Run argv in its own session with stdout and stderr together; on timeout kill its whole
-    process group and answer (None, output so far). ``procs`` holds the Popen while it runs,
-    so a supervisor can kill a probe that outlives its container."""
+                cwd: str | None = None, procs: set | None = None,
+                identity: Identity | None = None) -> tuple[int | None, str]:
+    """Run argv in its own session (as ``identity``, else as the agent) with stdout and stderr
+    together; on timeout kill its whole process group and answer (None, output so far).
+    ``procs`` holds the Popen while it runs, so a supervisor can kill a probe that outlives
+    its container."""
     try:
-        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             env=None if env is None else dict(env), cwd=cwd, start_new_session=True,
-                             close_fds=True)
+        p = spawn(argv, identity=identity, env=os.environ if env is None else env, cwd=cwd,
+                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     except OSError as e:
-        return 126, f"{argv[0]}: {e.strerror}"
+        return 126, f"{e.filename if isinstance(e, LaunchError) else argv[0]}: {e.strerror}"
     if procs is not None:
         procs.add(p)
     try:

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from shoal.agent.identity import JobUsers, LaunchError, OpenAs, UnknownUser, output_flags, spawn
 from shoal.model.filename import expand_pattern
 
 log = logging.getLogger("shoal.agent")
@@ -37,6 +38,7 @@ class Run:
     key: str
     job_id: int
     run: int
+    user: str = ""  # whose job it is: its steps run as this user
     procs: list[Proc] = field(default_factory=list)
     batch_started: bool = False
     killing_since: float | None = None
@@ -66,10 +68,11 @@ def _killpg(pid: int, sig: int) -> None:
 class Runtime:
     """All runs on this node. Thread-safe: the work loop, step server and reaper share it."""
 
-    def __init__(self, node: str, workdir: Path, on_exit) -> None:
+    def __init__(self, node: str, workdir: Path, on_exit, users: JobUsers | None = None) -> None:
         self.node = node
         self.workdir = workdir
-        self.on_exit = on_exit  # callback(run: Run, exit_code, signal, when)
+        self.on_exit = on_exit  # callback(run: Run, exit_code, signal, when, reason=None)
+        self.users = users or JobUsers()
         self.runs: dict[str, Run] = {}
         self.lock = threading.RLock()
 
@@ -77,11 +80,11 @@ class Runtime:
         with self.lock:
             return self.runs.get(key)
 
-    def ensure(self, key: str, job_id: int, run: int) -> Run:
+    def ensure(self, key: str, job_id: int, run: int, user: str = "") -> Run:
         with self.lock:
             r = self.runs.get(key)
             if r is None:
-                r = self.runs[key] = Run(key, job_id, run)
+                r = self.runs[key] = Run(key, job_id, run, user)
             return r
 
     def alive_keys(self) -> list[str]:
@@ -91,7 +94,7 @@ class Runtime:
     # ---------------------------------------------------------------- batch
 
     def start_batch(self, entry: dict, extra_env: dict[str, str]) -> None:
-        run = self.ensure(entry["key"], entry["job_id"], entry["run"])
+        run = self.ensure(entry["key"], entry["job_id"], entry["run"], entry["user"])
         with self.lock:
             if run.batch_started or run.killing_since is not None:
                 return
@@ -102,10 +105,20 @@ class Runtime:
         if pidfile.exists():
             self._launched_before(run, pidfile)
             return
+        try:
+            ident = self.users.of(entry["user"])
+        except UnknownUser:
+            log.error("job %s: user %s is unknown on this node: not running it", entry["key"], entry["user"])
+            self.on_exit(run, 1, 0, time.time(), f"launch failed: no user {entry['user']} on {self.node}")
+            return
         jobdir.mkdir(parents=True, exist_ok=True)
+        jobdir.parent.chmod(0o711)  # the job's user reaches their script, and lists nobody's
+        jobdir.chmod(0o711)
         script = jobdir / "script"
         script.write_text(b["script"], encoding="utf-8")
         script.chmod(0o700)
+        if ident is not None:
+            os.chown(script, ident.uid, ident.gid)
         env = dict(b["environment"])
         env.update(b["slurm_env"])
         env.update(extra_env)
@@ -120,42 +133,32 @@ class Runtime:
             "SLURM_JOB_GPUS": ",".join(str(g) for g in entry["gpus"]),
             "ENVIRONMENT": "BATCH",
         })
+        if ident is not None:
+            env.update(ident.environment())
         set_gpu_env(env, entry["gpus"])
         names = dict(job_id=entry["job_id"], job_name=b["job_name"], user=entry["user"], node=self.node,
                      array_job_id=b.get("array_job_id"), array_task_id=b.get("array_task_id"))
+        # Relative output paths are taken from the submit directory, even when the job
+        # cannot chdir there and starts in /tmp (as slurmstepd does).
         cwd = b["workdir"]
-        notes = []
-        if not os.path.isdir(cwd):
-            notes.append(f"slurmstepd: error: couldn't chdir to `{cwd}': No such file or directory: going to /tmp instead\n")
-            cwd = "/tmp"
-        mode = "a" if b.get("open_mode") == "append" else "w"
+        flags = output_flags(b.get("open_mode") == "append")
+        out_path = self._path(b["stdout"], cwd, names)
+        files = [OpenAs(1, out_path, flags)]
+        err_path = self._path(b["stderr"], cwd, names) if b.get("stderr") else out_path
+        files.append(OpenAs(2, err_path, flags) if err_path != out_path else OpenAs(2, same_as=1))
+        if b.get("stdin"):
+            files.append(OpenAs(0, self._path(b["stdin"], cwd, names), os.O_RDONLY))
         try:
-            out_path = self._path(b["stdout"], cwd, names)
-            out = open(out_path, mode + "b")
-            err = subprocess.STDOUT
-            if b.get("stderr"):
-                err_path = self._path(b["stderr"], cwd, names)
-                err = out if err_path == out_path else open(err_path, mode + "b")
-            stdin = open(self._path(b["stdin"], cwd, names), "rb") if b.get("stdin") else subprocess.DEVNULL
-        except OSError as e:
-            log.error("job %s: cannot open its output: %s", entry["key"], e)
-            self.on_exit(run, 1, 0, time.time())
+            popen = spawn([str(script), *b.get("argv", [])], identity=ident, env=env, cwd=cwd,
+                          cwd_fallback="/tmp", files=files)
+        except LaunchError as e:
+            log.error("job %s: cannot launch it: %s: %s", entry["key"], e.filename, e.strerror)
+            self.on_exit(run, 1, 0, time.time(), f"launch failed: {e.strerror}: {e.filename}")
             return
-        for n in notes:
-            out.write(n.encode())
-        out.flush()
-        try:
-            popen = subprocess.Popen([str(script), *b.get("argv", [])], cwd=cwd, env=env, stdin=stdin,
-                                     stdout=out, stderr=err, start_new_session=True, close_fds=True)
         except OSError as e:
-            out.write(f"slurmstepd: error: execve(): {script}: {e.strerror}\n".encode())
-            out.close()
-            self.on_exit(run, 1, 0, time.time())
+            log.error("job %s: execve(): %s: %s", entry["key"], script, e.strerror)
+            self.on_exit(run, 1, 0, time.time(), f"launch failed: execve(): {e.strerror}")
             return
-        finally:
-            for f in (out, err, stdin):
-                if hasattr(f, "close"):
-                    f.close()
         pidfile.write_text(str(popen.pid))
         with self.lock:
             run.procs.append(Proc(popen, "batch"))

@@ -24,6 +24,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs
 
+from shoal.agent.identity import UnknownUser, spawn
 from shoal.agent.pods import ContainerNotRunning, LogNotFound
 from shoal.agent.runtime import Runtime, _killpg, set_gpu_env
 
@@ -132,10 +133,9 @@ class _Handler(BaseHTTPRequestHandler):
             return self._json(409, {"detail": str(e)})
         stdin = str(req.get("stdin") or "").encode()
         try:
-            p = subprocess.Popen(target.argv, cwd=target.cwd, env=target.env,
-                                 stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                                 close_fds=True)
+            p = spawn(target.argv, identity=target.identity, cwd=target.cwd, env=target.env,
+                      stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         except OSError as e:
             # kubectl's wording for a command the container cannot run.
             return self._json(400, {"detail": f'exec: "{req["argv"][0]}": {e.strerror}'})
@@ -251,6 +251,14 @@ def _run_step(runtime: Runtime, run, req: dict, conn: socket.socket, wfile, node
     procs: dict[int, subprocess.Popen] = {}
     exits: dict[int, list[int]] = {}
     emit = _emitter(wfile)
+    try:
+        ident = runtime.users.of(run.user)
+    except UnknownUser:
+        ident = None
+        for task in req["tasks"]:
+            emit({"t": task["procid"], "e": f"slurmstepd: error: user {run.user} is unknown on {node}\n"})
+            exits[task["procid"]] = [1, 0]
+        req = {**req, "tasks": []}
     for task in req["tasks"]:
         env = dict(req["env"])
         env.update({
@@ -263,11 +271,12 @@ def _run_step(runtime: Runtime, run, req: dict, conn: socket.socket, wfile, node
             "PMI_RANK": str(task["procid"]),
             "PMI_SIZE": env.get("SLURM_NTASKS", "1"),
         })
+        if ident is not None:
+            env.update(ident.environment())
         set_gpu_env(env, task["gpus"])
         try:
-            p = subprocess.Popen(req["argv"], cwd=req.get("cwd") or "/", env=env, stdin=subprocess.DEVNULL,
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                                 close_fds=True)
+            p = spawn(req["argv"], identity=ident, env=env, cwd=req.get("cwd") or "/", cwd_fallback="/tmp",
+                      note_fd=2, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         except OSError as e:
             emit({"t": task["procid"], "e": f"slurmstepd: error: execve(): {req['argv'][0]}: {e.strerror}\n"})
             exits[task["procid"]] = [2, 0]

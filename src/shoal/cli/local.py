@@ -148,6 +148,8 @@ def up(args) -> int:
             cmd += ["--image", image]
         if getattr(args, "runtime", None):
             cmd += ["--runtime", args.runtime]
+        if getattr(args, "run_jobs_as", None):
+            cmd += ["--run-jobs-as", args.run_jobs_as]
         if use_uts:
             cmd = ["unshare", "--uts", "--", *cmd, "--hostname"]
         pids["agents"][name] = _spawn(cmd, sdir / "logs" / f"{name}.log")

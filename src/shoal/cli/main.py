@@ -45,6 +45,9 @@ def _parser() -> argparse.ArgumentParser:
                                      "enroot or apptainer")
     a.add_argument("--image", action="append", default=[], metavar="GLOB=COMMAND",
                    help="process runtime: run COMMAND for pods whose image matches GLOB and has no command")
+    a.add_argument("--run-jobs-as", choices=("submitter", "agent"),
+                   help="whose uid jobs and pods run with: the submitting user's (the default when the agent "
+                        "is root, as slurmd) or the agent's own (the only choice when it is not root)")
 
     u = sub.add_parser("up", help="start a local cluster (server + N agents) in the background")
     u.add_argument("--nodes", type=int, default=4)
@@ -65,6 +68,8 @@ def _parser() -> argparse.ArgumentParser:
     u.add_argument("--runtime", help="pods' container runtime on every node (default: process)")
     u.add_argument("--image", action="append", default=[], metavar="GLOB=COMMAND",
                    help="process runtime: what to run for an image without a command")
+    u.add_argument("--run-jobs-as", choices=("submitter", "agent"),
+                   help="every agent's --run-jobs-as (default: submitter when run as root)")
     u.add_argument("--gateway", type=int, metavar="PORT",
                    help="also start a gateway on 127.0.0.1:PORT routing to Services' ready pods")
     u.add_argument("--heartbeat-timeout", type=float, help="seconds before a silent node is DOWN")

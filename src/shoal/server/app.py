@@ -615,7 +615,8 @@ def create_app(server: Server) -> FastAPI:
             return names
         ok = (ev.exit_code or 0) == 0 and not ev.signal
         jobsvc.finish(s, row, JobState.COMPLETED if ok else JobState.FAILED, ev.time or now,
-                      exit_code=ev.exit_code or 0, signal=ev.signal or 0)
+                      exit_code=ev.exit_code or 0, signal=ev.signal or 0,
+                      reason=ev.reason[:64] if ev.reason else None)  # the reason column's width
         return names
 
     # ------------------------------------------------------------------ helpers

@@ -179,6 +179,7 @@ class AgentEvent(BaseModel):
     exit_code: int | None = None
     signal: int | None = None
     time: float | None = None
+    reason: str | None = Field(default=None, max_length=1024)  # why the run never started
 
 
 class PodReport(BaseModel):
