@@ -6,6 +6,7 @@ the HPA's currentMetrics through the agents' heartbeats."""
 from __future__ import annotations
 
 import json
+import time
 import urllib.request
 from pathlib import Path
 
@@ -173,3 +174,38 @@ def test_a_busy_pods_cpu_and_gpu_utilisation_reach_the_hpa_from_its_agent(cluste
         assert f'Hostname="{node["name"]}"' in line and 'modelName="NVIDIA L4"' in line and 'namespace="default"' in line
     finally:
         cluster.run(["shoal", "delete", "-f", str(manifest)], check=False)
+
+
+def test_without_a_cpu_request_the_default_cpu_target_cannot_be_computed_and_nothing_scales(cluster, tmp_path):
+    # The issue's vLLM Deployment asks for no CPU; an HPA with the default metric (cpu at 80%
+    # of requests) must say so, as Kubernetes does, instead of scaling a busy pod to the max.
+    manifest = tmp_path / "no-request.yaml"
+    head, hpa = BURNER.split("---")
+    hpa = hpa[:hpa.index("  metrics:")]
+    manifest.write_text((head.replace("requests: {cpu: 250m, nvidia.com/gpu: 1}", "requests: {nvidia.com/gpu: 1}")
+                         + "---" + hpa).replace("burner", "norequest"))
+    cluster.run(["shoal", "apply", "-f", str(manifest)])
+    try:
+        wait_until(lambda: ready_pods(cluster, "norequest"), 30, "the pod to be ready")
+        node = ready_pods(cluster, "norequest")[0]["spec"]["nodeName"]
+
+        def cpu_reported() -> bool:  # the agent's figure for the pod is in (the burner is busy)
+            n = next(n for n in cluster.nodes_json() if n["name"] == node)
+            with urllib.request.urlopen(f"http://{n['address']}:{n['port']}/metrics", timeout=10) as r:
+                return any(x.startswith("shoal_pod_cpu_cores{") and 'pod="norequest-' in x
+                           and float(x.rsplit(" ", 1)[1]) > 0.1 for x in r.read().decode().splitlines())
+
+        wait_until(cpu_reported, 30, "the pod's CPU in its agent's /metrics")
+        hpa = wait_until(lambda: hpa_when(cluster, "norequest", lambda h: any(
+            c["type"] == "ScalingActive" for c in h.get("status", {}).get("conditions") or ())), 30, "an HPA pass")
+        time.sleep(3)  # a few more HPA passes (1 s apart) with the CPU figure in hand
+        hpa = obj(cluster, "horizontalpodautoscalers", "norequest")
+        active = condition(hpa, "ScalingActive")
+        assert (active["status"], active["reason"]) == ("False", "FailedGetResourceMetric")
+        assert "resource cpu" in active["message"]
+        assert obj(cluster, "deployments", "norequest")["spec"]["replicas"] == 1
+        assert not hpa_events(cluster, "norequest")
+    finally:
+        cluster.run(["shoal", "delete", "-f", str(manifest)], check=False)
+        wait_until(lambda: not cluster.api("GET", "/api/v1/kube/objects/pods?namespace=default&selector=app%3Dnorequest")
+                   ["items"], 30, "its pods to be gone")

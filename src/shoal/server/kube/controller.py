@@ -233,8 +233,10 @@ class KubeController(KickedLoop):
                 continue
             ready = [p for p in mine if podsvc.is_ready(p)]
             values = self.metrics.for_pods(self.server, ready, now)
-            requests = [max(pod_resources(p.spec["pod"]["spec"])["cpus"], 0.001) for p in ready]
-            values["cpu"] = [None if v is None else 100.0 * v / r for v, r in zip(values["cpu"], requests)]
+            requests = [pod_resources(p.spec["pod"]["spec"])["cpus"] for p in ready]
+            # As Kubernetes: no utilisation without a cpu request on every pod ("missing request for cpu").
+            values["cpu"] = [None if v is None or min(requests) <= 0 else 100.0 * v / r
+                             for v, r in zip(values["cpu"], requests)]
             state = self.hpa_state.get(h.uid, hpalib.HPAState())
             result = hpalib.desired_replicas(spec, current, values, state, now, ready_pods=len(ready),
                                              unready_pods=len(mine) - len(ready))
