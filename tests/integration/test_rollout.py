@@ -170,8 +170,6 @@ def test_stalled_rollout_exceeds_its_progress_deadline_while_old_pods_serve(clus
     assert status == 200 and body["version"] == "v1"
 
 
-@pytest.mark.xfail(strict=True, reason="sched/podfit.py lets a pod take a port that a completing pod's processes "
-                                       "still hold (PodFit skips completing jobs; cleanup jobs carry no pod terms)")
 def test_a_replacement_waits_for_the_port_its_draining_predecessor_holds(cluster, tmp_path):
     # One pod per node and no surge: each new pod can only go where an old one is draining a
     # long answer (about 5 s) and still listens on the port.

@@ -78,8 +78,10 @@ class PodFit:
     def __init__(self, snapshot: Snapshot) -> None:
         self.nodes = {n.name: n for n in snapshot.nodes}
         self.placed: list[tuple[str, PodTerms]] = []  # (node, pod) of every pod holding a node
+        # Pods still stopping count too, as terminating pods do for kube-scheduler: they hold
+        # their ports (and anti-affinity) until their processes are gone.
         for job in snapshot.active:
-            if job.pod is not None and not job.completing:
+            if job.pod is not None:
                 for name, _ in job.allocation.nodes:
                     self.placed.append((name, job.pod))
         self._static: dict[str, frozenset[str]] = {}

@@ -87,6 +87,7 @@ def cleanup_jobs(rows: list[CleanupRow], jobs_by_id: dict[int, JobRow]) -> list[
             time_limit_s=0, array_job_id=job.array_job_id if job else None,
             account=job.spec.get("account") if job else None, qos=job.spec.get("qos") if job else None,
             completing=True, preempted_by=job.preemptor_id if job else None,
+            pod=terms_of(job) if job is not None and job.kind == POD else None,
         ))
     return out
 
