@@ -450,3 +450,12 @@ def test_a_pod_whose_owner_has_no_account_on_the_node_never_starts(tmp_path, cha
         assert not (tmp_path / "work" / "pods" / "default_stranger_uid-stranger" / "app" / "0.log").exists()
     finally:
         m.shutdown()
+
+
+def test_a_forgotten_pod_has_no_status_rather_than_an_error(pods, changes):
+    # The agent's reporter lists pods, then asks each one's status; forget_dead may run between.
+    pods.ensure(entry("brief", container(["true"]), policy="Never"))
+    changes.wait(lambda s: s["phase"] == "Succeeded")
+    stop_all(pods, "7.0")
+    pods.forget_dead(keep=set())
+    assert pods.status("7.0") is None

@@ -217,8 +217,11 @@ class Agent:
         for key in sorted(keys):
             if key not in ids:
                 continue
+            status = self.pods.status(key)
+            if status is None:
+                continue
             job_id, run = ids[key]
-            out.append({"key": key, "job_id": job_id, "run": run, "status": self.pods.status(key),
+            out.append({"key": key, "job_id": job_id, "run": run, "status": status,
                         "events": updates.get(key, [])})
             ended = self.pods.exit_of(key)
             if ended is not None and key not in self._pod_exits_sent:
@@ -250,10 +253,13 @@ class Agent:
             killing = any(r.killing_since is not None and r.alive() for r in list(self.runtime.runs.values()))
             woken = self._report_now.wait(timeout=0.1 if killing else self.heartbeat_interval)
             self._report_now.clear()
-            self._advance_kills()
-            for rp in self._pod_reports(everything=not woken):
-                old = unsent.get(rp["key"])
-                unsent[rp["key"]] = {**rp, "events": (old["events"] if old else []) + rp["events"]}
+            try:
+                self._advance_kills()
+                for rp in self._pod_reports(everything=not woken):
+                    old = unsent.get(rp["key"])
+                    unsent[rp["key"]] = {**rp, "events": (old["events"] if old else []) + rp["events"]}
+            except Exception:  # a bug here must never stop the heartbeats: the node would go DOWN
+                log.exception("collecting kills and pod reports failed; the heartbeat goes on")
             while True:
                 try:
                     pending.append(self.events.get_nowait())
@@ -275,6 +281,10 @@ class Agent:
                 unsent = {}
             except ClientError as e:
                 log.warning("report failed (will retry): %s", e)
+                self.stop.wait(0.5)
+                self._report_now.set()
+            except Exception:  # as above: log, keep what was not sent, and go on
+                log.exception("report failed unexpectedly (will retry)")
                 self.stop.wait(0.5)
                 self._report_now.set()
 

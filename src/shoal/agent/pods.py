@@ -268,10 +268,12 @@ class PodManager:
                        for k, pod in self.pods.items()}
         return {k: pids for k, pids in running.items() if pids}
 
-    def status(self, key: str) -> dict:
-        """The pod's PodStatus, as docs/SERVING.md shows it."""
+    def status(self, key: str) -> dict | None:
+        """The pod's PodStatus, as docs/SERVING.md shows it; None once the pod is forgotten
+        (``forget_dead`` may run between a caller's listing and this call)."""
         with self.lock:
-            return self._status(self.pods[key])
+            pod = self.pods.get(key)
+            return None if pod is None else self._status(pod)
 
     def log_path(self, pod: str | tuple[str, str], container: str, previous: bool = False) -> Path:
         """The log of a container's current (or, with ``previous``, prior) run, by run key or
