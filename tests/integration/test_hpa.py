@@ -209,3 +209,52 @@ def test_without_a_cpu_request_the_default_cpu_target_cannot_be_computed_and_not
         cluster.run(["shoal", "delete", "-f", str(manifest)], check=False)
         wait_until(lambda: not cluster.api("GET", "/api/v1/kube/objects/pods?namespace=default&selector=app%3Dnorequest")
                    ["items"], 30, "its pods to be gone")
+
+
+def scale_to_zero_manifests() -> str:
+    """The model server behind a scale-to-zero Service, with an HPA allowed down to 0 replicas."""
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "nap"},
+                  "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "nap"}},
+                           "template": {"metadata": {"labels": {"app": "nap"}}, "spec": {
+                               "terminationGracePeriodSeconds": 2,
+                               "containers": [{"name": "model", "image": "vllm/vllm-openai:v0.6.0",
+                                               "ports": [{"containerPort": 8100}],
+                                               "readinessProbe": {"httpGet": {"path": "/health", "port": 8100},
+                                                                  "periodSeconds": 1, "failureThreshold": 1},
+                                               "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}}
+    service = {"apiVersion": "v1", "kind": "Service",
+               "metadata": {"name": "nap", "annotations": {"shoal.io/scale-to-zero": "true"}},
+               "spec": {"selector": {"app": "nap"}, "ports": [{"port": 80, "targetPort": 8100}]}}
+    hpa = {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": {"name": "nap"},
+           "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "nap"},
+                    "minReplicas": 0, "maxReplicas": 2,
+                    "metrics": [{"type": "Pods", "pods": {"metric": {"name": "inflight_requests"},
+                                                          "target": {"type": "AverageValue", "averageValue": "1"}}}],
+                    "behavior": {"scaleDown": {"stabilizationWindowSeconds": 3}}}}
+    return "\n---\n".join(json.dumps(d) for d in (deployment, service, hpa))
+
+
+def test_min_replicas_zero_scales_an_idle_service_to_zero_and_a_request_wakes_it(cluster):
+    cluster.run(["shoal", "apply", "-f", "-"], input=scale_to_zero_manifests())
+    replicas = lambda: obj(cluster, "deployments", "nap")["spec"]["replicas"]  # noqa: E731
+    # Idle: no request in flight, so the HPA takes it down to zero and says so.
+    wait_until(lambda: replicas() == 0 and not ready_pods(cluster, "nap"), 60, "the idle Deployment at 0 replicas")
+    hpa = wait_until(lambda: hpa_when(cluster, "nap", lambda h: condition(h, "ScalingActive")["reason"] == "ScaledToZero"),
+                     20, "the HPA to say it is scaled to zero")
+    assert hpa["status"]["currentReplicas"] == 0
+
+    # A request arrives: the gateway holds it, the server scales 0 -> 1, the pod answers it.
+    started = time.monotonic()
+    req = urllib.request.Request(f"{cluster.gateway}/v1/completions", method="POST",
+                                 data=json.dumps({"prompt": "wake", "max_tokens": 2}).encode(),
+                                 headers={"Host": "nap.default", "Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        assert r.status == 200
+        assert json.loads(r.read())["usage"]["completion_tokens"] == 2
+    cold_start = time.monotonic() - started
+    assert cold_start < 30, cold_start
+    assert any("a request is waiting at the gateway" in m for m in hpa_events(cluster, "nap"))
+
+    # Quiet again: back to zero.
+    wait_until(lambda: replicas() == 0, 60, "the Deployment back at 0 replicas after the request")
+    cluster.run(["shoal", "delete", "-f", "-"], input=scale_to_zero_manifests())

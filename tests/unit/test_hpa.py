@@ -152,6 +152,24 @@ def test_a_target_scaled_to_zero_disables_the_hpa():
     assert conditions(r)["ScalingActive"] == ("False", "ScalingDisabled")
 
 
+def test_min_replicas_zero_scales_an_idle_target_to_zero_and_stays_there():
+    idle = {"inflight_requests": [0.0, 0.0]}
+    r = desired_replicas(hpa(pods_metric("inflight_requests", "1"), min_replicas=0, behavior=NO_WINDOW), 2, idle,
+                         HPAState(), T0)
+    assert (r.replicas, r.rescale, r.reason) == (0, True, "All metrics below target")
+    r = desired_replicas(hpa(pods_metric("inflight_requests", "1"), min_replicas=0), 0, {"inflight_requests": []},
+                         r.state, T0 + 30)
+    assert (r.replicas, r.rescale) == (0, False)
+    assert conditions(r)["ScalingActive"] == ("False", "ScaledToZero")
+
+
+def test_min_replicas_zero_still_keeps_a_busy_target_up():
+    busy = {"inflight_requests": [0.5, 0.5]}
+    r = desired_replicas(hpa(pods_metric("inflight_requests", "1"), min_replicas=0, behavior=NO_WINDOW), 2, busy,
+                         HPAState(), T0)
+    assert r.replicas == 1
+
+
 # -- min and max -----------------------------------------------------------------------------
 
 def test_the_desired_count_is_clamped_to_max_replicas():

@@ -555,8 +555,8 @@ REF = {"kind": "Deployment", "name": "llm"}
      [("spec.maxReplicas", "Invalid value: 2: must be greater than or equal to `minReplicas`")]),
     ({"scaleTargetRef": {"kind": "StatefulSet", "name": "x"}, "maxReplicas": 2},
      [("spec.scaleTargetRef.kind", 'Unsupported value: "StatefulSet": supported values: "Deployment"')]),
-    ({"scaleTargetRef": REF, "maxReplicas": 2, "minReplicas": 0},
-     [("spec.minReplicas", "Invalid value: 0: must be greater than or equal to 1")]),
+    ({"scaleTargetRef": REF, "maxReplicas": 2, "minReplicas": -1},
+     [("spec.minReplicas", "Invalid value: -1: must be greater than or equal to 0")]),
     ({"scaleTargetRef": REF, "maxReplicas": 2, "metrics": [{"type": "Pods", "resource": {
         "name": "cpu", "target": {"type": "Utilization", "averageUtilization": 50}}}]},
      [("spec.metrics[0].resource", "Forbidden: must populate the given metric source only"),

@@ -119,6 +119,12 @@ def desired_replicas(spec: Mapping, current_replicas: int, metrics: Mapping[str,
         cond("ScalingActive", "False", "ScalingDisabled", "scaling is disabled since the replica count of the "
                                                           "target is zero")
         return HPAResult(0, False, "", tuple(conds.values()), (), state)
+    if current_replicas == 0:
+        # Scaled to zero on purpose: no pod measures anything; a request held at a gateway
+        # brings the first replica back (the controller does that before asking here).
+        cond("ScalingActive", "False", "ScaledToZero", "the target is scaled to zero; a request waiting at "
+                                                       "the gateway for one of its Services scales it up")
+        return HPAResult(0, False, "", tuple(conds.values()), (), state)
     if current_replicas > max_r:
         desired, reason = max_r, "Current number of replicas above Spec.MaxReplicas"
     elif current_replicas < min_r:

@@ -403,7 +403,7 @@ class HPABehavior(Model):
 
 class HPASpec(Model):
     scaleTargetRef: CrossVersionObjectReference
-    minReplicas: int = Field(1, ge=1)
+    minReplicas: int = Field(1, ge=0)  # 0: scale to zero (Kubernetes' HPAScaleToZero, opt-in here too)
     maxReplicas: int = Field(ge=1)
     metrics: list[MetricSpec] | None = None
     behavior: HPABehavior | None = None
