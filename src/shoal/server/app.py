@@ -30,6 +30,7 @@ from shoal.server.core import Server
 from shoal.server.kube import api as kube_api
 from shoal.server.kube import service as kubesvc
 from shoal.server.kube.objects import ObjectError
+from shoal.server.limits import guard
 from shoal.server.schemas import (AgentRegister, AgentReport, BulkCancelRequest, CancelRequest,
                                   InteractiveComplete, JobSubmit, JobUpdate, NodeUpdate,
                                   ReservationCreate, ReservationUpdate, StepComplete, StepCreate,
@@ -74,6 +75,7 @@ def create_app(server: Server) -> FastAPI:
 
     app = FastAPI(title="Shoal", version=__version__, lifespan=lifespan)
     app.state.server = server
+    guard(app)
 
     @app.exception_handler(AuthError)
     async def _auth_error(request, exc: AuthError):
@@ -159,7 +161,8 @@ def create_app(server: Server) -> FastAPI:
     @app.get("/api/v1/jobs")
     def list_jobs(job_id: list[str] = Query(default=[]), user: str | None = None,
                   partition: str | None = None, state: list[str] = Query(default=[]),
-                  name: str | None = None, all: bool = False, since: float | None = None,
+                  name: str | None = None, all: bool = False,
+                  since: float | None = Query(default=None, allow_inf_nan=False),
                   p: Principal = Depends(principal)):
         with server.sessions() as s:
             q = select(JobRow)

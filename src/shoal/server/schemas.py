@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import os
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 MAX_SCRIPT_BYTES = 4 * 1024 * 1024
 MAX_NAME = 255
+MAX_ARG = 131072  # MAX_ARG_STRLEN: the longest argument or environment string execve accepts
+MAX_ENV_VARS = 10000
+MAX_ENV_BYTES = 2 * 1024 * 1024  # about what execve takes for argv and environment together
 MAX_TIME_S = 2**31 - 1  # time limits are stored in 32-bit INTEGER columns (PostgreSQL enforces it)
 
 
 class StoredText(BaseModel):
-    """A body whose text fields are stored in text columns, which in PostgreSQL cannot hold NUL."""
+    """A body whose text fields are stored in text columns, which in PostgreSQL cannot hold NUL,
+    and whose numbers are stored and served as JSON, which has no NaN or Infinity."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
 
     @field_validator("*")
     @classmethod
@@ -18,6 +26,47 @@ class StoredText(BaseModel):
         if isinstance(v, str) and "\x00" in v:
             raise ValueError("must not contain NUL (\\x00) characters")
         return v
+
+
+def _exec_text_error(text: str, what: str) -> str | None:
+    """Why execve cannot take ``text`` as an argument or variable value, or None."""
+    if "\x00" in text:
+        return f"{what} contains a NUL (\\x00) character"
+    try:
+        # JSON can carry any lone surrogate; execve takes only those that stand for raw bytes
+        # (Python's surrogateescape: a submitter's non-UTF-8 environment arrives that way).
+        os.fsencode(text)
+    except UnicodeEncodeError:
+        return f"{what} is not valid UTF-8 text"
+    if len(text) > MAX_ARG:
+        return f"{what} is longer than {MAX_ARG} characters"
+    return None
+
+
+def check_argv(argv: list[str]) -> list[str]:
+    """Arguments reach execve as they are: UTF-8, no NUL, none longer than the kernel takes."""
+    for i, arg in enumerate(argv):
+        why = _exec_text_error(arg, f"argument {i}")
+        if why:
+            raise ValueError(why)
+    return argv
+
+
+def check_environment(env: dict[str, str]) -> dict[str, str]:
+    """A job's environment as execve can take it: names without '=' or NUL, bounded sizes."""
+    if len(env) > MAX_ENV_VARS:
+        raise ValueError(f"{len(env)} variables: at most {MAX_ENV_VARS} are accepted")
+    total = 0
+    for name, value in env.items():
+        if not name or "=" in name or _exec_text_error(name, ""):
+            raise ValueError(f"invalid variable name {name[:64]!r}: it must be non-empty UTF-8, without '=' or NUL")
+        why = _exec_text_error(value, f"variable {name[:64]}")
+        if why:
+            raise ValueError(why)
+        total += len(name) + len(value) + 2
+    if total > MAX_ENV_BYTES:
+        raise ValueError(f"the environment holds {total} bytes: at most {MAX_ENV_BYTES} are accepted")
+    return env
 
 
 class JobSubmit(StoredText):
@@ -66,6 +115,9 @@ class JobSubmit(StoredText):
     reservation: str | None = Field(default=None, max_length=64)
     kill_on_invalid_dep: bool | None = None
 
+    _argv = field_validator("argv")(check_argv)
+    _environment = field_validator("environment")(check_environment)
+
 
 class CancelRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -102,15 +154,17 @@ class StepCreate(StoredText):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(default="", max_length=MAX_NAME)
-    argv: list[str] = Field(min_length=1)
+    argv: list[str] = Field(min_length=1, max_length=4096)
     nodes: int | None = Field(default=None, ge=1)
     ntasks: int | None = Field(default=None, ge=1)
     ntasks_per_node: int | None = Field(default=None, ge=1)
     cpus_per_task: int | None = Field(default=None, ge=1)
     gpus_per_task: int | None = Field(default=None, ge=0)
     gpus_per_node: int | None = Field(default=None, ge=0)
-    nodelist: str | None = None
-    exclude: str | None = None
+    nodelist: str | None = Field(default=None, max_length=65536)
+    exclude: str | None = Field(default=None, max_length=65536)
+
+    _argv = field_validator("argv")(check_argv)
 
 
 class StepComplete(BaseModel):

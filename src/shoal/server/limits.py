@@ -1,0 +1,97 @@
+"""The API's edge against hostile input: the request body limit, and answers for input that
+would otherwise surface as a 500.
+
+A body over the limit is answered 413 with a message naming the limit: at once when its
+Content-Length says so, else as soon as the bytes received pass it (chunked uploads), so
+the server never buffers more than the limit for one request.
+"""
+
+from __future__ import annotations
+
+import json
+
+from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+MAX_BODY_BYTES = 16 * 1024 * 1024  # a 4 MiB script JSON-escaped, with room to spare
+
+
+class BodyTooLarge(Exception):
+    """Raised into the app's body read once the bytes received pass the limit."""
+
+
+def _message(limit: int) -> bytes:
+    return json.dumps({"detail": f"request body too large: the API accepts at most {limit} bytes "
+                                 f"({limit // (1024 * 1024)} MiB)"}).encode()
+
+
+class BodyLimit:
+    """ASGI middleware: refuse HTTP request bodies larger than ``limit`` bytes with 413."""
+
+    def __init__(self, app, limit: int = MAX_BODY_BYTES) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        for name, value in scope.get("headers") or ():
+            if name == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    return await self._refuse(send, 400, b'{"detail": "invalid Content-Length header"}')
+                if declared > self.limit:
+                    return await self._refuse(send, 413, _message(self.limit))
+        seen = 0
+        too_large = started = False
+
+        async def counted_receive():
+            nonlocal seen, too_large
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    too_large = True
+                    raise BodyTooLarge
+            return message
+
+        async def tracked_send(message):
+            nonlocal started
+            if too_large:  # whatever the app makes of the aborted read, the answer is 413
+                return
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, counted_receive, tracked_send)
+        except BodyTooLarge:
+            pass
+        if too_large and not started:
+            await self._refuse(send, 413, _message(self.limit))
+
+    @staticmethod
+    async def _refuse(send, status: int, body: bytes) -> None:
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                                (b"connection", b"close")]})
+        await send({"type": "http.response.body", "body": body})
+
+
+def guard(app: FastAPI) -> None:
+    """Install the body limit and the handlers below on the app."""
+    app.add_middleware(BodyLimit)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request, exc: RequestValidationError):
+        # FastAPI's own handler echoes each bad input back, and fails (500) on input JSON
+        # cannot carry, such as a lone surrogate; the field path and the message suffice.
+        errors = [{"type": e.get("type"), "loc": list(e.get("loc", ())), "msg": str(e.get("msg", ""))}
+                  for e in exc.errors()]
+        return JSONResponse({"detail": errors}, status_code=422)
+
+    @app.exception_handler(OverflowError)
+    async def _overflow(request, exc: OverflowError):
+        # An id or count past what the store's 64-bit integer columns hold matches nothing.
+        return JSONResponse({"detail": f"a number in the request is out of range: {exc}"}, status_code=400)
