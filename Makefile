@@ -3,26 +3,39 @@
 #   make test   the whole test suite (unit + integration with real server and agent processes)
 
 PYTHON ?= python3
+CC ?= cc
 VENV := .venv
 BIN := $(VENV)/bin
+FRONTEND_COMMANDS := sbatch squeue scancel
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench clean frontend
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-$(VENV)/.installed: pyproject.toml $(wildcard src/shoal/*/*.py) | $(BIN)/python
+# sbatch, squeue and scancel as one small C program (frontend/shoal-cmd.c) that hands the
+# invocation to the server, replacing pip's Python entry points (which it execs for whatever
+# it does not handle). Run after every pip install, which writes the entry points again.
+# Without a C compiler the Python commands stay: the same behaviour, slower.
+INSTALL_FRONTEND = if $(CC) -O2 -Wall -o $(VENV)/shoal-cmd.new frontend/shoal-cmd.c; then \
+	  for c in $(FRONTEND_COMMANDS); do cp $(VENV)/shoal-cmd.new $(BIN)/.$$c.new && mv -f $(BIN)/.$$c.new $(BIN)/$$c; done; \
+	  rm -f $(VENV)/shoal-cmd.new; \
+	else echo "note: no C compiler ($(CC)): sbatch, squeue and scancel stay the Python commands"; fi
+
+$(VENV)/.installed: pyproject.toml $(wildcard src/shoal/*/*.py) frontend/shoal-cmd.c | $(BIN)/python
 	$(BIN)/pip install -q -e .
 	# Byte-compile now: the Slurm commands start in tight loops, and some environments set
 	# PYTHONDONTWRITEBYTECODE, which would make every call recompile from source.
 	$(BIN)/python -m compileall -q src
+	@$(INSTALL_FRONTEND)
 	touch $@
 
 $(VENV)/.installed-test: pyproject.toml $(VENV)/.installed
 	$(BIN)/pip install -q -e '.[test]'
 	# The two-node DDP acceptance test runs real PyTorch (CPU build, gloo backend).
 	$(BIN)/pip install -q torch==2.13.0
+	@$(INSTALL_FRONTEND)
 	touch $@
 
 demo: $(VENV)/.installed
@@ -34,6 +47,9 @@ test: $(VENV)/.installed-test
 
 bench: $(VENV)/.installed
 	$(BIN)/python bench/bench_foundation.py --short
+
+frontend: | $(BIN)/python
+	@$(INSTALL_FRONTEND)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

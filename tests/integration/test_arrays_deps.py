@@ -31,7 +31,9 @@ echo "task $SLURM_ARRAY_JOB_ID $SLURM_ARRAY_TASK_ID $SLURM_JOB_ID end $(date +%s
     def collapsed():
         lines = cluster.run(["squeue", "-h", "-j", str(array_id), "-o", "%i %T"]).stdout.splitlines()
         pending = [line for line in lines if line.endswith("PENDING")]
-        return pending if pending and "_[" in pending[0] else None
+        running = [line for line in lines if line.endswith("RUNNING")]
+        # squeue answers within milliseconds of sbatch: wait for the pass that starts two.
+        return pending if pending and "_[" in pending[0] and running else None
 
     pending = wait_until(collapsed, 10, "squeue to show the pending tasks collapsed")
     assert len(pending) == 1, pending

@@ -426,8 +426,23 @@ def _login_name() -> str:
         return os.environ.get("USER", "")
 
 
+class RunLocally(Exception):
+    """An invocation the server will not run for a thin front end: it needs the command's own
+    process (standard input, a terminal, waiting for a job, help sized to the terminal)."""
+
+
+def program_name() -> str:
+    """The name this process was started as (``sbatch``), for its error messages."""
+    return os.path.basename(sys.argv[0]) or "shoal"
+
+
+def print_error(stream, prog: str, message: str) -> int:
+    """Write a command's error the way Slurm's commands do; the exit code to return (1)."""
+    print(f"{prog}: error: {message}", file=stream)
+    return 1
+
+
 def fail(message: str, code: int = 1):
     """Print a command's error the way Slurm's commands do, and exit."""
-    prog = os.path.basename(sys.argv[0]) or "shoal"
-    print(f"{prog}: error: {message}", file=sys.stderr)
+    print_error(sys.stderr, program_name(), message)
     raise SystemExit(code)

@@ -144,7 +144,14 @@ def render(specs: Sequence[Spec], rows: Iterable[Mapping[str, Any]], now: float,
            header: bool = True) -> str:
     """The table: an optional header line, then one line per row, each ending in a newline."""
     rows = list(rows)
-    values = [[text(s.field.get(row, now)) if s.field else s.text for s in specs] for row in rows]
+    fields = [(k, s.field.get) for k, s in enumerate(specs) if s.field]
+    values = []
+    for row in rows:  # squeue renders thousands of rows: the plain loop is the fast one
+        v = [s.text for s in specs]
+        for k, get in fields:
+            value = get(row, now)
+            v[k] = "(null)" if value is None else str(value)  # as text()
+        values.append(v)
     widths = []
     for k, s in enumerate(specs):
         if s.auto:
@@ -157,11 +164,11 @@ def render(specs: Sequence[Spec], rows: Iterable[Mapping[str, Any]], now: float,
             pad(s.field.header, widths[k], s.right, s.field.cut_header) if s.field else s.text
             for k, s in enumerate(specs)
         ))
+    padded = [(k, widths[k], s.right, s.field.cut) for k, s in enumerate(specs) if s.field and widths[k]]
     for v in values:
-        lines.append("".join(
-            pad(v[k], widths[k], s.right, s.field.cut) if s.field else s.text
-            for k, s in enumerate(specs)
-        ))
+        for k, width, right, cut in padded:
+            v[k] = pad(v[k], width, right, cut)
+        lines.append("".join(v))
     return "".join(line + "\n" for line in lines)
 
 
@@ -173,10 +180,13 @@ def split_list(values: Iterable[str] | None) -> list[str]:
     return out
 
 
-def emit(output: str) -> None:
+def emit(output: str, out=None) -> None:
     """Write a command's output; a reader that went away (``| head -1``) is not an error."""
     import sys
 
+    if out is not None and out is not sys.stdout:
+        out.write(output)
+        return
     try:
         sys.stdout.write(output)
         sys.stdout.flush()
@@ -187,18 +197,33 @@ def emit(output: str) -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
-def argument_parser(prog: str, description: str):
+class UsageError(ValueError):
+    """Arguments a command cannot accept, from a parser made with ``remote=True``."""
+
+
+def argument_parser(prog: str, description: str, remote: bool = False):
     """An argparse parser whose errors read ``<prog>: error: ...`` and exit 1, as Slurm's do.
 
-    It has no -h: Slurm's commands use -h for --noheader, and add --help themselves.
+    It has no -h: Slurm's commands use -h for --noheader, and add --help themselves. A
+    ``remote`` parser (the server running a command for the compiled front end) raises
+    UsageError instead of exiting, and RunLocally for help, which is sized to the terminal.
     """
     import argparse
 
     class _Parser(argparse.ArgumentParser):
         def error(self, message: str):  # type: ignore[override]
+            if remote:
+                raise UsageError(message)
             from shoal.cli.client import fail
 
             fail(message)
+
+        def _print_message(self, message, file=None):
+            if remote:
+                from shoal.cli.client import RunLocally
+
+                raise RunLocally("help is printed by the command itself")
+            super()._print_message(message, file)
 
     class _Formatter(argparse.HelpFormatter):
         # argparse builds a formatter for every add_argument; without a width it imports

@@ -530,6 +530,15 @@ def script_source(argv: list[str]) -> str | None:
     return positional[0] if positional else "-"
 
 
+def script_index(argv: list[str]) -> int | None:
+    """Where script_source's path is in argv; None with --wrap or standard input. The
+    server uses it to find the script among the files the compiled front end sent."""
+    found, positional = _scan(argv, SBATCH)
+    if any(opt.long == "wrap" for opt, _, _ in found) or not positional or positional[0] == "-":
+        return None
+    return len(argv) - len(positional)
+
+
 def directives(script: str) -> list[tuple[int, list[str]]]:
     """The ``#SBATCH`` lines' words with their line numbers, read as Slurm does.
 

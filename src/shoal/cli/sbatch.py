@@ -1,4 +1,9 @@
-"""sbatch: submit a batch script (or --wrap a command) to Shoal, as Slurm's sbatch does."""
+"""sbatch: submit a batch script (or --wrap a command) to Shoal, as Slurm's sbatch does.
+
+``main`` reads what only this process can (argv, the script file or standard input, the
+environment); ``run`` does the rest with every input passed in, so the server runs the
+very same code for the compiled front end (POST /api/v1/commands/sbatch).
+"""
 
 from __future__ import annotations
 
@@ -6,52 +11,81 @@ import os
 import sys
 import time
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from typing import Any, TextIO
+
+HELP = ("Usage: sbatch [OPTIONS...] script [args...]\n       sbatch [OPTIONS...] --wrap=command\n"
+        "Options are those of Slurm's sbatch; #SBATCH lines in the script give defaults.")
+
 
 def main(argv: list[str] | None = None) -> int:
-    from shoal.cli.client import Client, ClientError, fail
-    from shoal.cli.options import OptionError, parse_sbatch, script_source
+    from shoal.cli.client import Client, fail
+    from shoal.cli.options import OptionError, script_source
 
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in ("-h", "--help", "--usage"):
-        print("Usage: sbatch [OPTIONS...] script [args...]\n       sbatch [OPTIONS...] --wrap=command\n"
-              "Options are those of Slurm's sbatch; #SBATCH lines in the script give defaults.")
+        print(HELP)
         return 0
     try:
         source = script_source(argv)
-        script = None
-        if source == "-":
-            if sys.stdin.isatty():
-                fail("no batch script: name a script file, pipe one on standard input, or use --wrap")
-            script = sys.stdin.read()
-        elif source is not None:
-            try:
-                with open(source, encoding="utf-8", errors="surrogateescape") as f:
-                    script = f.read()
-            except OSError as e:
-                fail(f"Unable to open file {source}: {e.strerror}")
-        req = parse_sbatch(argv, script, cwd=os.getcwd(), environ=os.environ, now=time.time())
     except OptionError as e:
         fail(str(e))
+    script = None
+    if source == "-":
+        if sys.stdin.isatty():
+            fail("no batch script: name a script file, pipe one on standard input, or use --wrap")
+        script = sys.stdin.read()
+    elif source is not None:
+        try:
+            with open(source, encoding="utf-8", errors="surrogateescape") as f:
+                script = f.read()
+        except OSError as e:
+            fail(f"Unable to open file {source}: {e.strerror}")
+    return run(argv, script, source, cwd=os.getcwd(), environ=os.environ, now=time.time(),
+               connect=Client.from_config, out=sys.stdout, err=sys.stderr)
+
+
+def run(argv: list[str], script: str | None, source: str | None, *, cwd: str, environ: Mapping[str, str],
+        now: float, connect: Callable[[], Any], out: TextIO, err: TextIO, prog: str | None = None,
+        may_wait: bool = True) -> int:
+    """Parse, submit and report: what sbatch prints, written to ``out``/``err``; the exit code.
+
+    ``script`` is the text of ``source`` (a path, ``-`` for standard input, None with --wrap);
+    ``connect()`` gives the API (Client.get/post). Without ``may_wait``, --wait raises
+    RunLocally before anything is submitted.
+    """
+    from shoal.cli.client import ClientError, RunLocally, print_error, program_name
+    from shoal.cli.options import OptionError, parse_sbatch
+
+    prog = prog or program_name()
+    try:
+        req = parse_sbatch(argv, script, cwd=cwd, environ=environ, now=now)
+    except OptionError as e:
+        return print_error(err, prog, str(e))
+    if req.wait and not may_wait:
+        raise RunLocally("--wait blocks until the job ends")
     body = req.body
     if source not in (None, "-"):
-        body["environment"]["SHOAL_SUBMIT_COMMAND"] = os.path.abspath(source)
+        body["environment"]["SHOAL_SUBMIT_COMMAND"] = os.path.normpath(os.path.join(cwd, source))
     try:
-        client = Client.from_config()
+        client = connect()
         if req.test_only:
-            out = client.post("/api/v1/jobs/test", body)
-            print(f"sbatch: Job {out['job_id']} to start at {out['start_time']} using "
-                  f"{out['cpus']} processors on nodes {out['nodelist']} in partition {out['partition']}",
-                  file=sys.stderr)
+            answer = client.post("/api/v1/jobs/test", body)
+            print(f"sbatch: Job {answer['job_id']} to start at {answer['start_time']} using "
+                  f"{answer['cpus']} processors on nodes {answer['nodelist']} in partition "
+                  f"{answer['partition']}", file=err)
             return 0
-        out = client.post("/api/v1/jobs", body)
+        answer = client.post("/api/v1/jobs", body)
     except ClientError as e:
-        fail(f"Batch job submission failed: {e}")
-    job_id = out["job_id"]
+        return print_error(err, prog, f"Batch job submission failed: {e}")
+    job_id = answer["job_id"]
     if req.parsable:
-        print(job_id)
+        print(job_id, file=out)
     else:
-        print(f"Submitted batch job {job_id}")
-    sys.stdout.flush()
+        print(f"Submitted batch job {job_id}", file=out)
+    out.flush()
     if req.wait:
         return _wait(client, job_id)
     return 0

@@ -10,7 +10,8 @@ from __future__ import annotations
 import signal as _signal
 import sys
 
-from shoal.cli.client import Client, ClientError, fail
+from shoal.cli.client import Client, ClientError, print_error, program_name
+from shoal.cli.fmt import UsageError as ArgumentsError
 from shoal.cli.fmt import argument_parser, split_list
 from shoal.model.arrays import ArraySpecError, parse_array
 
@@ -75,8 +76,14 @@ def kill_error(job_id: str, err: ClientError) -> str:
     return f"Kill job error on job id {job_id}: {reason}"
 
 
-def parse_args(argv: list[str] | None):
-    p = argument_parser("scancel", "Cancel or signal jobs, as Slurm's scancel.")
+_PARSERS: dict[bool, object] = {}
+
+
+def _parser(remote: bool):
+    """The argument parser, built once per process (the server parses every call with it)."""
+    if remote in _PARSERS:
+        return _PARSERS[remote]
+    p = argument_parser("scancel", "Cancel or signal jobs, as Slurm's scancel.", remote=remote)
     p.add_argument("job_ids", nargs="*", help="12, 12_3 or 12_[1-3]")
     p.add_argument("-s", "--signal", help="signal name or number instead of cancelling")
     p.add_argument("-b", "--batch", action="store_true", help="signal only the batch step")
@@ -89,23 +96,43 @@ def parse_args(argv: list[str] | None):
     p.add_argument("-Q", "--quiet", action="store_true", help="no error messages")
     p.add_argument("-v", "--verbose", action="count", default=0)
     p.add_argument("--help", action="help", help="show this help and exit")
-    return p.parse_args(argv)
+    _PARSERS[remote] = p
+    return p
+
+
+def parse_args(argv: list[str] | None, remote: bool = False):
+    return _parser(remote).parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
+    rc = run(argv, connect=Client.from_config)
+    if rc:
+        raise SystemExit(rc)  # as fail() does: callers of main() see the exit
+    return 0
+
+
+def run(argv: list[str] | None, *, connect, err=None, prog: str | None = None, user: str | None = None,
+        remote: bool = False) -> int:
+    """Cancel or signal what ``argv`` names; messages to ``err`` (this process's stderr by
+    default); the exit code. ``user`` is the login name ``--me`` stands for; ``remote`` is
+    the server answering the compiled front end (see squeue.run)."""
+    err = err or sys.stderr
+    prog = prog or program_name()
     try:
-        options = parse_args(argv)
+        options = parse_args(argv, remote=remote)
         sig = parse_signal(options.signal)
         ids = expand_job_ids(options.job_ids)
         users = split_list(options.user)
         if options.me:
-            from shoal.cli.client import _login_name
+            if user is None:
+                from shoal.cli.client import _login_name
 
-            users.append(_login_name())
+                user = _login_name()
+            users.append(user)
         filtered = bool(users or options.state or options.partition or options.name)
         if not ids and not filtered:
             raise UsageError("No job identification provided (give job ids, or -u/--me/-t/-p/-n)")
-        client = Client.from_config()
+        client = connect()
         if filtered:
             body = {"job_ids": ids or None, "user": users[0] if len(users) == 1 else None,
                     "partition": ",".join(split_list(options.partition)) or None,
@@ -114,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
             done = client.post("/api/v1/jobs/cancel", body).get("jobs") or []
             if options.verbose:
                 for job_id in done:
-                    print(f"scancel: {'Signal' if sig else 'Terminating'} job {job_id}", file=sys.stderr)
+                    print(f"scancel: {'Signal' if sig else 'Terminating'} job {job_id}", file=err)
             return 0
         rc = 0
         for job_id in ids:
@@ -122,21 +149,17 @@ def main(argv: list[str] | None = None) -> int:
                 client.post(f"/api/v1/jobs/{job_id}/cancel",
                             {"signal": sig, "batch": options.batch, "full": options.full})
                 if options.verbose:
-                    print(f"scancel: {'Signal' if sig else 'Terminating'} job {job_id}", file=sys.stderr)
+                    print(f"scancel: {'Signal' if sig else 'Terminating'} job {job_id}", file=err)
             except ClientError as e:
                 if e.status is None:
                     raise
                 if not options.quiet:
-                    import os
-
-                    prog = os.path.basename(sys.argv[0]) or "scancel"
-                    print(f"{prog}: error: {kill_error(job_id, e)}", file=sys.stderr)
+                    print_error(err, prog, kill_error(job_id, e))
                 if not (e.status == 409 and sig is None):
                     rc = 1
         return rc
-    except (ClientError, UsageError) as e:
-        fail(str(e))
-    return 0
+    except (ClientError, UsageError, ArgumentsError) as e:
+        return print_error(err, prog, str(e))
 
 
 if __name__ == "__main__":

@@ -10,11 +10,12 @@ import json
 import sys
 import time
 
-from shoal.cli.client import Client, ClientError, fail
+from shoal.cli.client import Client, ClientError, RunLocally, print_error, program_name
 from shoal.cli.fmt import (
     Field,
     FormatError,
     argument_parser,
+    UsageError,
     emit,
     parse_format,
     parse_long_format,
@@ -26,8 +27,8 @@ from shoal.model.timefmt import format_duration, format_timestamp
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: importing typing costs the command's start-up time
-    from collections.abc import Mapping
-    from typing import Any
+    from collections.abc import Callable, Mapping
+    from typing import Any, TextIO
 
 DEFAULT_FORMAT = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"
 LONG_FORMAT = "%.18i %.9P %.8j %.8u %.8T %.10M %.9l %.6D %R"
@@ -313,8 +314,14 @@ def render_json(jobs: list[dict], options, now: float) -> str:
     return json.dumps({"jobs": out}, indent=2) + "\n"
 
 
-def parse_args(argv: list[str] | None):
-    p = argument_parser("squeue", "View jobs in the queue, as Slurm's squeue.")
+_PARSERS: dict[bool, object] = {}
+
+
+def _parser(remote: bool):
+    """The argument parser, built once per process (the server parses every call with it)."""
+    if remote in _PARSERS:
+        return _PARSERS[remote]
+    p = argument_parser("squeue", "View jobs in the queue, as Slurm's squeue.", remote=remote)
     p.add_argument("-u", "--user", action="append", help="comma list of users")
     p.add_argument("--me", action="store_true", help="only my jobs")
     p.add_argument("-p", "--partition", action="append", help="comma list of partitions")
@@ -332,11 +339,19 @@ def parse_args(argv: list[str] | None):
     p.add_argument("-a", "--all", action="store_true", help="accepted for compatibility")
     p.add_argument("-v", "--verbose", action="count", default=0)
     p.add_argument("--help", action="help", help="show this help and exit")
-    options = p.parse_args(argv)
-    if options.me:
-        from shoal.cli.client import _login_name
+    _PARSERS[remote] = p
+    return p
 
-        options.user = (options.user or []) + [_login_name()]
+
+def parse_args(argv: list[str] | None, *, remote: bool = False, user: str | None = None):
+    """squeue's options; ``user`` is the login name ``--me`` stands for (this process's by default)."""
+    options = _parser(remote).parse_args(argv)
+    if options.me:
+        if user is None:
+            from shoal.cli.client import _login_name
+
+            user = _login_name()
+        options.user = (options.user or []) + [user]
     return options
 
 
@@ -348,6 +363,8 @@ def query(options) -> dict:
         "partition": _only(split_list(options.partition)),
         "name": _only(split_list(options.name)),
     }
+    if not (options.format or options.Format or options.long or options.start or options.json):
+        params["view"] = "queue"  # the default table: only the columns it shows
     states = parse_states(split_list(options.states)) if options.states else set()
     if states is None or states & _FINISHED or options.jobs:
         # Finished jobs are only returned on request; a job id asked for by number is
@@ -363,30 +380,46 @@ def _only(values: list[str]) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        options = parse_args(argv)
+        rc = run(argv, connect=Client.from_config)
+    except KeyboardInterrupt:
+        return 130
+    if rc:
+        raise SystemExit(rc)  # as fail() does: callers of main() see the exit
+    return 0
+
+
+def run(argv: list[str] | None, *, connect: Callable[[], Any], out: TextIO | None = None,
+        err: TextIO | None = None, prog: str | None = None, user: str | None = None,
+        remote: bool = False) -> int:
+    """What squeue prints for ``argv``, written to ``out``/``err`` (this process's by default);
+    the exit code. ``remote`` is the server answering the compiled front end: usage errors
+    are printed, not exited on, and --iterate and --help raise RunLocally."""
+    err = err or sys.stderr
+    prog = prog or program_name()
+    try:
+        options = parse_args(argv, remote=remote, user=user)
+        if options.iterate and remote:
+            raise RunLocally("--iterate repeats until interrupted")
         row_specs(options)  # a bad format fails before the server is asked anything
         params = query(options)
-        client = Client.from_config()
+        client = connect()
         while True:
             jobs = client.get("/api/v1/jobs", params)["jobs"]
             if options.jobs and not jobs:
-                fail("Invalid job id specified")
+                return print_error(err, prog, "Invalid job id specified")
             now = time.time()
             if options.json:
-                emit(render_json(jobs, options, now))
+                emit(render_json(jobs, options, now), out)
             elif options.iterate and not options.noheader and not options.long:
                 emit(time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(now)) + "\n"
-                     + render_jobs(jobs, options, now) + "\n")
+                     + render_jobs(jobs, options, now) + "\n", out)
             else:
-                emit(render_jobs(jobs, options, now))
+                emit(render_jobs(jobs, options, now), out)
             if not options.iterate:
                 return 0
             time.sleep(options.iterate)
-    except (ClientError, FormatError, StateError) as e:
-        fail(str(e))
-    except KeyboardInterrupt:
-        return 130
-    return 0
+    except (ClientError, FormatError, StateError, UsageError) as e:
+        return print_error(err, prog, str(e))
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from shoal.model.node import NodeState, display_state
 from shoal.model.gpu import gpu_gres
 from shoal.model.resources import GPU, Allocation
 from shoal.sched.placement import check_feasible
+from shoal.server import commands
 from shoal.server import jobs as jobsvc
 from shoal.server import priority as priosvc
 from shoal.server import reservations as resvsvc
@@ -163,9 +164,19 @@ def create_app(server: Server) -> FastAPI:
                   partition: str | None = None, state: list[str] = Query(default=[]),
                   name: str | None = None, all: bool = False,
                   since: float | None = Query(default=None, allow_inf_nan=False),
-                  p: Principal = Depends(principal)):
+                  view: str | None = None, p: Principal = Depends(principal)):
+        jobs = _list_jobs(job_id, user, partition, state, name, all, since, view)
+        return JSONResponse({"jobs": jobs})  # already plain JSON: skip re-encoding
+
+    def _list_jobs(job_id: list[str], user: str | None = None, partition: str | None = None,
+                   state: list[str] = (), name: str | None = None, all: bool = False,
+                   since: float | None = None, view: str | None = None) -> list[dict]:
+        """Jobs as docs/API.md's Job objects, or with ``view=queue`` only the keys squeue's
+        default table reads (jobsvc.QUEUE_VIEW), read from their columns alone."""
+        if view not in (None, "queue"):
+            raise jobsvc.JobError(f"unknown view {view!r} (expected queue)")
         with server.sessions() as s:
-            q = select(JobRow)
+            q = select(JobRow) if view is None else select(*jobsvc.QUEUE_VIEW.values())
             ids, arrays = _parse_job_ids(job_id)
             if ids or arrays:
                 conds = []
@@ -188,8 +199,10 @@ def create_app(server: Server) -> FastAPI:
                 q = q.where(JobRow.name.in_(name.split(",")))
             if since is not None:
                 q = q.where((JobRow.end_time.is_(None)) | (JobRow.end_time >= since))
+            if view == "queue":
+                return jobsvc.queue_view(s, s.execute(q.order_by(JobRow.id)).all())
             rows = list(s.scalars(q.order_by(JobRow.id)))
-            return JSONResponse({"jobs": _jobs_json(s, rows)})  # already plain JSON: skip re-encoding
+            return _jobs_json(s, rows)
 
     @app.get("/api/v1/jobs/{job_id}")
     def get_job(job_id: int, p: Principal = Depends(principal)):
@@ -687,6 +700,16 @@ def create_app(server: Server) -> FastAPI:
                 "last_heartbeat": r.last_heartbeat, "boot_time": r.boot_time, "jobs": sorted(jobs),
             })
         return out
+
+    app.include_router(commands.router(commands.LocalRoutes(
+        submit=lambda body, p: submit(JobSubmit.model_validate(body), user_or_admin(p)),
+        test_only=lambda body, p: test_only(JobSubmit.model_validate(body), user_or_admin(p)),
+        list_jobs=lambda params, p: {"jobs": _list_jobs(
+            params.get("job_id") or [], params.get("user"), params.get("partition"), name=params.get("name"),
+            all=params.get("all") == "true", view=params.get("view"))},
+        bulk_cancel=lambda body, p: bulk_cancel(BulkCancelRequest.model_validate(body), p),
+        cancel=lambda job_id, body, p: cancel(job_id, CancelRequest.model_validate(body), p),
+    ), server.auth.resolve))
 
     return app
 

@@ -259,7 +259,9 @@ def submit(session: Session, principal: Principal, body: JobSubmit, *, partition
     }
     common = dict(
         name=name, user=principal.user, partition=partition.name, state=JobState.PENDING.value,
-        reason="None", held=body.hold, interactive=body.interactive, requeue=body.requeue,
+        # A held job says so from the start, as Slurm's does, not from the next pass.
+        reason="JobHeldUser" if body.hold else "None", held=body.hold, interactive=body.interactive,
+        requeue=body.requeue,
         submit_time=now, begin_time=body.begin_time, time_limit_s=time_limit,
         request=request_to_json(req), spec=spec, workdir=body.workdir, dependency=body.dependency,
         comment=body.comment, reservation=reservation,
@@ -507,6 +509,35 @@ def to_json(row: JobRow, *, steps: list[StepRow] = (), completing: bool = False)
         "array_spec": None,
         "steps": out_steps,
     }
+
+
+# squeue's default table reads only these keys of a Job (docs/API.md); GET /api/v1/jobs
+# ?view=queue reads them from their columns, without loading and rendering whole rows.
+QUEUE_VIEW = {
+    "job_id": JobRow.id, "array_job_id": JobRow.array_job_id, "array_task_id": JobRow.array_task_id,
+    "array_throttle": JobRow.array_throttle, "name": JobRow.name, "user": JobRow.user,
+    "partition": JobRow.partition, "state": JobRow.state, "reason": JobRow.reason,
+    "start_time": JobRow.start_time, "end_time": JobRow.end_time,
+    "nodes": JobRow.request["nodes"].as_integer(), "allocation": JobRow.allocation,
+}
+
+
+def queue_view(session: Session, rows: list) -> list[dict]:
+    """QUEUE_VIEW rows as Job dicts with those keys, plus ``completing`` and ``nodelist``."""
+    if not rows:
+        return []
+    completing = set(session.scalars(select(CleanupRow.job_id)))
+    keys = tuple(QUEUE_VIEW)
+    out = []
+    for values in rows:
+        job = dict(zip(keys, values))
+        alloc = job.pop("allocation")
+        if alloc:
+            job["nodes"] = len(alloc["nodes"])
+        job["nodelist"] = compress(n["name"] for n in alloc["nodes"]) if alloc else ""
+        job["completing"] = job["job_id"] in completing
+        out.append(job)
+    return out
 
 
 def array_summary(task_ids: list[int], throttle: int | None) -> str:

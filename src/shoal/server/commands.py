@@ -1,0 +1,208 @@
+"""sbatch, squeue and scancel run inside the server for the compiled front end (frontend/shoal-cmd.c).
+
+The front end sends a command's raw invocation (argv, working directory, environment,
+login name, the script file it found) in one request; the server runs the command's own
+``run`` function (shoal.cli.sbatch/squeue/scancel: the one option table, the one squeue
+formatter) against the routes of this process instead of HTTP, and answers with what the
+command prints and its exit code. So a thin front end costs a C process start instead of
+a Python one, and squeue renders from the store without shipping every job as JSON.
+
+Wire format, request (``application/x-shoal-invocation``): items ``<key> <length>\\n<bytes>``
+one after another; keys ``arg`` (argv, argv[0] first), ``env`` (``NAME=value``), ``cwd``,
+``user`` and ``file <argv index>`` (a file named on the command line, as read). Answer:
+status 200, ``X-Shoal-Exit: <code>``, ``X-Shoal-Stdout: <bytes>``, and a body of stdout
+then stderr; or ``X-Shoal-Exit: local`` and nothing run, when the command must run in its
+own process (standard input, --wait, --iterate, --help, a time zone unlike the server's).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import time
+from collections import namedtuple
+from collections.abc import Callable
+
+from fastapi import APIRouter, Header, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import Response
+from pydantic import ValidationError
+from sqlalchemy.orm.exc import StaleDataError
+
+from shoal.cli import sbatch, scancel, squeue
+from shoal.cli.client import ClientError, RunLocally, _field_error
+from shoal.cli.options import OptionError, script_index, script_source
+from shoal.server.auth import AuthError, Principal
+from shoal.server.jobs import JobError
+
+MEDIA_TYPE = "application/x-shoal-invocation"
+COMMANDS = ("sbatch", "squeue", "scancel")
+
+
+class Invocation(namedtuple("Invocation", "argv cwd environ user files")):
+    """``argv: list[str]`` (argv[0] first), ``cwd: str``, ``environ: dict[str, str]``,
+    ``user: str``, ``files: dict[int, bytes]`` by argv index."""
+
+    __slots__ = ()
+
+    @property
+    def prog(self) -> str:
+        return os.path.basename(self.argv[0]) if self.argv and self.argv[0] else "shoal"
+
+
+class InvocationError(ValueError):
+    """A request body that is not an invocation."""
+
+
+def decode_invocation(data: bytes) -> Invocation:
+    """Read the wire format above; text decodes as Python decodes argv and environ."""
+    argv: list[str] = []
+    environ: dict[str, str] = {}
+    files: dict[int, bytes] = {}
+    cwd = user = ""
+    pos, end = 0, len(data)
+    try:
+        while pos < end:
+            nl = data.index(b"\n", pos)
+            key, _, size = data[pos:nl].decode("ascii").rpartition(" ")
+            start = nl + 1
+            value = data[start:start + int(size)]
+            if len(value) != int(size):
+                raise InvocationError("truncated item")
+            pos = start + int(size)
+            if key == "arg":
+                argv.append(os.fsdecode(value))
+            elif key == "env":
+                name, _, text = os.fsdecode(value).partition("=")
+                environ[name] = text
+            elif key == "cwd":
+                cwd = os.fsdecode(value)
+            elif key == "user":
+                user = os.fsdecode(value)
+            elif key.startswith("file "):
+                files[int(key[5:])] = value
+    except (ValueError, UnicodeDecodeError) as e:
+        raise InvocationError(f"malformed invocation: {e}") from None
+    if not argv or not cwd:
+        raise InvocationError("an invocation needs argv and cwd")
+    return Invocation(argv, cwd, environ, user, files)
+
+
+class LocalRoutes(namedtuple("LocalRoutes", "submit test_only list_jobs bulk_cancel cancel")):
+    """The job routes the commands call, as plain functions of (body or params, principal)."""
+
+    __slots__ = ()
+
+
+class InProcessApi:
+    """The Client interface (get/post) answered by this process's routes: no HTTP, no JSON.
+
+    Failures become the ClientError the HTTP path would raise, with the same message and
+    status, so the commands print the same words either way.
+    """
+
+    def __init__(self, routes: LocalRoutes, resolve: Callable[[], Principal]):
+        self.routes = routes
+        self._resolve = resolve
+        self._principal: Principal | None = None
+
+    def get(self, path: str, params: dict | None = None, timeout: float | None = None):
+        if path != "/api/v1/jobs":
+            raise RunLocally(f"GET {path}")
+        params = {k: v for k, v in (params or {}).items() if v is not None}
+        return self._call(lambda p: self.routes.list_jobs(params, p))
+
+    def post(self, path: str, body: dict | None = None, timeout: float | None = None):
+        body = body or {}
+        if path == "/api/v1/jobs":
+            return self._call(lambda p: self.routes.submit(body, p))
+        if path == "/api/v1/jobs/test":
+            return self._call(lambda p: self.routes.test_only(body, p))
+        if path == "/api/v1/jobs/cancel":
+            return self._call(lambda p: self.routes.bulk_cancel(body, p))
+        job_id, _, tail = path.removeprefix("/api/v1/jobs/").partition("/")
+        if tail == "cancel":
+            return self._call(lambda p: self.routes.cancel(job_id, body, p))
+        raise RunLocally(f"POST {path}")
+
+    def _call(self, route: Callable[[Principal], dict]):
+        # The same exception handlers as the HTTP app's (app.py), as ClientErrors.
+        try:
+            if self._principal is None:
+                self._principal = self._resolve()
+            return route(self._principal)
+        except AuthError as e:
+            raise ClientError(e.message, e.status, {"detail": e.message}) from None
+        except ValidationError as e:
+            message = "; ".join(_field_error(d) for d in e.errors())
+            raise ClientError(message, 422) from None
+        except StaleDataError:
+            message = "the object was changed concurrently; retry the request"
+            raise ClientError(message, 409, {"detail": message}) from None
+        except JobError as e:
+            raise ClientError(e.message, e.status, {"detail": e.message}) from None
+
+
+def run_command(name: str, inv: Invocation, api: InProcessApi) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of one command; RunLocally when it needs its own process."""
+    if inv.environ.get("TZ") != os.environ.get("TZ"):
+        raise RunLocally("times print in the caller's time zone")
+    out, err = io.StringIO(), io.StringIO()
+    argv = inv.argv[1:]
+    if name == "sbatch":
+        rc = _sbatch(argv, inv, api, out, err)
+    elif name == "squeue":
+        rc = squeue.run(argv, connect=lambda: api, out=out, err=err, prog=inv.prog, user=inv.user, remote=True)
+    else:
+        rc = scancel.run(argv, connect=lambda: api, err=err, prog=inv.prog, user=inv.user, remote=True)
+    return rc, out.getvalue(), err.getvalue()
+
+
+def _sbatch(argv: list[str], inv: Invocation, api: InProcessApi, out: io.StringIO, err: io.StringIO) -> int:
+    """sbatch.main's reading of the script, from the files the front end sent."""
+    if argv and argv[0] in ("-h", "--help", "--usage"):
+        raise RunLocally("help")
+    script = source = None
+    try:
+        index = script_index(argv)
+        wrapped_or_stdin = script_source(argv)
+    except OptionError:
+        index = wrapped_or_stdin = None  # sbatch.run reports it, as sbatch.main does
+    if index is not None:
+        data = inv.files.get(index + 1)  # +1: the front end counts argv[0]
+        if data is None:
+            raise RunLocally("the script was not sent")  # unreadable: the command says why
+        # Read as sbatch.main reads it: UTF-8, surrogateescape, universal newlines.
+        script = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="surrogateescape").read()
+        source = argv[index]
+    elif wrapped_or_stdin == "-":
+        raise RunLocally("the script comes from standard input")
+    return sbatch.run(argv, script, source, cwd=inv.cwd, environ=inv.environ, now=time.time(),
+                      connect=lambda: api, out=out, err=err, prog=inv.prog, may_wait=False)
+
+
+def router(routes: LocalRoutes, resolve: Callable[[str | None, str | None, str | None], Principal]) -> APIRouter:
+    """POST /api/v1/commands/{sbatch,squeue,scancel}."""
+    r = APIRouter(prefix="/api/v1/commands")
+
+    @r.post("/{name}")
+    async def command(name: str, request: Request, authorization: str | None = Header(default=None),
+                      x_shoal_job_token: str | None = Header(default=None),
+                      x_shoal_user: str | None = Header(default=None)):
+        if name not in COMMANDS:
+            return Response(status_code=404, content=f"no command {name}; commands: {', '.join(COMMANDS)}")
+        try:
+            inv = decode_invocation(await request.body())
+        except InvocationError as e:
+            return Response(status_code=400, content=str(e))
+        api = InProcessApi(routes, lambda: resolve(authorization, x_shoal_job_token, x_shoal_user))
+        try:
+            rc, out, err = await run_in_threadpool(run_command, name, inv, api)
+        except RunLocally:
+            return Response(headers={"X-Shoal-Exit": "local"})
+        stdout = out.encode("utf-8", "surrogateescape")
+        return Response(stdout + err.encode("utf-8", "surrogateescape"),
+                        headers={"X-Shoal-Exit": str(rc), "X-Shoal-Stdout": str(len(stdout))},
+                        media_type="application/octet-stream")
+
+    return r
