@@ -11,7 +11,18 @@ import socket
 
 import pytest
 
-from tests.integration.cluster import LocalCluster
+from tests.integration.cluster import LocalCluster, wait_until
+
+# root's serving Deployment: one pod that sleeps (the process runtime runs its command).
+WEB = {"apiVersion": "apps/v1", "kind": "Deployment",
+       "metadata": {"name": "web", "namespace": "default"},
+       "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+                "template": {"metadata": {"labels": {"app": "web"}},
+                             "spec": {"terminationGracePeriodSeconds": 1, "containers": [{
+                                 "name": "app", "image": "example/web:v1", "command": ["sleep", "300"],
+                                 "env": [{"name": "API_KEY", "value": "root-only"}]}]}}}}
+WEB_V2 = {**WEB, "spec": {**WEB["spec"], "replicas": 3}}
+KUBE = "/api/v1/kube"
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +43,12 @@ def creds(cluster) -> dict:
     from shoal.server.auth import agent_credential
 
     secret = (cluster.root / "state" / "server" / "cluster.key").read_bytes()
+    cluster.api("POST", "/api/v1/kube/apply", {"documents": [WEB]})
+    pod = wait_until(lambda: next((p["metadata"]["name"] for p in cluster.api(
+        "GET", "/api/v1/kube/objects/pods?namespace=default")["items"]
+        if p["status"].get("phase") == "Running"), None), 60, "root's web pod to run")
     yield {"alice": alice, "bad": "shoal_not-a-real-token", "node": agent_credential(secret, node),
-           "join": join, "admin": cluster.admin_token, "job": job, "node_name": node}
+           "join": join, "admin": cluster.admin_token, "job": job, "node_name": node, "pod": pod}
     cluster.api("POST", f"/api/v1/jobs/{job}/cancel", {})
 
 
@@ -82,6 +97,24 @@ CASES = [
     ("join", "POST", "/api/v1/jobs/{job}/cancel", {}, 403),
     ("alice", "GET", "/api/v1/agents/{node_name}/work", None, 403),
     ("admin", "GET", "/api/v1/agents/{node_name}/work", None, 403),
+    # Serving objects: root's Deployment "web" and its pod, which alice did not apply.
+    ("none", "GET", KUBE + "/objects/deployments/default/web", None, 401),
+    ("bad", "POST", KUBE + "/objects/deployments/default/web/scale", {"replicas": 0}, 401),
+    ("alice", "GET", KUBE + "/objects/deployments/default/web", None, 403),
+    ("alice", "GET", KUBE + "/objects/deployments/default/web/history", None, 403),
+    ("alice", "POST", KUBE + "/objects/deployments/default/web/scale", {"replicas": 0}, 403),
+    ("alice", "POST", KUBE + "/objects/deployments/default/web/undo", {}, 403),
+    ("alice", "DELETE", KUBE + "/objects/deployments/default/web", None, 403),
+    ("alice", "POST", KUBE + "/apply", {"documents": [WEB_V2]}, 403),
+    ("alice", "GET", KUBE + "/objects/pods/default/{pod}", None, 403),
+    ("alice", "DELETE", KUBE + "/objects/pods/default/{pod}", None, 403),
+    ("alice", "GET", KUBE + "/pods/default/{pod}/log", None, 403),
+    ("alice", "POST", KUBE + "/pods/default/{pod}/exec", {"command": ["cat", "/proc/self/environ"]}, 403),
+    ("node", "POST", KUBE + "/objects/deployments/default/web/scale", {"replicas": 0}, 403),
+    ("node", "POST", KUBE + "/pods/default/{pod}/exec", {"command": ["true"]}, 403),
+    ("join", "POST", KUBE + "/apply", {"documents": [WEB_V2]}, 403),
+    ("alice", "GET", KUBE + "/routes", None, 403),
+    ("alice", "POST", KUBE + "/metrics", {"pods": {}}, 403),
 ]
 
 
@@ -97,6 +130,10 @@ def test_refused(cluster, creds, who, method, path, body, status):
     assert (job["state"], job["name"], job["held"]) == ("RUNNING", "wrap", False), job
     node = [n for n in cluster.nodes_json() if n["name"] == creds["node_name"]][0]
     assert node["state"] == "UP"
+    web = cluster.api("GET", KUBE + "/objects/deployments/default/web")
+    assert web["spec"]["replicas"] == 1 and "deletionTimestamp" not in web["metadata"], web
+    pod = cluster.api("GET", KUBE + f"/objects/pods/default/{creds['pod']}")
+    assert pod["status"]["phase"] == "Running" and "deletionTimestamp" not in pod["metadata"], pod
 
 
 def test_alice_may_submit_and_manage_her_own_jobs(cluster, creds):
@@ -112,3 +149,19 @@ def test_alice_may_submit_and_manage_her_own_jobs(cluster, creds):
     assert out.stdout.strip() == "root"
     who = cluster.api("GET", "/api/v1/whoami", token=creds["alice"])
     assert (who["user"], who["role"]) == ("alice", "user")
+
+
+def test_alice_lists_only_the_serving_objects_she_applied(cluster, creds):
+    mine = {**WEB, "metadata": {"name": "alices", "namespace": "default"},
+            "spec": {**WEB["spec"], "replicas": 0}}
+    assert raw(cluster, "POST", KUBE + "/apply", creds["alice"], {"documents": [mine]})[0] == 200
+    for plural in ("deployments", "replicasets", "pods"):
+        got, doc = raw(cluster, "GET", f"{KUBE}/objects/{plural}?namespace=default", creds["alice"])
+        assert got == 200, doc
+        names = [i["metadata"]["name"] for i in doc["items"]]
+        assert not any(n.startswith("web") for n in names), (plural, names)
+    got, doc = raw(cluster, "GET", KUBE + "/objects/deployments/default/alices", creds["alice"])
+    assert got == 200 and doc["metadata"]["annotations"]["shoal.io/owner"] == "alice", doc
+    admin_view = [i["metadata"]["name"] for i in cluster.api("GET", KUBE + "/objects/deployments")["items"]]
+    assert {"web", "alices"} <= set(admin_view)
+    assert raw(cluster, "DELETE", KUBE + "/objects/deployments/default/alices", creds["alice"])[0] == 200

@@ -69,12 +69,14 @@ def router(server, principal, admin, retry_on_conflict) -> APIRouter:
         with server.sessions() as s:
             if kind.kind == "Pod":
                 addrs = node_addresses(s)
-                items = [podsvc.to_json(row, addrs) for row in podsvc.visible(s, ns, name)]
+                items = [podsvc.to_json(row, addrs) for row in podsvc.visible(s, ns, name)
+                         if svc.may_read(p, row.user)]
             elif kind.kind == "Event":
                 items = [objs.event_json(e) for e in objs.events_for(s, ns)]
             else:
                 rows = objs.list_rows(s, kind.kind, ns)
-                items = [objs.to_json(row) for row in rows if name is None or row.name == name]
+                items = [objs.to_json(row) for row in rows if (name is None or row.name == name)
+                         and svc.may_read(p, svc.owner_of(row))]
                 if kind.kind == "Namespace":
                     have = {i["metadata"]["name"] for i in items}
                     items = [_builtin_namespace(n) for n in objs.BUILTIN_NAMESPACES if n not in have] + items
@@ -91,10 +93,13 @@ def router(server, principal, admin, retry_on_conflict) -> APIRouter:
                 row = podsvc.find(s, ns, name)
                 if row is None:
                     raise objs.not_found(kind, name)
+                svc.check_access(p, row.user)
                 return podsvc.to_json(row, node_addresses(s))
             if kind.kind == "Namespace" and name in objs.BUILTIN_NAMESPACES and objs.get(s, "Namespace", "", name) is None:
                 return _builtin_namespace(name)
-            return objs.to_json(objs.require(s, kind, ns, name))
+            row = objs.require(s, kind, ns, name)
+            svc.check_access(p, svc.owner_of(row))
+            return objs.to_json(row)
 
     @r.delete("/objects/{plural}/{namespace}/{name}")
     @retry_on_conflict
@@ -120,7 +125,7 @@ def router(server, principal, admin, retry_on_conflict) -> APIRouter:
     @r.get("/objects/deployments/{namespace}/{name}/history")
     def history(namespace: str, name: str, p: Principal = Depends(principal)):
         with server.sessions() as s:
-            return {"revisions": svc.history(s, namespace, name)}
+            return {"revisions": svc.history(s, p, namespace, name)}
 
     @r.post("/objects/deployments/{namespace}/{name}/undo")
     @retry_on_conflict

@@ -35,10 +35,16 @@ def namespace_of(kind: Kind, namespace: str | None) -> str:
 
 
 def check_access(p: Principal, row_owner: str | None) -> None:
-    """Users change what they applied; admins anything (namespaced roles come with RBAC)."""
-    if p.is_admin or row_owner is None or row_owner == p.user:
+    """Users read and change what they applied; admins anything (namespaced roles come with RBAC)."""
+    if may_read(p, row_owner):
         return
     raise ObjectError(f"forbidden: this object belongs to {row_owner}", 403, "Forbidden")
+
+
+def may_read(p: Principal, row_owner: str | None) -> bool:
+    """Users read what they applied (its templates hold their environment and commands);
+    admins anything; objects nobody applied (built-in namespaces) everyone."""
+    return p.is_admin or row_owner is None or row_owner == p.user
 
 
 def owner_of(row: ObjectRow) -> str | None:
@@ -173,8 +179,9 @@ def scale(session: Session, p: Principal, namespace: str, name: str, replicas: i
     return row
 
 
-def history(session: Session, namespace: str, name: str) -> list[dict]:
+def history(session: Session, p: Principal, namespace: str, name: str) -> list[dict]:
     row = objs.require(session, KINDS["deployments"], namespace, name)
+    check_access(p, owner_of(row))
     out = []
     for rs in objs.owned(session, "ReplicaSet", row.uid):
         ann = (rs.body.get("metadata") or {}).get("annotations") or {}
