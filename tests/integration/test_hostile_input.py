@@ -232,3 +232,18 @@ def test_a_listing_since_no_real_time_is_refused(api, since):
     status, doc = get(api, f"/api/v1/jobs?since={since}")
     assert status == 422, doc
     assert doc["detail"][0]["loc"] == ["query", "since"]
+
+
+@pytest.mark.parametrize("labels,message", [
+    ({"bad key!": "x"}, "Value error, label [bad key!]: name part must consist of alphanumeric characters"),
+    ({"gpu": "v" * 64}, "Value error, label [gpu]: must be no more than 63 characters"),
+])
+def test_node_labels_are_refused_as_kubernetes_refuses_them(api, labels, message):
+    payload = json.dumps({"labels": labels}).encode()
+    status, body = api.raw(f"PATCH /api/v1/nodes/node01 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                           f"Authorization: Bearer {api.token}\r\nContent-Type: application/json\r\n"
+                           f"Content-Length: {len(payload)}\r\n\r\n".encode() + payload)
+    doc = json.loads(body)
+    assert status == 422, doc
+    assert doc["detail"][0]["loc"] == ["body", "labels"]
+    assert doc["detail"][0]["msg"].startswith(message), doc

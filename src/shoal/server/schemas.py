@@ -6,6 +6,8 @@ import os
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from shoal.model.selectors import check_labels
+
 MAX_SCRIPT_BYTES = 4 * 1024 * 1024
 MAX_NAME = 255
 MAX_ARG = 131072  # MAX_ARG_STRLEN: the longest argument or environment string execve accepts
@@ -67,6 +69,16 @@ def check_environment(env: dict[str, str]) -> dict[str, str]:
     if total > MAX_ENV_BYTES:
         raise ValueError(f"the environment holds {total} bytes: at most {MAX_ENV_BYTES} are accepted")
     return env
+
+
+def check_node_labels(labels: dict) -> dict:
+    """Node labels as Kubernetes takes them (key ``[prefix/]name``, value <= 63 characters),
+    so pods' nodeSelectors can name them; a None value (removal) passes."""
+    problems = check_labels({k: v for k, v in labels.items() if v is not None})
+    if problems:
+        key, why = problems[0]
+        raise ValueError(f"label {key}: {why}")
+    return labels
 
 
 class JobSubmit(StoredText):
@@ -187,7 +199,12 @@ class NodeUpdate(StoredText):
     state: str | None = Field(default=None, pattern="^(DRAIN|RESUME|DOWN|UP|IDLE)$")
     reason: str | None = Field(default=None, max_length=255)
     taints: list[Taint] | None = Field(default=None, max_length=64)  # the whole new list
-    labels: dict[str, str | None] | None = None  # merged into the node's labels; null removes one
+    labels: dict[str, str | None] | None = Field(default=None, max_length=256)  # merged; null removes one
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, v):
+        return None if v is None else check_node_labels(v)
 
 
 class GPUFacts(BaseModel):
