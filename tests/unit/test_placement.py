@@ -183,3 +183,23 @@ def test_snapshot_state_subtracts_active_jobs():
                     active=[running(9, {"gpu1": (1, 1, (0,))})])
     got = place(ResourceRequest(gpus_per_node=1, mem_per_node_mb=1), ClusterState.from_snapshot(snap))
     assert held_by(got) == {"gpu1": (1, 1, (1,))}
+
+
+def test_a_state_brought_up_to_date_between_passes_equals_one_built_afresh():
+    """The simulator's passes share a node tuple: the state is kept and updated by the jobs
+    that started and ended since, and must say exactly what a fresh one says."""
+    import dataclasses
+
+    cluster = tuple(nodes("gpu", 4, gpus=4))
+    parts = (partition("gpu", cluster),)
+    jobs = [running(1, {"gpu1": (2, 10, (0, 1))}), running(2, {"gpu2": (1, 5, (3,))}),
+            running(3, {"gpu3": (4, 20, (0, 1, 2, 3)), "gpu4": (4, 20, (0, 1, 2, 3))}, exclusive=True)]
+    moved = dataclasses.replace(jobs[1], allocation=running(2, {"gpu1": (1, 5, (2,))}).allocation)
+    for active in ([jobs[0], jobs[1]], [jobs[0], jobs[1], jobs[2]], [jobs[2]], [moved, jobs[2]], []):
+        kept = ClusterState.from_snapshot(snapshot(cluster, parts, active=active))
+        fresh = ClusterState(list(cluster), [job.allocation for job in active])
+        seen = [(nf.info.name, nf.cpus_free, nf.mem_free, nf.gpus_free, nf.jobs, nf.exclusive_held)
+                for state in (kept, fresh) for nf in state.nodes]
+        assert seen[:4] == seen[4:]
+        assert [nf.info.name for nf in kept.in_score_order(0, 0)] == \
+            [nf.info.name for nf in fresh.in_score_order(0, 0)]

@@ -65,6 +65,12 @@ class QOSCounts:
         self.account_gpus[(q, acct)] += gpus
 
 
+def has_limits(qos: QOS) -> bool:
+    """Whether ``limit_reason`` can ever hold back a job of ``qos``."""
+    return any(limit is not None for limit in (qos.max_wall_s, qos.max_gpus_per_user,
+                                               qos.max_jobs_per_user, qos.grp_gpus, qos.grp_jobs))
+
+
 def limit_reason(job: PendingJob, table: Mapping[str, QOS], counts: QOSCounts,
                  time_limit_s: int | None, gpus: int) -> str | None:
     """Why ``job``'s QOS holds it back now, or None. ``time_limit_s``: the limit it runs under."""

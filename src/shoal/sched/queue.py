@@ -21,8 +21,10 @@ earlier in the same pass.
 
 from __future__ import annotations
 
+import functools
 from typing import Callable, Iterable, Literal, Mapping
 
+from shoal.model.accounting import DEFAULT_QOS
 from shoal.model.job import JobState
 from shoal.model.snapshot import Dependency, PendingJob, Snapshot
 from shoal.sched import qos as qoslimits
@@ -68,42 +70,75 @@ def effective_time_limit(job: PendingJob, default_time_s: int | None,
 
 
 class JobView:
-    """What the gates read: job states by id and who holds which (user, name)."""
+    """What the gates read: job states by id and who holds which (user, name).
+
+    Built once a pass over up to every job of the snapshot; what only some gates need
+    (states for dependencies, names for singleton, QOS counts for limits) is computed the
+    first time a job asks, so a queue without dependencies or QOS limits never pays for it.
+    """
 
     def __init__(self, snapshot: Snapshot) -> None:
         self.now = snapshot.now
         self.partitions = {p.name: p for p in snapshot.partitions}
+        self._snapshot = snapshot
+        self._started: list[PendingJob] = []  # starts planned so far in this pass
+        self.qos = qoslimits.qos_table(snapshot.qos)
+        # QOS names with no limit a pending job can hit: their jobs skip the QOS gate.
+        self.unlimited_qos = frozenset(name for name, q in self.qos.items() if not qoslimits.has_limits(q))
+
+    @functools.cached_property
+    def states(self) -> dict[int, JobState]:
+        snapshot = self._snapshot
         states: dict[int, JobState] = {job_id: rec.state for job_id, rec in snapshot.jobs.items()}
         for job in snapshot.active:
             states.setdefault(job.id, JobState.RUNNING)
         for job in snapshot.pending:
             states[job.id] = JobState.PENDING
-        self.states = states
-        self.running_names: dict[tuple[str, str], set[int]] = {}
+        return states
+
+    @functools.cached_property
+    def running_names(self) -> dict[tuple[str, str], set[int]]:
+        snapshot = self._snapshot
+        names: dict[tuple[str, str], set[int]] = {}
         for job in snapshot.active:
-            self.running_names.setdefault((job.user, job.name), set()).add(job.id)
+            names.setdefault((job.user, job.name), set()).add(job.id)
         for job_id, rec in snapshot.jobs.items():
             if rec.state is JobState.RUNNING and rec.name:
-                self.running_names.setdefault((rec.user, rec.name), set()).add(job_id)
-        # The two lowest ids per (user, name) answer "is any other one lower than mine?"
-        self.lowest_pending: dict[tuple[str, str], list[int]] = {}
-        for job in snapshot.pending:
+                names.setdefault((rec.user, rec.name), set()).add(job_id)
+        for job in self._started:
+            names.setdefault((job.user, job.name), set()).add(job.id)
+        return names
+
+    @functools.cached_property
+    def lowest_pending(self) -> dict[tuple[str, str], list[int]]:
+        """The two lowest ids per (user, name) answer "is any other one lower than mine?"."""
+        lowest: dict[tuple[str, str], list[int]] = {}
+        for job in self._snapshot.pending:
             key = (job.user, job.name)
-            ids = self.lowest_pending.get(key)
+            ids = lowest.get(key)
             if ids is None:
-                self.lowest_pending[key] = [job.id]
+                lowest[key] = [job.id]
             elif len(ids) < 2 or job.id < ids[1]:
                 ids.append(job.id)
                 ids.sort()
                 del ids[2:]
-        self.qos = qoslimits.qos_table(snapshot.qos)
-        self.qos_counts = qoslimits.QOSCounts(snapshot.active,
-                                              AccountTree(snapshot.accounts).default_account)
+        return lowest
+
+    @functools.cached_property
+    def qos_counts(self) -> qoslimits.QOSCounts:
+        snapshot = self._snapshot
+        counts = qoslimits.QOSCounts(snapshot.active, AccountTree(snapshot.accounts).default_account)
+        for job in self._started:
+            counts.add(job.qos, job.user, job.account, job.request.total_gpus)
+        return counts
 
     def started(self, job: PendingJob) -> None:
         """Record a start planned in this pass (singleton and QOS limits now count it)."""
-        self.running_names.setdefault((job.user, job.name), set()).add(job.id)
-        self.qos_counts.add(job.qos, job.user, job.account, job.request.total_gpus)
+        self._started.append(job)
+        if "running_names" in self.__dict__:
+            self.running_names.setdefault((job.user, job.name), set()).add(job.id)
+        if "qos_counts" in self.__dict__:
+            self.qos_counts.add(job.qos, job.user, job.account, job.request.total_gpus)
 
     def _singleton(self, job: PendingJob) -> DepStatus:
         key = (job.user, job.name)
@@ -161,6 +196,8 @@ def begin_time(job: PendingJob, view: JobView) -> str | None:
 
 
 def dependencies(job: PendingJob, view: JobView) -> str | None:
+    if not job.dependencies:
+        return None
     status = view.dependency_status(job)
     if status == "waiting":
         return DEPENDENCY
@@ -180,6 +217,8 @@ def partition_state(job: PendingJob, view: JobView) -> str | None:
 
 def partition_limits(job: PendingJob, view: JobView) -> str | None:
     part = view.partitions[job.partition]
+    if part.max_nodes is None and part.max_time_s is None:
+        return None
     gang = max(job.request.nodes, len(set(job.request.nodelist)))
     if part.max_nodes is not None and gang > part.max_nodes:
         return PARTITION_NODE_LIMIT
@@ -190,6 +229,8 @@ def partition_limits(job: PendingJob, view: JobView) -> str | None:
 
 
 def qos_limits(job: PendingJob, view: JobView) -> str | None:
+    if (job.qos or DEFAULT_QOS) in view.unlimited_qos:
+        return None
     part = view.partitions[job.partition]
     limit = effective_time_limit(job, part.default_time_s, part.max_time_s)
     return qoslimits.limit_reason(job, view.qos, view.qos_counts, limit, job.request.total_gpus)
@@ -202,6 +243,8 @@ GATES: tuple[Gate, ...] = (held, begin_time, dependencies, partition_state, part
 
 def gate_reason(job: PendingJob, view: JobView) -> str | None:
     """The first gate that keeps ``job`` from being considered, or None."""
+    if job.held:
+        return HELD
     for gate in GATES:
         reason = gate(job, view)
         if reason is not None:

@@ -48,7 +48,14 @@ from shoal.model.snapshot import Partition, PendingJob, Plan, Snapshot, Start
 from shoal.sched import queue as q
 from shoal.sched.backfill import Booking, Ends, Horizon, Shadow, earliest_start
 from shoal.sched.config import SchedConfig
-from shoal.sched.placement import ClusterState, Demand, Placement, ReservedShare, place
+from shoal.sched.placement import (
+    ClusterState,
+    Demand,
+    Placement,
+    ReservedShare,
+    empty_state,
+    place,
+)
 from shoal.sched.podfit import PodFit
 from shoal.sched.preempt import Preempter, claimants_first
 from shoal.sched.priority import job_priorities, priority_map
@@ -89,15 +96,9 @@ class _Pass:
         self.state = ClusterState.from_snapshot(snapshot)
         self.view = q.JobView(snapshot)
         self.partition_nodes = {p.name: frozenset(p.nodes) for p in snapshot.partitions}
-        # Who holds resources and until when (None: no time limit, so never ends).
-        self.holders: list[tuple[Allocation, float | None]] = [
-            (job.allocation, self._end(job.start_time, job.time_limit_s))
-            for job in snapshot.active
-        ]
-        self.ends = Ends()  # the holders that end, by end time: backfill's look-ahead
-        for allocation, end in self.holders:
-            if end is not None:
-                self.ends.add(end, allocation)
+        # This pass's starts that end, for backfill's look-ahead (``ends``, built on first use).
+        self.started_ends: list[tuple[float, Allocation]] = []
+        self._ends: Ends | None = None
         self.array_active = Counter(
             job.array_job_id for job in snapshot.active if job.array_job_id is not None
         )
@@ -109,14 +110,20 @@ class _Pass:
         self.resv = ReservationPolicy(snapshot)  # advance reservations (scontrol)
         self.tested = 0
         self.depth = config.depth
-        self.empty_states: dict[bool, ClusterState] = {}  # unrunnable(): UP nodes / all revived
         self.preempter = Preempter(snapshot, config.preemption)
         self.podfit = PodFit(snapshot) if any(j.pod is not None for j in snapshot.pending) else None
         self.priorities = (priority_map(job_priorities(snapshot, config.multifactor))
                            if config.priority == "multifactor" else None)
 
-    def _end(self, start: float, limit: int | None) -> float | None:
-        return None if limit is None else max(self.now, start + limit)
+    @property
+    def ends(self) -> Ends:
+        """Who holds resources until when (running jobs with a limit, then this pass's starts)."""
+        if self._ends is None:
+            now = self.now
+            timed = [(max(now, job.start_time + job.time_limit_s), job.allocation)
+                     for job in self.snapshot.active if job.time_limit_s is not None]
+            self._ends = Ends.of(timed + self.started_ends)
+        return self._ends
 
     def run(self) -> Plan:
         for job in claimants_first(q.queue_order(self.snapshot.pending, self.priorities)):
@@ -153,13 +160,14 @@ class _Pass:
             kept_off = self.podfit.excluded(job.pod)
             if kept_off:
                 d = dataclasses.replace(d, exclude=d.exclude | kept_off)
-        unavailable = [
-            name for name in d.nodelist
-            if name not in pnodes or name not in self.state.by_name
-            or self.state.by_name[name].info.state is not NodeState.UP
-        ]
-        if unavailable:
-            return f"{q.REQ_NODE_NOT_AVAIL}, UnavailableNodes:{','.join(unavailable)}"
+        if d.nodelist:
+            unavailable = [
+                name for name in d.nodelist
+                if name not in pnodes or name not in self.state.by_name
+                or self.state.by_name[name].info.state is not NodeState.UP
+            ]
+            if unavailable:
+                return f"{q.REQ_NODE_NOT_AVAIL}, UnavailableNodes:{','.join(unavailable)}"
         limit = q.effective_time_limit(job, part.default_time_s, part.max_time_s)
         end = None if limit is None else self.now + limit
         whole = d  # the demand before advance reservations close nodes to it
@@ -205,9 +213,11 @@ class _Pass:
                 self.podfit.started(name, job.pod)
         self.state.commit(allocation)
         self.plan.starts.append(Start(job.id, allocation))
-        self.holders.append((allocation, end))
         if end is not None and self.config.policy == "backfill":
-            self.ends.add(end, allocation)
+            if self._ends is None:
+                self.started_ends.append((end, allocation))
+            else:
+                self._ends.add(end, allocation)
         if job.array_job_id is not None:
             self.array_active[job.array_job_id] += 1
         self.view.started(job)
@@ -256,13 +266,8 @@ class _Pass:
         return self.unrunnable_cache[key]
 
     def empty(self, revived: bool) -> ClusterState:
-        """The nodes with nothing running: the UP ones, or all as if UP (built once a pass)."""
-        if revived not in self.empty_states:
-            nodes = self.snapshot.nodes
-            self.empty_states[revived] = ClusterState(
-                tuple(dataclasses.replace(n, state=NodeState.UP) for n in nodes) if revived
-                else tuple(n for n in nodes if n.state is NodeState.UP))
-        return self.empty_states[revived]
+        """The nodes with nothing running: the UP ones, or all as if UP."""
+        return empty_state(self.snapshot.nodes, self.snapshot.partitions, revived)
 
     def reserve(self, job: PendingJob, d: Demand, part: Partition,
                 pnodes: frozenset[str]) -> Reservation | None:
