@@ -225,6 +225,35 @@ def test_xid_side_effects_show_without_an_event_set():
     assert found == {(GPUHealthKind.ECC, 0), (GPUHealthKind.LOST, 1)}
 
 
+def test_faults_appended_to_the_fault_file_break_a_running_fake(tmp_path, caplog):
+    """The hook tests use to break a running agent's GPUs from outside: lines appended to a
+    file are applied once each, through the same NVML calls the health check makes."""
+    fake = fake_nvml_from_flags(4, "H100-SXM-80GB", seed="n")
+    faults = tmp_path / "fake-gpu-faults"
+    fake.follow_faults(faults)
+    nvml = open_nvml(fake)
+    events = watch_xids(nvml)
+    assert check_health(nvml, events) == []  # no file yet: healthy
+
+    faults.write_text("# comments and blank lines are skipped\n\nxid 1 79\necc 2 3\nbogus 7\nxid 3 6")
+    found = check_health(nvml, events)
+    assert {(e.kind, e.index) for e in found} == {
+        (GPUHealthKind.XID, 1), (GPUHealthKind.LOST, 1), (GPUHealthKind.ECC, 2)}
+    assert [e.describe() for e in found if e.kind is GPUHealthKind.XID] == [
+        "GPU 1 XID 79 (GPU has fallen off the bus)"]
+    assert "ignoring fault line 'bogus 7'" in caplog.text
+    # The unfinished last line waits for its newline; then applied once, never again.
+    with faults.open("a") as f:
+        f.write("2\n")  # XID 62: not in the catalogue, named by its number
+    assert [e.describe() for e in check_health(nvml, events) if e.kind is GPUHealthKind.XID] == ["GPU 3 XID 62"]
+    assert [e.describe() for e in check_health(nvml, events) if not e.lasting] == []
+
+    with faults.open("a") as f:
+        f.write("reset 1\nreset 2\n")
+    assert check_health(nvml, events) == []
+    assert fake.nvmlDeviceGetUUID(fake.nvmlDeviceGetHandleByIndex(1)) == fake_uuid("n", 1)
+
+
 # --------------------------------------------------------------------------- real NVML
 
 

@@ -1,7 +1,16 @@
 """The node agent: register, long-poll the node's desired state, reconcile, report.
 
 One work loop (long-poll + reconcile), one reporter (heartbeats and exits, retried until
-the server has them), and the step server for srun. No server, store or FastAPI imports.
+the server has them), a GPU health watch, a lease watch, and the step server for srun.
+No server, store or FastAPI imports.
+
+Fencing: the server marks a node DOWN when it has been silent for its heartbeat timeout and
+restarts the node's work elsewhere. That timeout is the agent's lease (learned at
+registration), counted from when the last report the server took was *sent*, so it never
+ends later than the server's view of it. An agent whose lease runs out kills every task it
+runs (at once: a grace period would let two copies overlap), never reports those runs again,
+and registers anew, naming them, once it reaches the server; it then runs only what the
+server gives it.
 """
 
 from __future__ import annotations
@@ -13,7 +22,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from shoal.agent.gpus import FakeNVML, GPUDiscoveryError, GPUInventory, open_nvml
+from shoal.agent.gpus import (
+    FakeNVML,
+    GPUDiscoveryError,
+    GPUHealthEvent,
+    GPUInventory,
+    check_health,
+    open_nvml,
+    watch_xids,
+)
 from shoal.agent.host import HostFacts
 from shoal.agent.identity import JobUsers
 from shoal.agent.pods import PodManager
@@ -71,6 +88,15 @@ class Agent:
         self.usage = UsageSampler(self._open_nvml(), cfg.inventory.gpus)
         self._pod_names: dict[str, tuple[str, str]] = {}  # run key -> (namespace, pod), for /metrics
         self._gpu_pods: dict[int, tuple[str, str]] = {}  # GPU index -> (namespace, pod)
+        self.health_interval = 1.0  # NVML health polls (HealthCheckInterval)
+        self._health_lock = threading.Lock()
+        self._gpu_problems: list[dict] = []  # lasting GPU problems found by the last poll
+        self._xids: list[dict] = []  # XIDs not yet reported
+        self.lease_s: float | None = None  # the server's heartbeat timeout, learned at registration
+        self._renewed = time.monotonic()  # when the last report the server took was sent
+        self._fence_lock = threading.Lock()
+        self._fenced: set[str] = set()  # runs a fence stopped: never reported again
+        self._unannounced: list[str] | None = None  # fenced runs the server has yet to hear of; None: not fenced
 
     def _open_nvml(self):
         """NVML kept open for utilisation samples; None without GPUs or when it fails."""
@@ -92,13 +118,25 @@ class Agent:
             "gpus": [g.__dict__ for g in inv.gpus], "labels": self.cfg.labels, "features": self.cfg.features,
             "boot_time": host.boot_time, "alive": self.alive_keys(), "taints": self.cfg.taints,
         }
+        fenced = self._unannounced
+        if fenced:
+            body["fenced"] = fenced
         self._server.token = self.cfg.join_token
+        sent = time.monotonic()
         reply = self._server.post("/api/v1/agents/register", body)
         self.credential = reply["credential"]
         self.step_key = reply["step_key"]
         self.heartbeat_interval = float(reply["heartbeat_interval_s"])
         self.kill_wait = float(reply["kill_wait_s"])
         self._server.token = self.credential
+        with self._fence_lock:
+            lease = reply.get("heartbeat_timeout_s")
+            self.lease_s = float(lease) if lease else None
+            self._renewed = max(self._renewed, sent)
+            if fenced is not None and self._unannounced is fenced:
+                self._unannounced = None
+                log.warning("back in touch with the server: registered again after the fence; "
+                            "running only the work it gives now")
         log.info("registered %s with %s (%d CPUs, %d MiB, %d GPUs)", self.name, self.cfg.server,
                  host.cpus, host.memory_mb, len(inv.gpus))
 
@@ -117,6 +155,9 @@ class Agent:
                 self.stop.wait(delay)
                 delay = min(delay * 2, 5.0)
         threading.Thread(target=self._reporter, name="reporter", daemon=True).start()
+        threading.Thread(target=self._watch_lease, name="lease", daemon=True).start()
+        if self.cfg.inventory.gpus:
+            threading.Thread(target=self._watch_health, name="gpu-health", daemon=True).start()
         self._work_loop()
 
     def alive_keys(self) -> list[str]:
@@ -150,10 +191,17 @@ class Agent:
                 continue
             epoch, gen = work["epoch"], work["gen"]
             self.kill_wait = float(work.get("kill_wait_s", self.kill_wait))
-            try:
-                self.reconcile(work)
-            except Exception:
-                log.exception("reconcile failed")
+            with self._fence_lock:
+                if self._unannounced is not None:
+                    # Fenced: this work may predate the fence; the reporter registers again
+                    # and the next long-poll brings what the server wants now.
+                    epoch = None
+                    self.stop.wait(0.5)
+                    continue
+                try:
+                    self.reconcile(work)
+                except Exception:
+                    log.exception("reconcile failed")
 
     def reconcile(self, work: dict) -> None:
         now = time.time()
@@ -215,7 +263,7 @@ class Agent:
         keys = set(updates) | (set(self.pods.alive_keys()) & set(ids) if everything else set())
         out = []
         for key in sorted(keys):
-            if key not in ids:
+            if key not in ids or key in self._fenced:
                 continue
             status = self.pods.status(key)
             if status is None:
@@ -236,6 +284,8 @@ class Agent:
         return prometheus_text(self.usage.last, self.usage.gpus, self.name, self._gpu_pods, self._pod_names)
 
     def _on_exit(self, run: Run, exit_code: int, sig: int, when: float, reason: str | None = None) -> None:
+        if run.key in self._fenced:
+            return  # killed by the fence: the server has ended or restarted this run already
         event = {"type": "exit", "key": run.key, "job_id": run.job_id, "run": run.run,
                  "exit_code": exit_code, "signal": sig, "time": when}
         if reason:
@@ -253,6 +303,14 @@ class Agent:
             killing = any(r.killing_since is not None and r.alive() for r in list(self.runtime.runs.values()))
             woken = self._report_now.wait(timeout=0.1 if killing else self.heartbeat_interval)
             self._report_now.clear()
+            if self._unannounced is not None:
+                try:
+                    self.register()
+                except ClientError as e:
+                    log.warning("fenced, and the server is still out of reach: %s", e)
+                    self.stop.wait(0.5)
+                    self._report_now.set()
+                    continue
             try:
                 self._advance_kills()
                 for rp in self._pod_reports(everything=not woken):
@@ -273,12 +331,20 @@ class Agent:
                     usage = self.usage.sample(self.pods.container_pids()).report()
                 except Exception:  # a figure missed must never stop the heartbeats
                     log.exception("sampling GPU and pod usage failed")
+            with self._health_lock:
+                xids = list(self._xids)
+                gpu_health = xids + self._gpu_problems  # the event first: it says what happened
+            sent = time.monotonic()
             try:
                 self._server.post(f"/api/v1/agents/{self.name}/report",
                                   {"events": pending, "alive": self.alive_keys(),
-                                   "pods": list(unsent.values()), **usage}, timeout=10)
+                                   "pods": list(unsent.values()), "gpu_health": gpu_health, **usage}, timeout=10)
                 pending = []
                 unsent = {}
+                with self._fence_lock:
+                    self._renewed = max(self._renewed, sent)
+                with self._health_lock:
+                    del self._xids[:len(xids)]
             except ClientError as e:
                 log.warning("report failed (will retry): %s", e)
                 self.stop.wait(0.5)
@@ -294,3 +360,69 @@ class Agent:
             keys = [k for k, r in self.runtime.runs.items() if r.killing_since is not None]
         for k in keys:
             self.runtime.kill(k, self.kill_wait, now)
+
+    # ---------------------------------------------------------------- fencing
+
+    def _watch_lease(self) -> None:
+        while not self.stop.wait(0.2):
+            self._check_lease()
+
+    def _check_lease(self) -> None:
+        """Fence when the lease has run out: see the module's docstring."""
+        with self._fence_lock:
+            if self._unannounced is not None or not self.lease_s:
+                return
+            silent = time.monotonic() - self._renewed
+            if silent <= self.lease_s:
+                return
+            runs = self.runtime.alive_keys()
+            pods = self.pods.alive_keys()
+            log.error("fencing: no report reached the server for %.1fs, past this node's %.0fs lease, so "
+                      "the server has restarted its work elsewhere; killing %d run(s) and %d pod(s) here: %s",
+                      silent, self.lease_s, len(runs), len(pods), " ".join(sorted(runs + pods)) or "-")
+            self._fenced.update(runs + pods)
+            self._unannounced = sorted(runs + pods)
+            self.runtime.kill_all()
+            for key in pods:
+                self.pods.stop(key, grace_s=0)
+        self._report_now.set()
+
+    # ---------------------------------------------------------------- GPU health
+
+    def _watch_health(self) -> None:
+        """Poll NVML's health signals (critical XIDs, uncorrected ECC, lost GPUs); a change is
+        reported at once, and the server drains the node."""
+        try:
+            nvml = open_nvml(self.cfg.fake_nvml)
+        except GPUDiscoveryError as e:
+            log.warning("GPU health will not be watched: %s", e)
+            return
+        xids = watch_xids(nvml)
+        while not self.stop.wait(self.health_interval):
+            try:
+                found = check_health(nvml, xids)
+            except Exception:  # a failed poll must not end the watch
+                log.exception("GPU health check failed")
+                continue
+            self._note_health(found)
+
+    def _note_health(self, found: list[GPUHealthEvent]) -> None:
+        lasting = [_problem(e) for e in found if e.lasting]
+        xids = [_problem(e) for e in found if not e.lasting]
+        with self._health_lock:
+            new = xids + [p for p in lasting if p not in self._gpu_problems]
+            healed = self._gpu_problems and not lasting
+            changed = bool(new) or lasting != self._gpu_problems
+            self._gpu_problems = lasting
+            self._xids.extend(xids)
+        for p in new:
+            log.error("GPU health: %s", p["reason"])
+        if healed:
+            log.warning("GPU health: NVML reports no lasting GPU problem any more")
+        if changed:
+            self._report_now.set()
+
+
+def _problem(e: GPUHealthEvent) -> dict:
+    """A health event as the report carries it (the server's GPUProblem)."""
+    return {"index": e.index, "uuid": e.uuid, "kind": e.kind.value, "xid": e.xid, "reason": e.describe()[:200]}

@@ -40,6 +40,23 @@ APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 109})
 _XID_DOUBLE_BIT_ECC = 48
 _XID_FALLEN_OFF_BUS = 79
 
+# What the XIDs that take a GPU out of service mean (NVIDIA's XID catalogue), for the
+# node's drain reason; any other critical XID is named by its number alone.
+XID_MEANINGS: Mapping[int, str] = {
+    48: "double-bit ECC error",
+    63: "ECC page retirement or row remapping",
+    64: "row remapping failure",
+    74: "NVLink error",
+    79: "GPU has fallen off the bus",
+    92: "high single-bit ECC error rate",
+    94: "contained ECC error",
+    95: "uncontained ECC error",
+    119: "GSP RPC timeout",
+    120: "GSP error",
+}
+
+FAKE_FAULTS_FILE = "fake-gpu-faults"  # in the agent's work directory; read by the fake NVML only
+
 
 class GPUDiscoveryError(RuntimeError):
     """NVML could not be opened or could not describe a GPU."""
@@ -204,8 +221,61 @@ class FakeNVML:
         self._holders: dict[int, tuple[float, tuple[int, ...]]] = {}  # pid -> (create_time, GPU indices)
         self._load: dict[int, float] = {}
         self._load_at = float("-inf")
+        self._faults_path: Path | None = None
+        self._faults_read = 0  # bytes of the fault file applied so far
+        self._faults_lock = threading.Lock()
 
     # Fault injection, for health checks -------------------------------------------
+
+    def follow_faults(self, path: Path) -> None:
+        """Apply the lines appended to ``path`` as faults, from any NVML call on.
+
+        The way tests break a running agent's fake GPUs from outside (the agent makes
+        its fake follow ``WORKDIR/fake-gpu-faults``); one fault per line, applied once::
+
+            xid GPU XID        # the driver reports XID on GPU (48 and 79 with their effects)
+            ecc GPU [COUNT]    # uncorrected ECC errors (1 by default)
+            lost GPU           # the GPU falls off the bus
+            reset GPU          # a GPU reset: back on the bus, volatile ECC counters cleared
+
+        The file may exist already: what it holds is applied at once.
+        """
+        self._faults_path = Path(path)
+        self._faults_read = 0
+
+    def _apply_fault_file(self) -> None:
+        path = self._faults_path
+        if path is None:
+            return
+        with self._faults_lock:
+            try:
+                with open(path, "rb") as f:
+                    f.seek(self._faults_read)
+                    data = f.read()
+            except FileNotFoundError:
+                return
+            complete = data[:data.rfind(b"\n") + 1]  # a line still being written waits
+            self._faults_read += len(complete)
+            for line in complete.decode(errors="replace").splitlines():
+                words = line.partition("#")[0].split()
+                if words:
+                    try:
+                        self._apply_fault(words)
+                    except (ValueError, IndexError) as e:
+                        log.warning("%s: ignoring fault line %r: %s", path, line, e)
+
+    def _apply_fault(self, words: list[str]) -> None:
+        op, args = words[0], [int(w) for w in words[1:]]
+        if op == "xid" and len(args) == 2:
+            self.inject_xid(*args)
+        elif op == "ecc" and len(args) in (1, 2):
+            self.inject_ecc(*args)
+        elif op == "lost" and len(args) == 1:
+            self.mark_lost(*args)
+        elif op == "reset" and len(args) == 1:
+            self.reset(*args)
+        else:
+            raise ValueError("expected 'xid GPU XID', 'ecc GPU [COUNT]', 'lost GPU' or 'reset GPU'")
 
     def inject_xid(self, index: int, xid: int) -> None:
         """The driver reports XID ``xid`` on GPU ``index``, with its usual side effects."""
@@ -231,6 +301,13 @@ class FakeNVML:
         self._check_index(index)
         with self._lock:
             self._lost.add(index)
+
+    def reset(self, index: int) -> None:
+        """GPU ``index`` is reset (nvidia-smi -r): it answers again, its volatile ECC counter is 0."""
+        self._check_index(index)
+        with self._lock:
+            self._lost.discard(index)
+            self._uncorrected_ecc.pop(index, None)
 
     # NVML: library ------------------------------------------------------------------
 
@@ -378,6 +455,7 @@ class FakeNVML:
         return tuple(out)
 
     def _check_init(self) -> None:
+        self._apply_fault_file()
         if self._init_count == 0:
             raise _nvml_error("NVMLError_Uninitialized")
 
@@ -689,6 +767,16 @@ class GPUHealthEvent:
     uuid: str | None = None
     xid: int | None = None
 
+    @property
+    def lasting(self) -> bool:
+        """A state that lasts until the GPU is repaired (lost, ECC), not a one-off XID event."""
+        return self.kind is not GPUHealthKind.XID
+
+    def describe(self) -> str:
+        """``GPU 1 XID 79 (GPU has fallen off the bus)``: the GPU and its condition, as a
+        node's drain reason names them."""
+        return f"GPU {self.index} {self.detail}" if self.index >= 0 else f"a GPU: {self.detail}"
+
 
 def watch_xids(nvml: Any, indices: Iterable[int] | None = None) -> Any | None:
     """An NVML event set receiving critical XIDs from the GPUs (all by default).
@@ -731,7 +819,7 @@ def check_health(nvml: Any, xid_events: Any | None = None,
             ecc = nvml.nvmlDeviceGetTotalEccErrors(
                 handle, _NVML_MEMORY_ERROR_TYPE_UNCORRECTED, _NVML_VOLATILE_ECC)
         except pynvml.NVMLError_GpuIsLost:
-            found.append(GPUHealthEvent(index, GPUHealthKind.LOST, "GPU is lost", uuid))
+            found.append(GPUHealthEvent(index, GPUHealthKind.LOST, "is lost", uuid))
             continue
         except pynvml.NVMLError as e:
             # ECC off or unsupported (NotSupported) is normal for consumer and some
@@ -741,7 +829,7 @@ def check_health(nvml: Any, xid_events: Any | None = None,
             continue
         if ecc > 0:
             found.append(GPUHealthEvent(index, GPUHealthKind.ECC,
-                                        f"{ecc} uncorrected ECC error(s)", uuid))
+                                        f"has {ecc} uncorrected ECC error(s)", uuid))
 
     if xid_events is None:
         return found
@@ -766,5 +854,7 @@ def check_health(nvml: Any, xid_events: Any | None = None,
             uuid = _text(nvml.nvmlDeviceGetUUID(data.device))
         except pynvml.NVMLError:
             uuid = None
-        found.append(GPUHealthEvent(index, GPUHealthKind.XID, f"XID {xid}", uuid, xid))
+        meaning = XID_MEANINGS.get(xid)
+        detail = f"XID {xid} ({meaning})" if meaning else f"XID {xid}"
+        found.append(GPUHealthEvent(index, GPUHealthKind.XID, detail, uuid, xid))
     return found

@@ -116,7 +116,7 @@ def apply_config_file(args) -> None:
 
 def run(args) -> int:
     from shoal.agent.daemon import Agent, AgentConfig
-    from shoal.agent.gpus import (FakeGPUConfigError, GPUDiscoveryError, discover_gpus_or_none,
+    from shoal.agent.gpus import (FAKE_FAULTS_FILE, FakeGPUConfigError, GPUDiscoveryError, discover_gpus_or_none,
                                   fake_nvml_from_file, fake_nvml_from_flags)
     from shoal.agent.host import discover_host
     from shoal.agent.labels import LabelError, gpu_labels, merge_labels
@@ -130,6 +130,7 @@ def run(args) -> int:
     logging.basicConfig(level=os.environ.get("SHOAL_LOG_LEVEL", "INFO"),
                         format=f"%(asctime)s %(levelname)s agent[{args.name or '-'}]: %(message)s")
     name = args.name or socket.gethostname().split(".")[0]
+    workdir = Path(args.workdir or f"/var/lib/shoal/{name}").resolve()
     try:
         if args.hostname:
             socket.sethostname(name)  # only inside a UTS namespace (shoal up does that as root)
@@ -138,6 +139,8 @@ def run(args) -> int:
             fake = fake_nvml_from_file(args.fake_gpus_file, seed=name)
         elif args.fake_gpus is not None:
             fake = fake_nvml_from_flags(args.fake_gpus, args.gpu_model, seed=name)
+        if fake is not None:
+            fake.follow_faults(workdir / FAKE_FAULTS_FILE)  # tests break fake GPUs through this file
         inventory = discover_gpus_or_none(fake) or GPUInventory()
         memory = parse_size_mb(args.memory) if args.memory else None
         host = discover_host(cpus=args.cpus, memory_mb=memory)
@@ -153,7 +156,6 @@ def run(args) -> int:
     except (ValueError, FakeGPUConfigError, GPUDiscoveryError, LabelError, OSError) as e:
         print(f"shoal agent: error: {e}", file=sys.stderr)
         return 2
-    workdir = Path(args.workdir or f"/var/lib/shoal/{name}").resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     features = sorted(set(args.feature or []) | _gpu_features(inventory.gpus))
     cfg = AgentConfig(name=name, server=args.server, join_token=join, address=args.address, port=args.port,

@@ -31,7 +31,9 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--address", help="address to serve srun launches on and to advertise (default 0.0.0.0)")
     a.add_argument("--port", type=int, help="default 6818")
     a.add_argument("--workdir", help="agent state (default /var/lib/shoal/NAME)")
-    a.add_argument("--fake-gpus", type=int, metavar="N", help="pretend to have N GPUs (no NVIDIA driver needed)")
+    a.add_argument("--fake-gpus", type=int, metavar="N", help="pretend to have N GPUs (no NVIDIA driver needed); "
+                   "faults appended to WORKDIR/fake-gpu-faults ('xid GPU XID', 'ecc GPU [N]', 'lost GPU', "
+                   "'reset GPU') break them while the agent runs")
     a.add_argument("--gpu-model", help="model of the fake GPUs (default A100-SXM4-80GB)")
     a.add_argument("--fake-gpus-file", help="YAML list of fake GPUs")
     a.add_argument("--cpus", type=int, help="CPUs to advertise (default: what psutil finds)")

@@ -23,6 +23,7 @@ from shoal.model.resources import GPU, Allocation
 from shoal.sched.placement import check_feasible
 from shoal.server import commands
 from shoal.server import jobs as jobsvc
+from shoal.server import nodes as nodesvc
 from shoal.server import priority as priosvc
 from shoal.server import reservations as resvsvc
 from shoal.server import steps as stepsvc
@@ -438,6 +439,8 @@ def create_app(server: Server) -> FastAPI:
             elif body.state in ("RESUME", "UP", "IDLE"):
                 if row.state == NodeState.DOWN.value and now - row.last_heartbeat > server.config.nodes.heartbeat_timeout_s:
                     raise jobsvc.JobError(f"node {name} is not responding; it returns when its agent does", 409)
+                if (refusal := nodesvc.resume_refusal(row)) is not None:
+                    raise jobsvc.JobError(refusal, 409)
                 row.state, row.reason, row.reason_time = NodeState.UP.value, None, None
             elif body.reason is not None:
                 row.reason = body.reason
@@ -556,14 +559,21 @@ def create_app(server: Server) -> FastAPI:
             row.address, row.port, row.cpus, row.memory_mb = body.address, body.port, body.cpus, body.memory_mb
             row.gpus, row.labels, row.features = gpus, body.labels, body.features
             row.boot_time, row.last_heartbeat = body.boot_time, now
+            fenced = nodesvc.fail_fenced_runs(s, server.controller, body.name, body.fenced, now) \
+                if body.fenced else set()
         server.forget_address(body.name)
-        server.hub.bump([body.name])
+        server.hub.bump([body.name, *fenced])
         server.controller.wake()
+        if fenced:
+            server.kube.wake()
         return {
             "credential": agent_credential(server.secret, body.name),
             "step_key": node_step_key(server.secret, body.name),
             "epoch": server.hub.epoch,
             "heartbeat_interval_s": server.config.nodes.heartbeat_interval_s,
+            # The agent's lease: silent this long, the node is DOWN and its work restarted
+            # elsewhere, so the agent stops that work itself (fencing).
+            "heartbeat_timeout_s": server.config.nodes.heartbeat_timeout_s,
             "kill_wait_s": server.config.nodes.kill_wait_s,
         }
 
@@ -599,6 +609,8 @@ def create_app(server: Server) -> FastAPI:
                 row.state, row.reason, row.reason_time = NodeState.UP.value, None, None
             for ev in body.events:
                 touched |= _agent_exit(s, node, ev, now)
+            touched |= nodesvc.apply_gpu_health(s, server.controller, row,
+                                                [g.model_dump() for g in body.gpu_health], now)
             routes_changed = kubesvc.pod_reports(s, node, body.pods, now)
             alive = set(body.alive)
             for c in list(s.scalars(select(CleanupRow).where(CleanupRow.node == node))):
@@ -692,7 +704,7 @@ def create_app(server: Server) -> FastAPI:
                 "name": r.name, "address": r.address, "port": r.port, "state": r.state,
                 "display_state": "maint" if r.name in maint and state is NodeState.UP
                 else display_state(state, cpus, r.cpus, gpus, len(r.gpus), bool(jobs)),
-                "reason": r.reason, "reason_time": r.reason_time,
+                "reason": r.reason, "reason_time": r.reason_time, "gpu_health": r.gpu_health or [],
                 "cpus": r.cpus, "cpus_alloc": cpus, "memory_mb": r.memory_mb, "memory_alloc_mb": mem,
                 "gpus": r.gpus, "gpus_alloc": gpus, "gres": gpu_gres(tuple(GPU(**g) for g in r.gpus)),
                 "labels": r.labels, "taints": r.taints or [], "features": r.features,

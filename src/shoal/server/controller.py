@@ -8,6 +8,7 @@ and applies the plan in one short transaction that re-checks every row it change
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from sqlalchemy import delete, select
 from sqlalchemy.orm.exc import StaleDataError
@@ -194,19 +195,24 @@ class Controller(KickedLoop):
                 touched |= self.fail_node_jobs(session, node.name, now)
             return touched
 
-    def fail_node_jobs(self, session, node: str, now: float) -> set[str]:
-        """A node is gone: its jobs end NODE_FAIL, or go back to the queue when they asked for --requeue."""
+    def fail_node_jobs(self, session, node: str, now: float, *,
+                       only: Callable[[JobRow], bool] | None = None) -> set[str]:
+        """A node is gone: its jobs end NODE_FAIL, or go back to the queue when they asked for --requeue.
+
+        ``only`` narrows it to some of the node's jobs (those on a lost GPU, the runs a fenced
+        agent stopped); the node is then alive, so their processes are cleaned up as usual.
+        """
         touched: set[str] = set()
-        session.execute(delete(CleanupRow).where(CleanupRow.node == node))
+        skip = frozenset({node}) if only is None else frozenset()
+        if only is None:
+            session.execute(delete(CleanupRow).where(CleanupRow.node == node))
         for row in session.scalars(select(JobRow).where(JobRow.state == JobState.RUNNING.value)):
             names = Allocation.from_json(row.allocation).node_names
-            if node not in names:
+            if node not in names or (only is not None and not only(row)):
                 continue
             if row.requeue:
-                jobsvc.requeue(session, row, now, via=JobState.NODE_FAIL, reason="BeginTime",
-                               skip_nodes=frozenset({node}))
+                jobsvc.requeue(session, row, now, via=JobState.NODE_FAIL, reason="BeginTime", skip_nodes=skip)
             else:
-                jobsvc.finish(session, row, JobState.NODE_FAIL, now, reason="NodeFail",
-                              skip_nodes=frozenset({node}))
-            touched.update(n for n in names if n != node)
+                jobsvc.finish(session, row, JobState.NODE_FAIL, now, reason="NodeFail", skip_nodes=skip)
+            touched.update(n for n in names if n not in skip)
         return touched

@@ -240,6 +240,8 @@ class AgentRegister(StoredText):
     # Applied when the node first registers (kubelet's --register-with-taints); later
     # registrations keep what `shoal taint` set.
     taints: list[Taint] = Field(default_factory=list, max_length=64)
+    # Runs this agent stopped because its lease ran out while it could not reach the server.
+    fenced: list[str] = Field(default_factory=list, max_length=100_000)
 
 
 class AgentEvent(BaseModel):
@@ -265,6 +267,18 @@ class PodReport(BaseModel):
     events: list[dict] = Field(default_factory=list, max_length=256)
 
 
+class GPUProblem(BaseModel):
+    """One GPU health problem the agent's NVML watch found (shoal.agent.gpus.GPUHealthEvent)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    index: int
+    uuid: str | None = Field(default=None, max_length=96)
+    kind: str = Field(pattern="^(xid|ecc|lost)$")
+    xid: int | None = None
+    reason: str = Field(max_length=200)  # "GPU 1 XID 79 (GPU has fallen off the bus)"
+
+
 class AgentReport(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -274,6 +288,8 @@ class AgentReport(BaseModel):
     # Per-GPU utilisation (%, DCGM_FI_DEV_GPU_UTIL) and per-pod CPU use (cores), for the HPA.
     gpu_util: dict[str, float] = Field(default_factory=dict)
     pod_cpu: dict[str, float] = Field(default_factory=dict)
+    # What is wrong with the node's GPUs now, and XIDs since the last report; [] when healthy.
+    gpu_health: list[GPUProblem] = Field(default_factory=list, max_length=256)
 
 
 class ApplyRequest(BaseModel):

@@ -40,6 +40,9 @@ class NodeRow(Base):
     # Kubernetes-style taints [{key, value, effect}]: pods must tolerate them (batch jobs
     # ignore them: partitions fence training). Set by `shoal taint node` or the agent config.
     taints: Mapped[list] = mapped_column(JSON, default=list)
+    # The lasting GPU problems the agent last reported (lost GPUs, uncorrected ECC), as
+    # schemas.GPUProblem dicts: while any is left the node is not resumed.
+    gpu_health: Mapped[list] = mapped_column(JSON, default=list)
     registered_at: Mapped[float] = mapped_column(Float)
     last_heartbeat: Mapped[float] = mapped_column(Float)
     boot_time: Mapped[float | None] = mapped_column(Float, nullable=True)
