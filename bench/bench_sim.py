@@ -105,10 +105,21 @@ def machine() -> dict[str, str]:
 
 
 
+def config(policy: str, args: argparse.Namespace) -> SchedConfig:
+    """Slurm's defaults for a loaded queue: default_queue_depth jobs tested per pass and,
+    for backfill, a full pass at most every bf_interval seconds (quick ones in between)."""
+    return SchedConfig(policy=policy, max_jobs_per_pass=args.depth or None,
+                       bf_interval_s=args.bf_interval if policy == "backfill" else 0.0)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--jobs", type=int, default=100_000)
     ap.add_argument("--policy", default="fifo,backfill")
+    ap.add_argument("--depth", type=int, default=100,
+                    help="max_jobs_per_pass (Slurm's default_queue_depth; 0: unlimited)")
+    ap.add_argument("--bf-interval", type=float, default=30.0,
+                    help="bf_interval_s for backfill: seconds between full passes (0: every pass)")
     ap.add_argument("--no-write", action="store_true", help="print, do not touch BENCHMARKS.md")
     ap.add_argument("--profile", type=Path, help="write a pyinstrument HTML profile of the first replay")
     args = ap.parse_args()
@@ -124,7 +135,7 @@ def main() -> int:
         read_s = time.perf_counter() - t0
     jobs = limits_from_runs(trace)
     for i, policy in enumerate(args.policy.split(",")):
-        sim = Simulator(c, jobs, SchedConfig(policy=policy), label=policy)
+        sim = Simulator(c, jobs, config(policy, args), label=policy)
         if args.profile and i == 0:
             from pyinstrument import Profiler
 

@@ -136,7 +136,7 @@ class NodeFree:
     """One node's free resources during a pass (mutable; a pass owns its ClusterState)."""
 
     __slots__ = ("info", "rank", "cpus_free", "mem_free", "gpus_free", "jobs",
-                 "exclusive_held", "_typed")
+                 "exclusive_held", "_typed", "owner")
 
     def __init__(self, info: NodeInfo, rank: int) -> None:
         self.info = info
@@ -147,6 +147,7 @@ class NodeFree:
         self.jobs = 0
         self.exclusive_held = False
         self._typed: dict[str | None, frozenset[int]] = {}
+        self.owner: object = None  # the ClusterState token allowed to change it in place
 
     def copy(self) -> "NodeFree":
         """A copy to change independently (``gpus_free`` is replaced, never changed in place,
@@ -155,6 +156,7 @@ class NodeFree:
         nf.info, nf.rank, nf.cpus_free, nf.mem_free = self.info, self.rank, self.cpus_free, self.mem_free
         nf.gpus_free, nf.jobs, nf.exclusive_held = self.gpus_free, self.jobs, self.exclusive_held
         nf._typed = self._typed
+        nf.owner = None
         return nf
 
     def gpus_of_type(self, gpu_type: str | None) -> frozenset[int]:
@@ -213,7 +215,10 @@ class ClusterState:
     """
 
     def __init__(self, nodes: Iterable[NodeInfo], holding: Iterable[Allocation] = ()) -> None:
+        self._token = object()
         self.nodes: list[NodeFree] = [nf.copy() for nf in _empty_nodes(nodes)]
+        for nf in self.nodes:
+            nf.owner = self._token
         self.by_name: dict[str, NodeFree] = {nf.info.name: nf for nf in self.nodes}
         for allocation in holding:
             self._apply(allocation, +1)
@@ -225,13 +230,28 @@ class ClusterState:
         self._candidates: dict[tuple, frozenset[int]] = {}
 
     def copy(self) -> "ClusterState":
-        """An independent copy of the free resources (what-if questions: backfill's shadow)."""
+        """An independent copy of the free resources (what-if questions: backfill's shadow).
+
+        Nodes are shared until either side changes one (copy on write: ``_own``), so a copy
+        costs the index, not thousands of nodes."""
         other = ClusterState.__new__(ClusterState)
-        other.nodes = [nf.copy() for nf in self.nodes]
-        other.by_name = {nf.info.name: nf for nf in other.nodes}
+        other._token = object()
+        self._token = object()  # the shared nodes are no longer this state's to change
+        other.nodes = list(self.nodes)
+        other.by_name = dict(self.by_name)
         other._buckets = {k: list(v) for k, v in self._buckets.items()}
         other._candidates = self._candidates  # static filters: the same for every copy
         return other
+
+    def _own(self, nf: NodeFree) -> NodeFree:
+        """``nf`` as this state's own node, copied first if it is shared with another state."""
+        if nf.owner is self._token:
+            return nf
+        mine = nf.copy()
+        mine.owner = self._token
+        self.nodes[nf.rank] = mine
+        self.by_name[nf.info.name] = mine
+        return mine
 
     def release(self, allocation: Allocation) -> None:
         """Give back what ``allocation`` holds (it ended): the inverse of ``commit``."""
@@ -306,7 +326,9 @@ class ClusterState:
             self._index(nf)
 
     def _touched(self, allocation: Allocation) -> list[NodeFree]:
-        return [self.by_name[name] for name in allocation.node_names if name in self.by_name]
+        """The nodes ``allocation`` holds, as this state's own (about to change)."""
+        return [self._own(self.by_name[name]) for name in allocation.node_names
+                if name in self.by_name]
 
     def _apply(self, allocation: Allocation, sign: int) -> None:
         for name, alloc in allocation.nodes:

@@ -15,6 +15,7 @@ its jobs with NODE_FAIL, or puts them back in the queue with ``requeue`` (Slurm'
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import time as _time
 from dataclasses import dataclass, field, replace
@@ -24,12 +25,13 @@ from shoal.model.job import JobState
 from shoal.model.node import NodeState
 from shoal.model.snapshot import ActiveJob, PendingJob, Snapshot
 from shoal.sched import SchedConfig, check_feasible, schedule
+from shoal.sched.queue import PRIORITY, RESOURCES
 from shoal.sim.cluster import SimCluster
 from shoal.sim.trace import TraceJob
 from shoal.sim.workload import Workload
 
 # Order of event kinds within one timestamp.
-_END, _RECOVER, _FAIL = 0, 1, 2
+_END, _RECOVER, _FAIL, _TICK = 0, 1, 2, 3  # _TICK: a full backfill pass falls due
 
 Progress = Callable[[float, int, int], None]  # (virtual now, jobs finished, jobs in all)
 
@@ -118,6 +120,16 @@ class Simulator:
         self.finished = 0
         self.passes = 0
         self.feasible: dict[tuple, str | None] = {}
+        # Pending jobs in queue order (basic priority): (-priority, submit, id), with entries
+        # of jobs no longer pending skipped and dropped lazily.
+        self.order: list[tuple[int, float, int]] = []
+        self.free = {n.name: [len(n.gpus), n.cpus, n.memory_mb] for n in cluster.nodes}
+        self.last_full = -float("inf")
+        self.tick_at: float | None = None
+        self.changed = False  # since the last full pass: jobs arrived or resources freed
+        self.freed = False  # since the last pass
+        self.arrived: list[PendingJob] = []  # since the last pass
+        self.blocker: PendingJob | None = None  # the last pass's first job waiting for Resources
         for f in failures:
             unknown = [n for n in f.nodes if n not in self.nodes]
             if unknown:
@@ -142,13 +154,18 @@ class Simulator:
                     self._end(t, *payload)  # type: ignore[misc]
                 elif kind == _RECOVER:
                     self._set_state(payload, NodeState.UP)  # type: ignore[arg-type]
-                else:
+                    self.freed = self.changed = True
+                    self.blocker = None
+                elif kind == _FAIL:
                     self._fail(t, payload)  # type: ignore[arg-type]
+                    self.blocker = None
+                else:
+                    self.tick_at = None
             while i < n and trace[i].submit == t:
                 self._submit(trace[i])
                 i += 1
             if self.pending:
-                self._schedule(t)
+                self._maybe_schedule(t)
             batches += 1
             if self.progress is not None and batches % self.progress_every == 0:
                 self.progress(t, self.finished, n)
@@ -190,15 +207,114 @@ class Simulator:
             out.reason = f"rejected at submit: {why}"
             self.finished += 1
             return
-        self.pending[job.id] = pj
+        self._queue(pj)
 
-    def _schedule(self, t: float) -> None:
+    def _queue(self, pj: PendingJob) -> None:
+        self.pending[pj.id] = pj
+        key = (-pj.priority, pj.submit_time, pj.id)
+        at = bisect.bisect_left(self.order, key)
+        if at == len(self.order) or self.order[at] != key:  # a requeued job may still be there
+            self.order.insert(at, key)
+        self.arrived.append(pj)
+        self.changed = True
+
+    # --- when to schedule -----------------------------------------------------------------
+
+    def _maybe_schedule(self, t: float) -> None:
+        """Run a pass when it could change something, as Slurm triggers its schedulers: with
+        backfill and ``bf_interval_s``, a full pass at most that often while anything changed
+        and quick passes (``SchedConfig.quick``) in between; with fifo every pass is a quick
+        one. A quick pass that is bound to start nothing is skipped."""
+        c = self.config
+        if c.policy == "backfill" and c.bf_interval_s > 0:
+            if self.changed and t - self.last_full >= c.bf_interval_s:
+                self._schedule(t, c)
+                self.last_full = t
+                self.changed = False
+                return
+            if self.changed and self.tick_at is None:
+                self.tick_at = self.last_full + c.bf_interval_s
+                self._push(self.tick_at, _TICK, None)
+            quick = c.quick()
+        elif c.policy == "fifo":
+            quick = c
+        else:
+            self._schedule(t, c)
+            return
+        if self._quick_may_start():
+            self._schedule(t, quick)
+        else:
+            for pj in self.arrived:
+                self.outcomes[pj.id].reason = PRIORITY
+            self.arrived = []
+
+    def _quick_may_start(self) -> bool:
+        """False only when a quick pass (queue order, stopping at the first job that does not
+        fit) surely starts nothing: the last pass's first blocked job still cannot fit on
+        what is free (by counts, a necessary condition) and every job that arrived since
+        comes after it in queue order. Only on one partition, where that job blocks all."""
+        b = self.blocker
+        if b is None or len(self.cluster.partitions) != 1:
+            return True
+        key = (-b.priority, b.submit_time, b.id)
+        if any((-j.priority, j.submit_time, j.id) < key for j in self.arrived):
+            return True
+        if not self.freed:
+            return False
+        r = b.request
+        gpus, cpus, mem = r.gpus_per_node, r.cpus_per_node, r.mem_per_node_mb
+        fitting = 0
+        for name, (g, c, m) in self.free.items():
+            if g >= gpus and c >= cpus and m >= mem and self.nodes[name].state is NodeState.UP:
+                fitting += 1
+                if fitting >= r.nodes:
+                    return True
+        self.freed = False  # checked: what was freed does not let it start
+        return False
+
+    def _snapshot_queue(self, depth: int | None) -> tuple[PendingJob, ...]:
+        """The pending jobs a pass of that depth can reach: with basic priority, the first
+        ``depth`` in queue order per partition (no job further back is tested, and a job
+        that is not tested only waits with Priority); else all of them."""
+        order, pending = self.order, self.pending
+        if len(order) > 2 * len(pending) + 64:
+            order[:] = [k for k in order if k[2] in pending]
+        if depth is None or self.config.priority != "basic":
+            return tuple(pending[k[2]] for k in order if k[2] in pending)
+        taken: dict[str, int] = {}
+        out: list[PendingJob] = []
+        parts = len(self.cluster.partitions)
+        full = 0
+        for k in order:
+            pj = pending.get(k[2])
+            if pj is None:
+                continue
+            n = taken.get(pj.partition, 0)
+            if n < depth:
+                out.append(pj)
+                taken[pj.partition] = n + 1
+                if n + 1 == depth:
+                    full += 1
+                    if full == parts:
+                        break
+        gone = 0
+        while gone < len(order) and order[gone][2] not in pending:
+            gone += 1
+        del order[:gone]
+        return tuple(out)
+
+    def _schedule(self, t: float, config: SchedConfig) -> None:
         snap = Snapshot(now=t, nodes=self.node_tuple, partitions=self.cluster.partitions,
-                        pending=tuple(self.pending.values()), active=tuple(self.active.values()))
-        plan = schedule(snap, self.config)
+                        pending=self._snapshot_queue(config.depth),
+                        active=tuple(self.active.values()))
+        plan = schedule(snap, config)
         self.passes += 1
+        self.freed = False
+        self.arrived = []
+        self.blocker = None
         for start in plan.starts:
             pj = self.pending.pop(start.job_id)
+            self._hold(start.allocation, -1)
             out = self.outcomes[pj.id]
             active = ActiveJob(id=pj.id, user=pj.user, name=pj.name, partition=pj.partition,
                                allocation=start.allocation, start_time=t,
@@ -221,8 +337,20 @@ class Simulator:
             self.outcomes[job_id].state = JobState.CANCELLED
             self.outcomes[job_id].end = t
             self.finished += 1
+        blocked = [job_id for job_id, reason in plan.reasons.items() if reason == RESOURCES]
         for job_id, reason in plan.reasons.items():
             self.outcomes[job_id].reason = reason
+        if blocked:
+            self.blocker = min((self.pending[j] for j in blocked),
+                               key=lambda j: (-j.priority, j.submit_time, j.id))
+
+    def _hold(self, allocation, sign: int) -> None:
+        """Keep the free GPUs, CPUs and memory per node (``_quick_may_start``'s counts)."""
+        for name, alloc in allocation.nodes:
+            free = self.free[name]
+            free[0] += sign * len(alloc.gpus)
+            free[1] += sign * alloc.cpus
+            free[2] += sign * alloc.memory_mb
 
     def _end(self, t: float, job_id: int, run: int, state: JobState) -> None:
         if self.run_no.get(job_id) != run or job_id not in self.active:
@@ -230,14 +358,15 @@ class Simulator:
         self._release(t, job_id, state)
 
     def _release(self, t: float, job_id: int, state: JobState) -> None:
-        del self.active[job_id]
+        self._hold(self.active.pop(job_id).allocation, +1)
+        self.freed = self.changed = True
         out = self.outcomes[job_id]
         assert out.start is not None
         self.runs.append(Run(job_id, out.start, t, out.gpus, out.cpus))
         if state is JobState.NODE_FAIL and self.requeue:
             out.requeues += 1
             job = self.traced[job_id]
-            self.pending[job_id] = self.workload.pending(job)
+            self._queue(self.workload.pending(job))
             return
         out.end = t
         out.state = state
