@@ -1,10 +1,13 @@
 """A node dies under running jobs: the server notices the silent agent, marks the node down,
 ends the job that cannot survive it (NODE_FAIL) and puts the --requeue job back in the queue,
-where it runs again on the nodes that remain, knowing it was restarted.
+where it runs again on the nodes that remain, knowing it was restarted. A silent node's
+serving pods are replaced on other nodes, and its agent, when it wakes, stops the copies it
+still runs (fencing).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -95,3 +98,70 @@ def test_a_restarted_agent_never_runs_a_batch_script_twice(make_cluster):
     finally:
         restarted.kill()
         restarted.wait()
+
+
+WEB = {
+    "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+    "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}},
+             "template": {"metadata": {"labels": {"app": "web"}},
+                          "spec": {"terminationGracePeriodSeconds": 1,
+                                   "containers": [{"name": "main", "image": "busybox",
+                                                   "command": ["sh", "-c", "echo $$$$ > $PIDS/$POD_NAME; exec sleep 600"],
+                                                   "resources": {"limits": {"nvidia.com/gpu": 2}}}]}}},
+}
+
+
+def test_a_silent_nodes_pods_are_replaced_elsewhere_and_its_agent_fences_them_when_it_wakes(make_cluster):
+    """kill -STOP an agent: its node goes DOWN, its pod fails NodeLost and the ReplicaSet
+    schedules a replacement on the free node. kill -CONT: the agent finds its lease long
+    expired and kills the pod it still runs (it runs elsewhere now), then registers again."""
+    cluster: LocalCluster = make_cluster(nodes=3, gpus_per_node=2, heartbeat_timeout=3)
+    pids = cluster.workdir / "pods"
+    pids.mkdir()
+    manifest = json.loads(json.dumps(WEB))
+    manifest["spec"]["template"]["spec"]["containers"][0]["env"] = [{"name": "PIDS", "value": str(pids)}]
+    cluster.run(["shoal", "apply", "-f", "-"], input=json.dumps(manifest))
+
+    def running() -> dict[str, str]:
+        items = json.loads(cluster.run(["shoal", "get", "pods", "-o", "json"]).stdout)["items"]
+        return {p["metadata"]["name"]: p["spec"]["nodeName"] for p in items if p["status"].get("phase") == "Running"}
+
+    def two_running(without: str | None = None) -> dict[str, str] | None:
+        pods = running()
+        return pods if len(pods) == 2 and without not in pods else None
+
+    first = wait_until(two_running, 30, "two running pods")
+    wait_until(lambda: all((pids / name).exists() for name in first), 15, "both pods to write their pids")
+    lost_pod, victim = min(first.items())
+    spare = (set(cluster.node_names()) - set(first.values())).pop()
+    orphan = int((pids / lost_pod).read_text())
+    agent = cluster.agent_pid(victim)
+    os.kill(agent, signal.SIGSTOP)
+    try:
+        wait_until(lambda: next(n for n in cluster.nodes_json() if n["name"] == victim)["state"] == "DOWN", 15,
+                   f"{victim} to go DOWN")
+        now = wait_until(lambda: two_running(without=lost_pod), 20, "the ReplicaSet to replace the lost pod")
+        replacement = (set(now) - set(first)).pop()
+        assert now[replacement] == spare and victim not in now.values(), now
+        deploy = json.loads(cluster.run(["shoal", "get", "deploy", "web", "-o", "json"]).stdout)
+        assert deploy["status"].get("readyReplicas") == 2 or deploy["status"].get("replicas") == 2, deploy
+        os.kill(orphan, 0)  # the stopped agent's pod still runs: a partitioned node's work goes on
+    finally:
+        os.kill(agent, signal.SIGCONT)
+    # Woken, the agent fences: the pod that now runs elsewhere is killed here.
+    def gone() -> bool:
+        try:
+            os.kill(orphan, 0)
+            return False
+        except ProcessLookupError:
+            return True
+
+    wait_until(gone, 10, f"the fenced agent to kill pod {lost_pod} (pid {orphan})")
+    log = (cluster.root / "state" / "logs" / f"{victim}.log").read_text()
+    assert "fencing: no report reached the server" in log and lost_pod in log, log[-2000:]
+    wait_until(lambda: next(n for n in cluster.nodes_json() if n["name"] == victim)["state"] == "UP", 15,
+               f"{victim} to come back after registering again")
+    wait_until(lambda: "registered again after the fence" in
+               (cluster.root / "state" / "logs" / f"{victim}.log").read_text(), 10, "the agent to say it is back")
+    time.sleep(1)  # a report or two from the woken agent: still the replacement, never the old pod back
+    assert running() == now

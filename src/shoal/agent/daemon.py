@@ -129,6 +129,8 @@ class Agent:
         self.heartbeat_interval = float(reply["heartbeat_interval_s"])
         self.kill_wait = float(reply["kill_wait_s"])
         self._server.token = self.credential
+        log.info("registered %s with %s (%d CPUs, %d MiB, %d GPUs)", self.name, self.cfg.server,
+                 host.cpus, host.memory_mb, len(inv.gpus))
         with self._fence_lock:
             lease = reply.get("heartbeat_timeout_s")
             self.lease_s = float(lease) if lease else None
@@ -137,8 +139,6 @@ class Agent:
                 self._unannounced = None
                 log.warning("back in touch with the server: registered again after the fence; "
                             "running only the work it gives now")
-        log.info("registered %s with %s (%d CPUs, %d MiB, %d GPUs)", self.name, self.cfg.server,
-                 host.cpus, host.memory_mb, len(inv.gpus))
 
     def serve(self) -> None:
         """Run until stopped. Registration is retried until the server answers."""
@@ -379,7 +379,8 @@ class Agent:
             pods = self.pods.alive_keys()
             log.error("fencing: no report reached the server for %.1fs, past this node's %.0fs lease, so "
                       "the server has restarted its work elsewhere; killing %d run(s) and %d pod(s) here: %s",
-                      silent, self.lease_s, len(runs), len(pods), " ".join(sorted(runs + pods)) or "-")
+                      silent, self.lease_s, len(runs), len(pods),
+                      " ".join(sorted(runs) + ["/".join(self._pod_names.get(k, (k,))) for k in sorted(pods)]) or "-")
             self._fenced.update(runs + pods)
             self._unannounced = sorted(runs + pods)
             self.runtime.kill_all()
