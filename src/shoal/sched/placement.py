@@ -24,6 +24,7 @@ Decisions worth knowing:
 
 from __future__ import annotations
 
+import functools
 import re
 from bisect import bisect_left, insort
 from dataclasses import dataclass, field, replace
@@ -83,12 +84,12 @@ class Demand:
             exclude=frozenset(request.exclude),
         )
 
-    @property
+    @functools.cached_property
     def static_key(self) -> tuple:
         """What the static filters depend on: jobs sharing it share candidate nodes."""
         return (self.features, self.gpu_type, self.exclude)
 
-    @property
+    @functools.cached_property
     def shape(self) -> tuple[int, int, int, int, bool]:
         return (self.nodes, self.cpus, self.mem_mb, self.gpus, self.exclusive)
 

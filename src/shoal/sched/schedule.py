@@ -104,6 +104,7 @@ class _Pass:
         )
         self.demands: dict[ResourceRequest, Demand] = {}
         self.failures: dict[tuple, list[tuple[int, int, int, int, bool]]] = {}
+        self.failed: set[tuple] = set()  # (failures' key, shape) seen not to fit
         self.unrunnable_cache: dict[tuple, str | None] = {}
         self.blocked_nodes: set[str] = set()  # fifo
         self.reservations: list[Reservation] = []  # backfill
@@ -177,15 +178,17 @@ class _Pass:
         binding = [i for i, r in enumerate(self.reservations) if r.binds(end)
                    and not r.partition_nodes.isdisjoint(reach)]
         key = (part.name, d.static_key, tuple(binding))
-        failed = self.failures.get(key, ())
-        if not any(d.dominates(shape) for shape in failed):
-            placement = self.place_now(job, d, part, binding)
-            if placement.allocation is not None:
-                self.start(job, placement.allocation, end, binding)
-                return None
-            shapes = self.failures.setdefault(key, [])
-            shapes.append(d.shape)
-            del shapes[:-_FAILURES_KEPT]
+        known = (key, d.shape)
+        if known not in self.failed:  # a pass only takes resources: what failed fails again
+            if not any(d.dominates(shape) for shape in self.failures.get(key, ())):
+                placement = self.place_now(job, d, part, binding)
+                if placement.allocation is not None:
+                    self.start(job, placement.allocation, end, binding)
+                    return None
+                shapes = self.failures.setdefault(key, [])
+                shapes.append(d.shape)
+                del shapes[:-_FAILURES_KEPT]
+            self.failed.add(known)
         if closed and job.reservation is None:
             # Kept off reserved nodes: it waits for the reservation, blocking nobody, if
             # those nodes are what it lacks; otherwise it waits like any other job.
