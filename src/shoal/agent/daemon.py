@@ -212,6 +212,8 @@ class Agent:
         kill = {k["key"] for k in work["kill"]}
         self._desired = desired | kill
         for entry in work["runs"]:
+            if entry["key"] in self._fenced:
+                continue  # work from before the fence, arriving late: a run key is never reused
             if "pod" in entry:
                 with self._pod_lock:
                     self._pod_ids[entry["key"]] = (entry["job_id"], entry["run"])
