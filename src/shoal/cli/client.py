@@ -16,7 +16,7 @@ import sys
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
     from typing import Any
 
 DEFAULT_CONFIG = "~/.config/shoal/config.yaml"
@@ -63,6 +63,8 @@ def load_config() -> dict:
                 raise ClientError(f"client configuration {path} is not valid YAML: {e}") from None
         if not isinstance(conf, dict):
             raise ClientError(f"client configuration {path} must be a mapping with 'server' and 'token'")
+    if isinstance(conf.get("server"), list):  # several servers sharing a store, as a YAML list
+        conf["server"] = ",".join(str(u) for u in conf["server"])
     if os.environ.get("SHOAL_SERVER"):
         conf["server"] = os.environ["SHOAL_SERVER"]
     if os.environ.get("SHOAL_TOKEN"):
@@ -76,17 +78,17 @@ def load_config() -> dict:
 
 
 class Client:
-    """JSON over HTTP to the Shoal server, authenticated with a bearer token."""
+    """JSON over HTTP to the Shoal server, authenticated with a bearer token.
+
+    ``server`` may name several servers, comma-separated (servers sharing one store): a
+    request goes to the one that last answered, and to the next when it cannot be reached.
+    """
 
     def __init__(self, server: str, token: str | None = None, timeout: float = 30.0):
-        scheme, hostname, port, path = split_url(server if "://" in server else "http://" + server)
-        self.scheme = scheme
-        self.host = hostname or "127.0.0.1"
-        self.port = port or (443 if scheme == "https" else 80)
-        self.base = path.rstrip("/")
+        self.servers = [u.strip() for u in server.split(",") if u.strip()] or [server]
+        self._use(self.servers[0])
         self.token = token
         self.timeout = timeout
-        self.server = server
         # A job's own credential lets srun create steps inside its allocation.
         self.job_token = os.environ.get("SHOAL_JOB_TOKEN")
 
@@ -111,8 +113,16 @@ class Client:
     def delete(self, path: str):
         return self.request("DELETE", path)
 
+    def _use(self, server: str) -> None:
+        scheme, hostname, port, path = split_url(server if "://" in server else "http://" + server)
+        self.scheme = scheme
+        self.host = hostname or "127.0.0.1"
+        self.port = port or (443 if scheme == "https" else 80)
+        self.base = path.rstrip("/")
+        self.server = server
+
     def request(self, method: str, path: str, body: dict | None = None, timeout: float | None = None):
-        status, data = self._roundtrip(self._message(method, path, body), timeout or self.timeout)
+        status, data = self._roundtrip(lambda: self._message(method, path, body), timeout or self.timeout)
         try:
             doc = json.loads(data) if data else None
         except ValueError:
@@ -191,11 +201,19 @@ class Client:
         return ("\r\n".join(headers) + "\r\n\r\n").encode() + payload
 
     def _connect(self, timeout: float) -> socket.socket:
-        try:
-            sock = socket.create_connection((_address_host(self.host), self.port), timeout=timeout)
-        except OSError as e:
+        first = self.servers.index(self.server) if self.server in self.servers else 0
+        for i in range(len(self.servers)):
+            if i:  # nothing was sent to the last one: trying the next is safe for any request
+                self._use(self.servers[(first + i) % len(self.servers)])
+            try:
+                sock = socket.create_connection((_address_host(self.host), self.port), timeout=timeout)
+                break
+            except OSError as e:
+                error = e
+        else:
+            where = f"at {self.server}" if len(self.servers) == 1 else f"at any of {', '.join(self.servers)}"
             raise ClientError(
-                f"cannot reach the Shoal server at {self.server}: {e.strerror or e} "
+                f"cannot reach the Shoal server {where}: {error.strerror or error} "
                 f"(is the cluster up? try 'shoal up')"
             ) from None
         if self.scheme == "https":
@@ -206,10 +224,10 @@ class Client:
             )
         return sock
 
-    def _roundtrip(self, raw: bytes, timeout: float) -> tuple[int, bytes]:
+    def _roundtrip(self, message: Callable[[], bytes], timeout: float) -> tuple[int, bytes]:
         sock = self._connect(timeout)
         try:
-            sock.sendall(raw)
+            sock.sendall(message())  # built for the server connected to (Host, base path)
             chunks = []
             while True:
                 chunk = sock.recv(65536)

@@ -20,11 +20,14 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--config", required=True, help="cluster configuration (YAML): partitions, timeouts")
     s.add_argument("--state-dir", default="/var/lib/shoal/server", help="secrets and the default SQLite file")
     s.add_argument("--join-token-file", help="accept agents that present this token (else one is generated)")
+    s.add_argument("--advertise-url", help="the URL clients reach this server by, as /api/v1/leader and scontrol "
+                   "ping name it (default: http://HOST:PORT of --listen)")
 
     a = sub.add_parser("agent", help="run a node agent")
     a.add_argument("--config", help="agent configuration (YAML): any of the options below, plus "
                                     "labels: {key: value} and features: [...]; command-line flags win")
-    a.add_argument("--server", help="server URL, e.g. http://10.0.0.1:6817")
+    a.add_argument("--server", help="server URL, e.g. http://10.0.0.1:6817; several, comma-separated, "
+                                    "for servers sharing a PostgreSQL store (the next is tried when one is down)")
     a.add_argument("--join-token")
     a.add_argument("--join-token-file")
     a.add_argument("--name", help="node name (default: short hostname)")

@@ -23,7 +23,7 @@ SHOW_ENTITIES = ("job", "node", "partition", "reservation", "hostnames", "hostli
 _SHOW_PREFIXES = (("hostnames", "hostnames", 5), ("hostlist", "hostlist", 5), ("job", "jobs", 1),
                   ("node", "nodes", 1), ("partition", "partitions", 2), ("config", "config", 1),
                   ("reservation", "reservations", 3))
-COMMANDS = ("show", "update", "create", "delete", "hold", "release", "requeue")
+COMMANDS = ("show", "update", "create", "delete", "hold", "release", "requeue", "ping")
 JOB_UPDATE_KEYS = {"timelimit": "time_limit_s", "jobname": "name", "name": "name",
                    "partition": "partition", "numnodes": "nodes", "comment": "comment"}
 NODE_STATES = ("DRAIN", "RESUME", "DOWN", "UNDRAIN", "IDLE")
@@ -454,10 +454,46 @@ def show_config(server: str, now: float) -> str:
 
     from shoal import __version__ as version
 
-    rows = [("ClusterName", "shoal"), ("SlurmctldHost[0]", server), ("SLURM_VERSION", f"shoal-{version}"),
+    hosts = [(f"SlurmctldHost[{i}]", url.strip()) for i, url in enumerate(server.split(",")) if url.strip()]
+    rows = [("ClusterName", "shoal"), *hosts, ("SLURM_VERSION", f"shoal-{version}"),
             ("SchedulerType", "sched/backfill"), ("SelectType", "select/cons_tres")]
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(now))
     return f"Configuration data as of {stamp}\n" + "".join(f"{k:<22} = {v}\n" for k, v in rows)
+
+
+def render_ping(answers: list[tuple[str, Mapping[str, Any] | None]]) -> tuple[str, int]:
+    """``scontrol ping`` in Slurm's words, from each configured server's ``/api/v1/leader``
+    answer (None: it did not answer): ``Slurmctld(primary) at HOST is UP``, then the
+    backups. Shoal has no fixed primary (whichever server wins the election leads, and a
+    restarted one comes back as a backup), so *primary* names the leader now. Exit code 1
+    when no leader answers."""
+    from shoal.cli.client import split_url
+
+    leaders = [(a["self"]["term"] or 0, i) for i, (_, a) in enumerate(answers)
+               if a is not None and a["self"]["role"] == "leader"]
+    first = max(leaders)[1] if leaders else 0
+    order = [first] + [i for i in range(len(answers)) if i != first]
+    lines = []
+    for n, i in enumerate(order):
+        url, answer = answers[i]
+        _, host, port, _ = split_url(url if "://" in url else "http://" + url)
+        where = f"{host}:{port}" if port else host
+        mode = "primary" if n == 0 else "backup" if len(order) == 2 else f"backup{n}"
+        up = answer is not None and (n > 0 or bool(leaders))
+        lines.append(f"Slurmctld({mode}) at {where} is {'UP' if up else 'DOWN'}\n")
+    return "".join(lines), 0 if leaders else 1
+
+
+def ping(servers: str, token: str | None) -> tuple[str, int]:
+    from shoal.cli.client import Client, ClientError
+
+    answers: list[tuple[str, Any]] = []
+    for url in [u.strip() for u in servers.split(",") if u.strip()]:
+        try:
+            answers.append((url, Client(url, token, timeout=5).get("/api/v1/leader")))
+        except ClientError:
+            answers.append((url, None))
+    return render_ping(answers)
 
 
 def parse_args(argv: list[str] | None):
@@ -511,6 +547,13 @@ def main(argv: list[str] | None = None) -> int:
                 return 0
             emit(_show(Client.from_config(), entity, rest[1:], options))
             return 0
+        if command == "ping":
+            from shoal.cli.client import load_config
+
+            conf = load_config()
+            out, code = ping(conf["server"], conf.get("token"))
+            emit(out)
+            return code
         if command in ("create", "delete") or (
                 command == "update" and rest and rest[0].lower().startswith("reservation")):
             return _reservation(Client.from_config(), command, rest)

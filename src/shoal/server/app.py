@@ -41,6 +41,7 @@ from shoal.model.timefmt import format_timestamp
 from shoal.sched.schedule import schedule
 from shoal.server.snapshot import node_info
 from shoal.server.work import node_work
+from shoal.store.lease import current_leader
 from shoal.store.models import CleanupRow, JobRow, NodeRow, StepRow
 
 ACTIVE = (JobState.PENDING.value, JobState.RUNNING.value)
@@ -119,6 +120,19 @@ def create_app(server: Server) -> FastAPI:
     @app.get("/healthz")
     def healthz():
         return {"ok": True, "version": __version__}
+
+    @app.get("/api/v1/leader")
+    def leader(p: Principal = Depends(principal)):
+        """Which server leads (schedules, runs the controllers) and what this one is (scontrol ping)."""
+        lead = server.leader
+        me = {"url": server.url, "role": "leader" if lead.is_leader else "follower", "term": lead.term}
+        if not lead.shared:
+            return {"shared_store": False, "leader": {"url": server.url, "term": lead.term, "since": None},
+                    "self": me}
+        with server.sessions() as s:
+            row = current_leader(s)
+            known = {"url": row.holder, "term": row.term, "since": row.since} if row is not None else None
+        return {"shared_store": True, "leader": known, "self": me}
 
     # ------------------------------------------------------------------ jobs
 

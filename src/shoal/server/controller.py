@@ -40,6 +40,9 @@ class Controller(KickedLoop):
     def step(self) -> None:
         self.run_pass()
 
+    def active(self) -> bool:
+        return self.server.leader.is_leader
+
     def run_pass(self) -> None:
         now = self.server.clock()
         touched: set[str] = set()
@@ -75,6 +78,7 @@ class Controller(KickedLoop):
         reasons = {**plan.reasons, **plan.never}
         signals: list[tuple[str, str, int, str]] = []
         with s.sessions() as session, session.begin():
+            s.leader.fence(session)
             victims = {v for p in plan.preemptions for v in p.victim_ids}
             ids = list({st.job_id for st in plan.starts} | reasons.keys() | victims)
             rows = {r.id: r for r in session.scalars(select(JobRow).where(JobRow.id.in_(ids)))} if ids else {}
@@ -138,6 +142,7 @@ class Controller(KickedLoop):
         cap = s.config.scheduler.preempt_grace_s
         touched: set[str] = set()
         with s.sessions() as session, session.begin():
+            s.leader.fence(session)
             for row in session.scalars(select(JobRow).where(JobRow.state == JobState.RUNNING.value,
                                                            JobRow.preempted_at.is_not(None))):
                 if now >= row.preempted_at + jobsvc.preemption_grace_s(row, cap):
@@ -161,6 +166,7 @@ class Controller(KickedLoop):
         s = self.server
         touched: set[str] = set()
         with s.sessions() as session, session.begin():
+            s.leader.fence(session)
             running = session.scalars(select(JobRow).where(JobRow.state == JobState.RUNNING.value,
                                                            JobRow.time_limit_s.is_not(None)))
             for row in running:
@@ -181,7 +187,11 @@ class Controller(KickedLoop):
     def _check_heartbeats(self, now: float) -> set[str]:
         s = self.server
         timeout = s.config.nodes.heartbeat_timeout_s
+        elected = s.leader.elected_at
+        if elected is not None and now - elected < timeout:
+            return set()  # a new leader gives every node a full timeout first
         with s.sessions() as session, session.begin():
+            s.leader.fence(session)
             late = list(session.scalars(select(NodeRow).where(
                 NodeRow.state != NodeState.DOWN.value, NodeRow.last_heartbeat < now - timeout)))
             if not late:

@@ -22,7 +22,10 @@ from shoal.server.controller import Controller
 from shoal.server.hub import WorkHub
 from shoal.server.kube.controller import KubeController
 from shoal.server.kube.logs import PodLogs
+from shoal.server.leader import Leadership
 from shoal.store.engine import make_engine, migrate, session_factory
+from shoal.store.feed import ChangeFeed
+from shoal.store.lease import lease_for, shared_secret
 from shoal.store.models import TokenRow
 
 log = logging.getLogger("shoal.server")
@@ -34,8 +37,9 @@ SECRET_FILE = "cluster.key"
 
 class Server:
     def __init__(self, db_url: str, config: ClusterConfig, state_dir: str | Path, clock=time.time,
-                 join_token: str | None = None) -> None:
+                 join_token: str | None = None, url: str = "") -> None:
         self.config = config
+        self.url = url  # where clients reach this server (what /api/v1/leader names)
         self.state_dir = Path(state_dir)
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.clock = clock
@@ -63,18 +67,27 @@ class Server:
         default = next(p for p in self.partitions if p.default)
         self.serving_partition = config.serving.partition or default.name
         self.kube = KubeController(self)
+        # Several servers may share a PostgreSQL store: one leads (schedules, runs the
+        # controllers), all serve the API, and the change feed carries wake-ups between them.
+        self.leader = Leadership(lease_for(self.engine), url, clock, on_elected=self._elected)
+        self.feed = ChangeFeed(self.engine, self._heard) if self.leader.shared else None
+        if self.feed is not None:
+            self.hub.relay = self.feed.publish
+            self.controller.relay = self.kube.relay = lambda name: self.feed.publish({"wake": name})
         self.logs = PodLogs(self)
         self._addresses: dict[str, str] = {}
         self.submit_host = socket.gethostname()
         self._bootstrap_tokens(join_token)
 
     def _load_secret(self) -> bytes:
-        """The cluster secret signs agent and job credentials. Kept in the state dir (0600)."""
+        """The cluster secret signs agent and job credentials. Kept in the state dir (0600) and
+        in the store, whose copy wins: servers sharing a store sign alike."""
         path = self.state_dir / SECRET_FILE
-        if path.exists():
-            return path.read_bytes()
-        key = secrets.token_bytes(32)
-        _write_private(path, key)
+        local = path.read_bytes() if path.exists() else None
+        with self.sessions() as s, s.begin():
+            key = shared_secret(s, SECRET_FILE, local or secrets.token_bytes(32))
+        if key != local:
+            _write_private(path, key)
         return key
 
     def _bootstrap_tokens(self, join_token: str | None) -> None:
@@ -123,13 +136,34 @@ class Server:
 
     def start(self) -> None:
         self.controller.start()
-        self.controller.wake()
         self.kube.start()
+        if self.feed is not None:
+            self.feed.start()
+        self.leader.start()
 
     def stop(self) -> None:
+        if self.feed is not None:
+            self.feed.stop()
         self.kube.stop()
         self.controller.stop()
+        self.leader.stop()
         self.engine.dispose()
+
+    def _elected(self) -> None:
+        self.controller.wake()
+        self.kube.wake()
+
+    def _heard(self, event: dict) -> None:
+        """A wake-up another server published (``shoal.store.feed``)."""
+        if event.get("resync"):
+            self.hub.heard({"resync": True})
+            self._elected()
+        elif "wake" in event:
+            loop = {self.controller.name: self.controller, self.kube.name: self.kube}.get(event["wake"])
+            if loop is not None and self.leader.is_leader:
+                loop.kick.set()
+        else:
+            self.hub.heard(event)
 
 
 def _write_private(path: Path, data: bytes) -> None:

@@ -4,6 +4,10 @@ Each node has a generation counter that bumps whenever its work may have changed
 agent passes the (epoch, generation) it last saw and returns at once if it differs. The
 epoch changes with every server start, so an agent never waits on a stale counter.
 Signals (scancel --signal, --signal=SIG@secs) are edge events kept in a short queue.
+
+Servers sharing a store tell each other their bumps and signals through ``relay`` (the
+change feed); ``heard`` applies another server's, so an agent long-polling a follower wakes
+when the leader plans its work.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import itertools
 import secrets
 import threading
 from collections import defaultdict, deque
+from collections.abc import Callable
 
 
 class WorkHub:
@@ -24,25 +29,52 @@ class WorkHub:
         self._seq = itertools.count(1)
         self._lock = threading.Lock()
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.relay: Callable[[dict], None] | None = None
 
     def generation(self, node: str) -> int:
         return self._gens[node]
 
     def bump(self, nodes) -> None:
         """Called from any thread after a commit that changes these nodes' work."""
+        nodes = list(nodes)
+        self._bump(nodes)
+        if self.relay is not None and nodes:
+            self.relay({"bump": nodes})
+
+    def _bump(self, nodes: list[str]) -> None:
         with self._lock:
             for n in nodes:
                 self._gens[n] += 1
         if self.loop is not None:
-            self.loop.call_soon_threadsafe(self._wake, list(nodes))
+            self.loop.call_soon_threadsafe(self._wake, nodes)
 
     def signal(self, node: str, key: str, signum: int, target: str) -> None:
         """target: 'steps' (scancel -s), 'batch' (scancel -b: the batch shell and its children),
         'batch_shell' (--signal=B:..., the shell alone) or 'full' (scancel -f: everything)."""
+        entry = self._signal(node, {"key": key, "signal": signum, "target": target})
+        if self.relay is not None:
+            self.relay({"signal": node, "entry": entry})
+
+    def _signal(self, node: str, entry: dict) -> dict:
         with self._lock:
-            self._signals[node].append({"seq": next(self._seq), "key": key, "signal": signum,
-                                        "target": target})
-        self.bump([node])
+            seq = next(self._seq)
+            # ``id`` names the signal across servers (an agent that changes server skips it).
+            entry = {**entry, "seq": seq, "id": entry.get("id") or f"{self.epoch}.{seq}"}
+            self._signals[node].append(entry)
+        self._bump([node])
+        return entry
+
+    def heard(self, event: dict) -> None:
+        """Apply another server's bump or signal here, without relaying it again."""
+        if event.get("resync"):
+            with self._lock:
+                nodes = list(set(self._gens) | set(self._waiters))
+            self._bump(nodes)
+        elif "bump" in event:
+            self._bump(list(event["bump"]))
+        elif "signal" in event:
+            entry = event["entry"]
+            self._signal(event["signal"], {k: entry[k] for k in ("key", "signal", "target", "id")})
 
     def signals(self, node: str) -> list[dict]:
         with self._lock:

@@ -27,9 +27,19 @@ def run(args) -> int:
     if args.join_token_file:
         with open(args.join_token_file, encoding="utf-8") as f:
             join = f.read().strip()
-    server = Server(db, config, state_dir, join_token=join)
     host, _, port = args.listen.rpartition(":")
+    url = args.advertise_url or f"http://{_advertised_host(host)}:{port}"
+    server = Server(db, config, state_dir, join_token=join, url=url)
     app = create_app(server)
     uvicorn.run(app, host=host or "127.0.0.1", port=int(port), log_level="warning", access_log=False,
                 timeout_keep_alive=30, timeout_graceful_shutdown=2)
     return 0
+
+
+def _advertised_host(host: str) -> str:
+    """The host other machines reach a listen address by (a wildcard gives the host's name)."""
+    if host in ("", "0.0.0.0", "::", "[::]"):
+        import socket
+
+        return socket.getfqdn()
+    return host

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 
-from sqlalchemy import create_engine, event
+from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 MIGRATIONS = os.path.join(os.path.dirname(__file__), "migrations")
+MIGRATION_LOCK = 0x73686F616C0001  # PostgreSQL advisory lock keys: "shoal" + 1 migrations, + 2 leader
 
 
 def make_engine(url: str) -> Engine:
@@ -37,6 +38,10 @@ def migrate(engine: Engine) -> None:
     cfg = Config()
     cfg.set_main_option("script_location", MIGRATIONS)
     with engine.begin() as conn:
+        if engine.dialect.name == "postgresql":
+            # Servers sharing the database start together: one migrates, the others wait and
+            # then find the schema at head (PostgreSQL's DDL is transactional).
+            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "head")
 

@@ -199,3 +199,28 @@ class EventRow(Base):
     count: Mapped[int] = mapped_column(Integer, default=1)
     first_time: Mapped[float] = mapped_column(Float)
     last_time: Mapped[float] = mapped_column(Float)
+
+
+class LeaderRow(Base):
+    """Which server leads the servers sharing this store: one row (id 1).
+
+    ``term`` is the fencing token: every server that becomes leader bumps it, and every plan
+    a leader applies first checks, inside its own transaction, that the term is still its own
+    (``shoal.store.lease.fence``), so a deposed leader's late write is refused."""
+
+    __tablename__ = "leader"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    term: Mapped[int] = mapped_column(Integer)
+    holder: Mapped[str] = mapped_column(String(255))  # the leader's advertised URL
+    since: Mapped[float] = mapped_column(Float)
+
+
+class SecretRow(Base):
+    """Secrets every server sharing the store must agree on (the cluster key that signs agent
+    and job credentials), so a second server needs no copied key file."""
+
+    __tablename__ = "secrets"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)  # hex

@@ -41,6 +41,9 @@ class KubeController(KickedLoop):
     def interval_s(self) -> float:
         return self.server.config.serving.interval_s
 
+    def active(self) -> bool:
+        return self.server.leader.is_leader
+
     def step(self) -> None:
         for attempt in range(3):  # a round that lost an optimistic-concurrency race runs again
             try:
@@ -57,6 +60,7 @@ class KubeController(KickedLoop):
         routes = False
         sched = False
         with s.sessions() as session, session.begin():
+            s.leader.fence(session)
             n, r = self._drain(session, now)
             nodes |= n
             routes |= r

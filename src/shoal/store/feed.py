@@ -1,0 +1,149 @@
+"""The change feed between servers sharing a PostgreSQL store (LISTEN/NOTIFY).
+
+Each server's long-poll hub and control loops are woken in memory by what that server
+commits. With several servers, an agent may long-poll a follower while the leader plans
+its work, and a job submitted to a follower must wake the leader's scheduler: so every
+server publishes its wake-ups (nodes whose work changed, signals, "scheduler: look
+again") on one channel and every other server applies them to its own hub. The feed only
+wakes; the truth is in the tables, so a notification lost while a connection was down is
+made good by waking everything once the listener is back (``{"resync": true}``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import secrets
+import threading
+from collections.abc import Callable
+
+from sqlalchemy.engine import Engine
+
+from shoal.store.lease import connect
+
+log = logging.getLogger("shoal.store.feed")
+
+CHANNEL = "shoal_changes"
+MAX_PAYLOAD = 7000  # PostgreSQL's limit is 8000 bytes
+
+
+class ChangeFeed:
+    def __init__(self, engine: Engine, deliver: Callable[[dict], None]) -> None:
+        self.engine = engine
+        self.deliver = deliver
+        self.origin = secrets.token_hex(4)  # our own notifications come back: skip them
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._stop = threading.Event()
+        self.connected = threading.Event()
+
+    def publish(self, event: dict) -> None:
+        """Queue an event for the other servers (any thread; never blocks on the database)."""
+        self._queue.put(event)
+
+    def start(self) -> None:
+        threading.Thread(target=self._listen, name="feed-listen", daemon=True).start()
+        threading.Thread(target=self._send, name="feed-send", daemon=True).start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    # -------------------------------------------------------------- sending
+
+    def _send(self) -> None:
+        conn = None
+        while not self._stop.is_set():
+            try:
+                events = [self._queue.get(timeout=0.5)]
+            except queue.Empty:
+                continue
+            while True:  # everything queued meanwhile goes in the same notifications
+                try:
+                    events.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            for attempt in range(2):
+                try:
+                    if conn is None or conn.closed:
+                        conn = connect(self.engine)
+                    for payload in self._payloads(events):
+                        conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload))
+                    break
+                except Exception as e:
+                    log.warning("change feed: cannot notify the other servers (%s)", e)
+                    conn = None
+                    if attempt == 0:
+                        self._stop.wait(0.2)
+
+    def _payloads(self, events: list[dict]) -> list[str]:
+        nodes: set[str] = set()
+        rest: list[dict] = []
+        for ev in events:
+            if "bump" in ev:
+                nodes.update(ev["bump"])
+            elif ev not in rest:
+                rest.append(ev)
+        if nodes:
+            rest.insert(0, {"bump": sorted(nodes)})
+        out: list[str] = []
+        batch: list[dict] = []
+        for ev in rest:
+            if "bump" in ev and len(json.dumps(ev)) > MAX_PAYLOAD:
+                out.extend(self._payloads([{"bump": part} for part in _halves(ev["bump"])]))
+                continue
+            if batch and len(json.dumps({"o": self.origin, "e": batch + [ev]})) > MAX_PAYLOAD:
+                out.append(json.dumps({"o": self.origin, "e": batch}))
+                batch = []
+            batch.append(ev)
+        if batch:
+            out.append(json.dumps({"o": self.origin, "e": batch}))
+        return out
+
+    # -------------------------------------------------------------- listening
+
+    def _listen(self) -> None:
+        first = True
+        while not self._stop.is_set():
+            try:
+                conn = connect(self.engine)
+            except Exception as e:
+                log.warning("change feed: cannot listen (%s); retrying", e)
+                self._stop.wait(1.0)
+                continue
+            try:
+                conn.execute(f"LISTEN {CHANNEL}")
+                self.connected.set()
+                if not first:  # what was sent while we were away is lost: wake everything
+                    self.deliver({"resync": True})
+                first = False
+                while not self._stop.is_set():
+                    for note in conn.notifies(timeout=1.0):
+                        self._heard(note.payload)
+            except Exception as e:
+                self.connected.clear()
+                if not self._stop.is_set():
+                    log.warning("change feed: listener connection lost (%s); reconnecting", e)
+                    self._stop.wait(0.5)
+            finally:
+                try:
+                    conn.close()
+                except Exception:
+                    pass
+
+    def _heard(self, payload: str) -> None:
+        try:
+            doc = json.loads(payload)
+        except ValueError:
+            return
+        if doc.get("o") == self.origin:
+            return
+        for ev in doc.get("e", ()):
+            try:
+                self.deliver(ev)
+            except Exception:
+                log.exception("change feed: applying %r failed", ev)
+
+
+def _halves(items: list[str]) -> list[list[str]]:
+    mid = len(items) // 2
+    return [items[:mid], items[mid:]]

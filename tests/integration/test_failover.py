@@ -1,0 +1,280 @@
+"""High availability: two `shoal server` processes on one PostgreSQL, agents and commands given both.
+
+The administrator's story: one server leads (schedules, runs the controllers), the other
+serves the API; agents and commands list both. `kill -9` the leader: the other takes over
+within seconds, running jobs keep running, pending jobs and a job submitted during the
+failover run, none is lost or run twice, and the dead server comes back as a follower.
+A leader that loses its database connection stops at once, and a write it makes late is
+refused by the term (the fencing token).
+
+Figures (recorded in the test output with -s, and in ARCHITECTURE.md): the time from
+`kill -9` to the follower leading, and submit-to-start through the follower.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from shoal.cli.client import Client, ClientError
+from tests.integration.cluster import BIN, free_port, wait_until
+
+pytestmark = pytest.mark.postgres
+
+FAILOVER_BOUND_S = 10.0  # measured about 1 s: the follower polls the lease twice a second
+
+
+class TwoServers:
+    """Two servers on one PostgreSQL database and two agents, each agent given both URLs
+    (node01 the first server first, node02 the second first, so one long-polls a follower)."""
+
+    def __init__(self, root: Path, db_url: str) -> None:
+        self.root = root
+        self.db_url = db_url
+        (root / "logs").mkdir(parents=True)
+        self.workdir = root / "work"
+        self.workdir.mkdir()
+        self.ports = [free_port(), free_port()]
+        self.urls = [f"http://127.0.0.1:{p}" for p in self.ports]
+        self.config = root / "cluster.yaml"
+        self.config.write_text(json.dumps({
+            "cluster_name": "ha", "partitions": [{"name": "gpu", "nodes": "node[01-02]", "default": True}],
+            "nodes": {"heartbeat_interval_s": 1.0, "heartbeat_timeout_s": 20.0, "kill_wait_s": 2.0},
+            "scheduler": {"interval_s": 2.0}}))
+        self.join = root / "join.token"
+        self.join.write_text("join_failover_test_token")
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.env = {k: v for k, v in os.environ.items()
+                    if k not in ("SLURM_JOB_ID", "SHOAL_JOB_TOKEN", "SHOAL_SERVER", "SHOAL_TOKEN")}
+        self.env.update({"SHOAL_CONFIG": str(root / "client.yaml"), "SHOAL_LOG_LEVEL": "INFO",
+                         "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"})
+        self.token = ""
+
+    def _spawn(self, name: str, argv: list[str]) -> None:
+        with open(self.root / "logs" / f"{name}.log", "ab") as log:
+            self.procs[name] = subprocess.Popen([sys.executable, "-m", "shoal", *argv], env=self.env,
+                                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                                start_new_session=True)
+
+    def start_server(self, i: int) -> None:
+        self._spawn(f"server{i}", ["server", "--listen", f"127.0.0.1:{self.ports[i]}", "--db", self.db_url,
+                                   "--config", str(self.config), "--state-dir", str(self.root / f"state{i}"),
+                                   "--join-token-file", str(self.join)])
+        wait_until(lambda: self._healthy(i), 60, f"server {i} to answer")
+
+    def _healthy(self, i: int) -> bool:
+        if self.procs[f"server{i}"].poll() is not None:
+            raise AssertionError(f"server {i} exited:\n{self.log(f'server{i}')}")
+        try:
+            Client(self.urls[i], timeout=2).get("/healthz")
+            return True
+        except ClientError:
+            return False
+
+    def start_agents(self) -> None:
+        for n, order in (("node01", self.urls), ("node02", self.urls[::-1])):
+            self._spawn(n, ["agent", "--server", ",".join(order), "--join-token-file", str(self.join),
+                            "--name", n, "--address", "127.0.0.1", "--port", str(free_port()),
+                            "--workdir", str(self.root / n), "--cpus", "8", "--memory", "32G",
+                            "--fake-gpus", "2", "--gpu-model", "A100-SXM4-80GB", "--run-jobs-as", "agent"])
+        wait_until(lambda: len([n for n in self.client().get("/api/v1/nodes")["nodes"] if n["state"] == "UP"]) == 2,
+                   60, "both nodes to register")
+
+    def write_client_config(self) -> None:
+        self.token = wait_until(lambda: _read(self.root / "state0" / "admin.token"), 30, "the admin token")
+        (self.root / "client.yaml").write_text(json.dumps({"server": ",".join(self.urls), "token": self.token}))
+
+    def client(self, i: int | None = None) -> Client:
+        c = Client(self.urls[i] if i is not None else ",".join(self.urls), self.token, timeout=30)
+        c.job_token = None
+        return c
+
+    def leader(self, i: int) -> dict:
+        return self.client(i).get("/api/v1/leader")
+
+    def run(self, argv: list[str], check: bool = True) -> subprocess.CompletedProcess:
+        out = subprocess.run(argv, env=self.env, cwd=self.workdir, capture_output=True, text=True, timeout=60)
+        if check and out.returncode != 0:
+            raise AssertionError(f"{argv} exited {out.returncode}:\n{out.stdout}\n{out.stderr}")
+        return out
+
+    def sbatch(self, *args: str, server: int | None = None) -> int:
+        env = {"SHOAL_SERVER": self.urls[server]} if server is not None else {}
+        out = subprocess.run(["sbatch", "--parsable", *args], env={**self.env, **env}, cwd=self.workdir,
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        return int(out.stdout.strip().split(";")[0])
+
+    def job(self, job_id: int) -> dict:
+        return self.client().get(f"/api/v1/jobs/{job_id}")
+
+    def kill9(self, name: str) -> None:
+        self.procs[name].send_signal(signal.SIGKILL)
+        self.procs[name].wait(timeout=10)
+
+    def log(self, name: str) -> str:
+        return (self.root / "logs" / f"{name}.log").read_text(errors="replace")[-4000:]
+
+    def stop(self) -> None:
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs.values():
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        return ""
+
+
+@pytest.fixture
+def ha(tmp_path, postgres_url):
+    c = TwoServers(tmp_path / "ha", postgres_url)
+    try:
+        c.start_server(0)
+        c.write_client_config()
+        wait_until(lambda: c.leader(0)["self"]["role"] == "leader", 30, "the first server to lead")
+        c.start_server(1)
+        c.start_agents()
+        yield c
+    finally:
+        c.stop()
+
+
+def test_the_follower_takes_over_within_seconds_and_no_job_is_lost_or_run_twice(ha):
+    # One leader: the first server; the second follows and names it.
+    assert ha.leader(0)["self"]["role"] == "leader"
+    follower = ha.leader(1)
+    assert follower["self"]["role"] == "follower" and follower["leader"]["url"] == ha.urls[0]
+    ping = ha.run(["scontrol", "ping"])
+    assert ping.stdout == (f"Slurmctld(primary) at 127.0.0.1:{ha.ports[0]} is UP\n"
+                           f"Slurmctld(backup) at 127.0.0.1:{ha.ports[1]} is UP\n")
+
+    # Submit-to-start through the follower: submitted to it, planned by the leader, started by
+    # node02, whose agent long-polls the follower.
+    stamps = ha.workdir / "stamps"
+    stamps.mkdir()
+    starts = {}
+    for via in (1, 0):
+        t0 = time.time()
+        jid = ha.sbatch("--gpus=1", "--nodelist=node02", "--output=/dev/null",
+                        "--wrap", f"date +%s.%N > {stamps}/via{via}", server=via)
+        wait_until(lambda: _read(stamps / f"via{via}"), 30, f"the job submitted to server {via} to start")
+        starts[via] = float(_read(stamps / f"via{via}")) - t0
+        assert ha.job(jid)["state"] in ("RUNNING", "COMPLETED")
+    print(f"\nsubmit-to-start: {starts[1] * 1000:.0f} ms through the follower, "
+          f"{starts[0] * 1000:.0f} ms through the leader")
+    assert starts[1] < 5.0
+
+    # Four GPUs: four long jobs run, three more wait.
+    runs = ha.workdir / "runs.log"
+    script = f"echo $SLURM_JOB_ID $SLURM_RESTART_COUNT >> {runs}; sleep "
+    running = [ha.sbatch("--gpus=1", "--output=/dev/null", "--wrap", script + "12", server=i % 2)
+               for i in range(4)]
+    wait_until(lambda: all(ha.job(j)["state"] == "RUNNING" for j in running), 30, "four jobs to run")
+    pending = [ha.sbatch("--gpus=1", "--output=/dev/null", "--wrap", script + "1", server=i % 2)
+               for i in range(3)]
+    assert all(ha.job(j)["state"] == "PENDING" for j in pending)
+
+    # kill -9 the leader; submit to the survivor at once; time the takeover.
+    t0 = time.monotonic()
+    ha.kill9("server0")
+    during = ha.sbatch("--gpus=1", "--output=/dev/null", "--wrap", script + "1")  # the client fails over
+    wait_until(lambda: ha.leader(1)["self"]["role"] == "leader", FAILOVER_BOUND_S, "the follower to lead")
+    failover = time.monotonic() - t0
+    print(f"failover: the follower led {failover:.2f} s after kill -9 of the leader")
+    assert ha.leader(1)["leader"]["url"] == ha.urls[1]
+    ping = ha.run(["scontrol", "ping"])
+    assert ping.stdout == (f"Slurmctld(primary) at 127.0.0.1:{ha.ports[1]} is UP\n"
+                           f"Slurmctld(backup) at 127.0.0.1:{ha.ports[0]} is DOWN\n")
+
+    # The running jobs kept running; the pending ones and the one submitted during the failover ran.
+    everything = running + pending + [during]
+    for jid in everything:
+        job = wait_until(lambda: (j := ha.job(jid))["state"] not in ("PENDING", "RUNNING") and not j["completing"]
+                         and j, 60, f"job {jid} to end")
+        assert job["state"] == "COMPLETED" and job["restart_count"] == 0, job
+    lines = runs.read_text().split("\n")[:-1]
+    assert sorted(lines) == sorted(f"{j} 0" for j in everything), "every job ran exactly once"
+
+    # The dead server comes back as a follower of the new leader.
+    ha.start_server(0)
+    back = wait_until(lambda: (a := ha.leader(0))["leader"] and a, 30, "the restarted server to answer")
+    assert back["self"]["role"] == "follower" and back["leader"]["url"] == ha.urls[1]
+    assert ha.leader(1)["self"]["role"] == "leader"
+    after = ha.sbatch("--gpus=1", "--output=/dev/null", "--wrap", "true", server=0)
+    assert wait_until(lambda: ha.job(after)["state"] == "COMPLETED", 30, "a job submitted to the new follower")
+
+
+# ---------------------------------------------------------------- fencing, in process
+
+
+def _lease(url: str):
+    from shoal.store.engine import make_engine, migrate
+    from shoal.store.lease import PostgresLease
+
+    engine = make_engine(url)
+    migrate(engine)
+    return engine, PostgresLease(engine)
+
+
+def test_a_leader_that_loses_its_connection_stops_and_its_late_write_is_refused(postgres_url):
+    from shoal.server.leader import Leadership
+    from shoal.store.engine import session_factory
+    from shoal.store.lease import NotLeader
+
+    engine, lease1 = _lease(postgres_url)
+    _, lease2 = _lease(postgres_url)
+    old = Leadership(lease1, "http://old", time.time, poll_s=0.1)
+    new = Leadership(lease2, "http://new", time.time, poll_s=0.1)
+    sessions = session_factory(engine)
+    try:
+        old.start()
+        wait_until(lambda: old.is_leader, 10, "the first server to lead")
+        new.start()
+        time.sleep(0.5)
+        assert not new.is_leader, "two leaders at once"
+        with sessions() as s, s.begin():
+            old.fence(s)  # the leader's own term: accepted
+
+        # A plan in flight holds the term: the new leader cannot bump it until the plan commits.
+        late = sessions()
+        late.begin()
+        old.fence(late)
+        with engine.connect() as admin:  # the old leader's lease connection drops
+            admin.execute(text("SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' "
+                               "AND objid = :lo AND granted"), {"lo": 0x616C0002})
+            admin.commit()
+        wait_until(lambda: not old.is_leader, 5, "the old leader to step down")
+        time.sleep(1.0)
+        assert not new.is_leader, "the new term was taken while a fenced plan was open"
+        late.commit()
+        late.close()
+        wait_until(lambda: new.is_leader, 15, "the follower to lead")
+        assert new.term == 2
+
+        # The deposed leader's late write is refused by the term.
+        with pytest.raises(NotLeader):
+            with sessions() as s, s.begin():
+                lease1.fence(s, 1)
+        with sessions() as s, s.begin():
+            new.fence(s)
+    finally:
+        old.stop()
+        new.stop()
+        engine.dispose()
