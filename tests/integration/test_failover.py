@@ -101,8 +101,9 @@ class TwoServers:
     def leader(self, i: int) -> dict:
         return self.client(i).get("/api/v1/leader")
 
-    def run(self, argv: list[str], check: bool = True) -> subprocess.CompletedProcess:
-        out = subprocess.run(argv, env=self.env, cwd=self.workdir, capture_output=True, text=True, timeout=60)
+    def run(self, argv: list[str], check: bool = True, env: dict | None = None) -> subprocess.CompletedProcess:
+        out = subprocess.run(argv, env={**self.env, **(env or {})}, cwd=self.workdir, capture_output=True,
+                             text=True, timeout=60)
         if check and out.returncode != 0:
             raise AssertionError(f"{argv} exited {out.returncode}:\n{out.stdout}\n{out.stderr}")
         return out
@@ -180,6 +181,17 @@ def test_the_follower_takes_over_within_seconds_and_no_job_is_lost_or_run_twice(
     print(f"\nsubmit-to-start: {starts[1] * 1000:.0f} ms through the follower, "
           f"{starts[0] * 1000:.0f} ms through the leader")
     assert starts[1] < 5.0
+
+    # A signal sent through the leader reaches node02's job once, though node02's agent
+    # long-polls the follower (the change feed relays it).
+    ready, trapped = ha.workdir / "ready", ha.workdir / "trapped"
+    jid = ha.sbatch("--gpus=1", "--nodelist=node02", "--output=/dev/null", "--wrap",
+                    f"trap 'echo usr1 >> {trapped}; exit 0' USR1; touch {ready}; "
+                    f"for i in $(seq 300); do sleep 0.1; done", server=0)
+    wait_until(lambda: ready.exists(), 30, "the trapping job to start")
+    ha.run(["scancel", "--batch", "--signal=USR1", str(jid)], env={"SHOAL_SERVER": ha.urls[0]})
+    assert wait_until(lambda: ha.job(jid)["state"] == "COMPLETED", 20, "the signalled job to end")
+    assert trapped.read_text() == "usr1\n"
 
     # Four GPUs: four long jobs run, three more wait.
     runs = ha.workdir / "runs.log"

@@ -15,6 +15,7 @@ server gives it.
 
 from __future__ import annotations
 
+import collections
 import logging
 import queue
 import threading
@@ -81,6 +82,9 @@ class Agent:
         self.kill_wait = 30.0
         self._report_now = threading.Event()
         self._applied_signals: dict[str, int] = {}  # epoch -> last signal seq applied
+        # Signals' ids (they stay the same on every server sharing a store): a signal applied
+        # through one server is not applied again through another after a failover.
+        self._signal_ids: collections.deque = collections.deque(maxlen=1024)
         self._server = Client(cfg.server, cfg.join_token, timeout=40)
         self._server.job_token = None
         self.step_server = StepServer((cfg.address, cfg.port), self)
@@ -241,7 +245,9 @@ class Agent:
         last = self._applied_signals.get(work["epoch"], 0)
         for sig in work.get("signals", ()):
             if sig["seq"] > last:
-                self.runtime.signal(sig["key"], sig["signal"], sig["target"])
+                if sig.get("id") is None or sig["id"] not in self._signal_ids:
+                    self.runtime.signal(sig["key"], sig["signal"], sig["target"])
+                    self._signal_ids.append(sig.get("id"))
                 last = sig["seq"]
         self._applied_signals = {work["epoch"]: last}
         self.runtime.forget_dead(self._desired)
