@@ -13,6 +13,11 @@ BENCHMARKS.md (other sections are kept).
     .venv/bin/python bench/bench_vs_slurm.py --short    # a few minutes, smaller workloads
     .venv/bin/python bench/bench_vs_slurm.py --short --targets shoal --no-write   # one side only
 
+Targets: slurm-default, slurm-htc, shoal, and shoal-python (the same Shoal with
+SHOAL_FRONTEND=python, so sbatch/squeue/scancel run as the Python commands: the figure
+without the compiled front end). With py-spy in .venv/bin, the first sequential run on
+shoal is profiled (--gil) and the table says where the server's Python time went.
+
 Every command is run as a user's shell runs it, a fresh process per call, by absolute path:
 /usr/bin/sbatch for Slurm, .venv/bin/sbatch for Shoal. CI does not run this.
 """
@@ -41,7 +46,7 @@ from tests.integration.cluster import BIN, LocalCluster  # noqa: E402  (the one 
 
 SECTION = "## Shoal vs Slurm"
 NODES, GPUS, CPUS, MEMORY_MB = 4, 8, 32, 65536
-TARGETS = ("slurm-default", "slurm-htc", "shoal")
+TARGETS = ("slurm-default", "slurm-htc", "shoal", "shoal-python")
 
 
 @dataclass(frozen=True)
@@ -83,11 +88,15 @@ class Target(Protocol):
 class ShoalTarget:
     """A `shoal up` cluster, seen through the Target protocol."""
 
-    def __init__(self, root: Path, nodes: int, gpus: int, cpus: int, memory_mb: int) -> None:
-        self.label = "Shoal"
+    def __init__(self, root: Path, nodes: int, gpus: int, cpus: int, memory_mb: int,
+                 python_commands: bool = False) -> None:
+        self.label = "Shoal, Python commands" if python_commands else "Shoal"
+        self.python_commands = python_commands
         self.cluster = LocalCluster(root, nodes=nodes, gpus_per_node=gpus, cpus_per_node=cpus,
                                     memory=f"{memory_mb // 1024}G")
         self.env = self.cluster.env
+        if python_commands:  # the compiled front end hands every call to the Python command
+            self.env["SHOAL_FRONTEND"] = "python"
         self.workdir = self.cluster.workdir
         self.nodes = nodes
         self.up_s = 0.0
@@ -200,6 +209,41 @@ class Results:
     gang_start_s: list[float] = field(default_factory=list)  # batch script's first line
     gang_tasks_s: list[float] = field(default_factory=list)  # `srun` task running on both nodes
     notes: list[str] = field(default_factory=list)
+    profile: list[tuple[str, float]] = field(default_factory=list)  # (part of the server, % of its Python time)
+    profile_busy: float = 0.0  # share of the run the server held the GIL
+
+
+# Where the Shoal server's Python time goes, by the innermost frame that names a part
+# (py-spy --gil stacks); the first pattern found from the leaf up wins.
+PROFILE_PARTS = (
+    ("sbatch in the server (commands endpoint: parse, validate, submit, commit)", ("run_command", "locals>.submit ")),
+    ("serving controllers (Deployments, pods, HPA)", ("server/kube/",)),
+    ("scheduling pass (snapshot, schedule(), apply)", ("Controller._schedule",)),
+    ("controller checks (heartbeats, time limits, preemption grace)", ("server/controller.py",)),
+    ("agent endpoints (work long-poll, reports)", ("locals>.work ", "locals>.report ", "locals>._agent_exit")),
+    ("HTTP layer (uvicorn, FastAPI routing and middleware, event loop, thread hand-off)", ("uvicorn", "anyio")),
+)
+
+
+def profile_summary(raw: Path, seconds: float, rate: int) -> tuple[list[tuple[str, float]], float]:
+    """py-spy raw (collapsed) stacks -> (part, % of samples) rows and the GIL-held share of the run."""
+    counts: dict[str, int] = {}
+    total = 0
+    for line in raw.read_text().splitlines():
+        stack, _, n = line.rpartition(" ")
+        if not n.isdigit():
+            continue
+        total += int(n)
+        frames = stack.split(";")
+        part = "other"
+        for frame in reversed(frames):
+            hit = next((label for label, pats in PROFILE_PARTS if any(p in frame + " " for p in pats)), None)
+            if hit:
+                part = hit
+                break
+        counts[part] = counts.get(part, 0) + int(n)
+    rows = sorted(((k, 100.0 * v / total) for k, v in counts.items()), key=lambda kv: -kv[1]) if total else []
+    return rows, min(1.0, total / (seconds * rate)) if seconds else 0.0
 
 
 def bench_sequential(t: Target, jobs: int) -> float:
@@ -285,6 +329,25 @@ def bench_squeue(t: Target, pending: int, calls: int, submitters: int) -> list[f
     return times[2:]
 
 
+def profile_run(t: ShoalTarget, work: Callable[[], float]) -> tuple[list[tuple[str, float]], float, float]:
+    """``work()`` with py-spy sampling the Shoal server's GIL holder: (summary, busy share, work's figure)."""
+    import signal
+
+    rate = 200
+    raw = t.workdir / "server-profile.txt"
+    spy = subprocess.Popen([str(BIN / "py-spy"), "record", "--gil", "-r", str(rate), "-f", "raw", "-o", str(raw),
+                            "-p", str(t.cluster.state["pids"]["server"])],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1.0)  # py-spy attaches
+    t0 = time.perf_counter()
+    figure = work()
+    seconds = time.perf_counter() - t0
+    spy.send_signal(signal.SIGINT)
+    spy.wait(timeout=60)
+    rows, busy = profile_summary(raw, seconds + 1.0, rate) if raw.exists() else ([], 0.0)
+    return rows, busy, figure
+
+
 def run_target(t: SlurmTarget | ShoalTarget, mode: Mode, gpus: int, log: Callable[[str], None]) -> Results:
     """Idle-cluster figures first, then the queue, then the throughput runs (which leave job records)."""
     r = Results(t.label, t.nodes)
@@ -304,7 +367,11 @@ def run_target(t: SlurmTarget | ShoalTarget, mode: Mode, gpus: int, log: Callabl
         r.squeue_s = bench_squeue(t, mode.pending_jobs, mode.squeue_calls, mode.submitters)
         log(f"  squeue median {median(r.squeue_s) * 1000:.1f} ms")
         for run in range(mode.runs):
-            r.seq_rate.append(bench_sequential(t, mode.seq_jobs))
+            if run == 0 and isinstance(t, ShoalTarget) and not t.python_commands and (BIN / "py-spy").exists():
+                r.profile, r.profile_busy, rate = profile_run(t, lambda: bench_sequential(t, mode.seq_jobs))
+                r.seq_rate.append(rate)
+            else:
+                r.seq_rate.append(bench_sequential(t, mode.seq_jobs))
             sub, done = bench_burst(t, mode.burst_jobs, mode.submitters)
             r.burst_submit_s.append(sub)
             r.burst_s.append(done)
@@ -372,7 +439,7 @@ def fmt(v: float | None, unit: str) -> str:
 
 def render(facts: dict[str, str], command: str, mode: Mode, results: dict[str, Results], elapsed: float,
            nodes: int, gpus: int, cpus: int) -> str:
-    d, h, s = (results.get(k) for k in TARGETS)
+    d, h, s, py = (results.get(k) for k in TARGETS)
     out = [SECTION, ""]
     out.append(f"Produced by `{command}` ({mode.name} mode, {elapsed / 60:.1f} minutes, "
                f"{time.strftime('%Y-%m-%d %H:%M %Z')}). Both systems on this one machine with {nodes} nodes x "
@@ -387,26 +454,46 @@ def render(facts: dict[str, str], command: str, mode: Mode, results: dict[str, R
                "Computing guide recommends; \"Slurm, better\" is the better of the two per row, and the speed-up "
                "is Shoal against that figure (above 1: Shoal faster; below 1: Slurm faster).")
     out.append("")
-    out.append("| Workload | unit | Slurm default | Slurm HTC-tuned | Slurm, better | Shoal | Shoal speed-up |")
-    out.append("|---|---|---:|---:|---:|---:|---:|")
+    extra = " Shoal, Python commands | its speed-up |" if py else ""
+    out.append(f"| Workload | unit | Slurm default | Slurm HTC-tuned | Slurm, better | Shoal | Shoal speed-up |{extra}")
+    out.append("|---|---|---:|---:|---:|---:|---:|" + ("---:|---:|" if py else ""))
     for row in rows(mode):
         dv, hv, sv = row.value(d), row.value(h), row.value(s)
         best = row.better(dv, hv)
         up = row.speedup(best, sv)
-        out.append(f"| {row.label} | {row.unit} | {fmt(dv, row.unit)} | {fmt(hv, row.unit)} | {fmt(best, row.unit)} "
-                   f"| {fmt(sv, row.unit)} | {'n/a' if up is None else f'{up:.2f}x'} |")
+        line = (f"| {row.label} | {row.unit} | {fmt(dv, row.unit)} | {fmt(hv, row.unit)} | {fmt(best, row.unit)} "
+                f"| {fmt(sv, row.unit)} | {'n/a' if up is None else f'{up:.2f}x'} |")
+        if py:
+            pv = row.value(py)
+            pup = row.speedup(best, pv)
+            line += f" {fmt(pv, row.unit)} | {'n/a' if pup is None else f'{pup:.2f}x'} |"
+        out.append(line)
     out.append("")
-    out.append("| Cluster start-up and per-run figures | Slurm default | Slurm HTC-tuned | Shoal |")
-    out.append("|---|---|---|---|")
+    if py:
+        out.append("\"Shoal, Python commands\" is the same Shoal with `SHOAL_FRONTEND=python`: sbatch, squeue and "
+                   "scancel run as the Python commands, as without the compiled front end (the before figure).")
+        out.append("")
+    out.append("| Cluster start-up and per-run figures | Slurm default | Slurm HTC-tuned | Shoal |"
+               + (" Shoal, Python commands |" if py else ""))
+    out.append("|---|---|---|---|" + ("---|" if py else ""))
     per_run = (("started in s", lambda r: [r.up_s]), ("1. submissions/s, each run", lambda r: r.seq_rate),
                ("2a. all submitted s, each run", lambda r: r.burst_submit_s),
                ("2a. all completed s, each run", lambda r: r.burst_s), ("2b. array completed s, each run",
                                                                        lambda r: r.array_s))
     for label, get in per_run:
-        cells = [", ".join(f"{x:.1f}" for x in get(r)) if r else "not run" for r in (d, h, s)]
+        cells = [", ".join(f"{x:.1f}" for x in get(r)) if r else "not run" for r in (d, h, s, *([py] if py else []))]
         out.append(f"| {label} | {' | '.join(cells)} |")
     out.append("")
-    notes = sorted({n for r in (d, h, s) if r for n in r.notes})
+    if s and s.profile:
+        out.append(f"Where the Shoal server's Python time went during the first run of 1. (py-spy --gil at 200 Hz "
+                   f"on the server process; it held the GIL {s.profile_busy * 100:.0f}% of the run; one "
+                   f"submission's job also starts, runs `true` and is cleaned up meanwhile):")
+        out.append("")
+        out.append("| Part of the server | share of its Python time |")
+        out.append("|---|---:|")
+        out += [f"| {label} | {pct:.1f}% |" for label, pct in s.profile]
+        out.append("")
+    notes = sorted({n for r in (d, h, s, py) if r for n in r.notes})
     out += [
         "How it is measured:",
         "",
@@ -465,6 +552,10 @@ def main(argv: list[str] | None = None) -> int:
     facts["Shoal bytecode"] = ensure_bytecode()
     shoal_version = subprocess.run([str(BIN / "shoal"), "--version"], capture_output=True, text=True).stdout.strip()
     facts["Shoal"] = f"{shoal_version} (commit {facts.pop('Shoal commit')})"
+    compiled = (BIN / "sbatch").read_bytes()[:4] == b"\x7fELF"
+    facts["Shoal commands"] = ("sbatch, squeue, scancel: the compiled front end (frontend/shoal-cmd.c; the server "
+                               "runs the commands' Python code)" if compiled else
+                               "the Python commands (no compiled front end: no C compiler when `make` ran)")
     if any(t.startswith("slurm") for t in targets):
         facts["Slurm installation"] = slurm.ensure_installed()
         facts["Slurm"] = (f"{slurm.slurm_version()} (Debian slurm-wlm {slurm.package_version('slurm-wlm')}, "
@@ -477,8 +568,8 @@ def main(argv: list[str] | None = None) -> int:
     shape = (args.nodes, args.gpus_per_node, args.cpus_per_node, MEMORY_MB)
     for key in targets:
         root = base / key
-        if key == "shoal":
-            t = ShoalTarget(root, *shape)
+        if key.startswith("shoal"):
+            t = ShoalTarget(root, *shape, python_commands=key == "shoal-python")
         else:
             t = SlurmTarget(root, slurm.DEFAULT if key == "slurm-default" else slurm.HTC, *shape)
         results[key] = run_target(t, mode, args.gpus_per_node, log)

@@ -29,6 +29,7 @@ from shoal.server import reservations as resvsvc
 from shoal.server import steps as stepsvc
 from shoal.server.auth import AuthError, Principal, agent_credential, node_step_key
 from shoal.server.core import Server
+from shoal.server.groupcommit import GroupCommit
 from shoal.server.kube import api as kube_api
 from shoal.server.kube import service as kubesvc
 from shoal.server.kube.objects import ObjectError
@@ -144,11 +145,14 @@ def create_app(server: Server) -> FastAPI:
                              def_mem_per_cpu_mb=server.config.scheduler.def_mem_per_cpu_mb,
                              feasible=check_feasible, accounts=server.account_tree, qos=server.qos_table)
 
+    # Submissions made at once share a commit (one disk flush); each is answered only once
+    # its job is committed. jobsvc.submit refuses (JobError) before it writes anything.
+    submits = GroupCommit(server.sessions, refusals=(jobsvc.JobError,))
+
     @app.post("/api/v1/jobs", status_code=201)
     def submit(body: JobSubmit, p: Principal = Depends(user_or_admin)):
         now = server.clock()
-        with server.sessions() as s, s.begin():
-            out = _submit(s, p, body, now)
+        out = submits.run(lambda s: _submit(s, p, body, now))
         server.controller.wake()
         return out
 
