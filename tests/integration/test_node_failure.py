@@ -51,11 +51,12 @@ sleep 60
         again = cluster.wait_for(survivor, states=("RUNNING",), timeout=20)
         assert again["restart_count"] == 1
         assert victim not in again["nodelist"] and again["nodes"] == 2, again
-        wait_until(lambda: "step=1" in (cluster.workdir / f"requeue-{survivor}.out").read_text(), 15,
-                   "the restarted run to run its step")
-        out = (cluster.workdir / f"requeue-{survivor}.out").read_text()
+        def steps_done():
+            out = (cluster.workdir / f"requeue-{survivor}.out").read_text()
+            return out if len([x for x in out.splitlines() if x.startswith("step=1")]) == 2 else None
+
+        out = wait_until(steps_done, 15, "the restarted run's step on both of its nodes")
         assert f"run=1 nodes={again['nodelist']}" in out
-        assert len([line for line in out.splitlines() if line.startswith("step=1")]) == 2
         assert cluster.job(survivor)["state"] == "RUNNING"
         # The dead node takes no new work: a job asking for it is turned away at submit.
         probe = cluster.run(["sbatch", "--nodelist", victim, "--wrap", "true"], check=False)

@@ -12,7 +12,8 @@ from tests.integration.cluster import LocalCluster
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory) -> LocalCluster:
-    c = LocalCluster(tmp_path_factory.mktemp("resv"), nodes=2, gpus_per_node=2)
+    # alice and bob have tokens, not Unix accounts: their jobs run as the agent's user.
+    c = LocalCluster(tmp_path_factory.mktemp("resv"), nodes=2, gpus_per_node=2, extra=("--run-jobs-as", "agent"))
     c.up()
     yield c
     c.down()
