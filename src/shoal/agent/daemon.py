@@ -136,7 +136,7 @@ class Agent:
         log.info("registered %s with %s (%d CPUs, %d MiB, %d GPUs)", self.name, self.cfg.server,
                  host.cpus, host.memory_mb, len(inv.gpus))
         with self._fence_lock:
-            lease = reply.get("heartbeat_timeout_s")
+            lease = reply.get("lease_s")
             self.lease_s = float(lease) if lease else None
             self._renewed = max(self._renewed, sent)
             if fenced is not None and self._unannounced is fenced:

@@ -590,8 +590,8 @@ def create_app(server: Server) -> FastAPI:
             "epoch": server.hub.epoch,
             "heartbeat_interval_s": server.config.nodes.heartbeat_interval_s,
             # The agent's lease: silent this long, the node is DOWN and its work restarted
-            # elsewhere, so the agent stops that work itself (fencing).
-            "heartbeat_timeout_s": server.config.nodes.heartbeat_timeout_s,
+            # elsewhere, so the agent stops that work itself (fencing); null: never.
+            "lease_s": server.config.nodes.heartbeat_timeout_s if server.config.nodes.fencing else None,
             "kill_wait_s": server.config.nodes.kill_wait_s,
         }
 

@@ -213,6 +213,10 @@ class NodeLifecycleConfig(BaseModel):
     heartbeat_interval_s: float = Field(default=5.0, gt=0)
     heartbeat_timeout_s: float = Field(default=60.0, gt=0, description="SlurmdTimeout")
     kill_wait_s: float = Field(default=30.0, ge=0, description="KillWait: SIGTERM to SIGKILL")
+    # Agents silent past heartbeat_timeout_s kill their own tasks, which the server restarts
+    # elsewhere, so none runs twice after a partition. The price: a control plane down for
+    # longer than the timeout stops every node's work (agents cannot tell it from a cut).
+    fencing: bool = Field(default=True, description="agents fence themselves when their lease runs out")
 
 
 class SwitchConfig(BaseModel):
