@@ -391,6 +391,9 @@ class Agent:
                       " ".join(sorted(runs) + ["/".join(self._pod_names.get(k, (k,))) for k in sorted(pods)]) or "-")
             self._fenced.update(runs + pods)
             self._unannounced = sorted(runs + pods)
+            now = time.time()
+            for key in runs:
+                self.runtime.kill(key, 0.0, now)  # marks it ending: srun starts no new step in it
             self.runtime.kill_all()
             for key in pods:
                 self.pods.stop(key, grace_s=0)
