@@ -406,7 +406,7 @@ def test_unsupported_kind_lists_what_is_supported():
     assert errors_of({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "x"}}) == [
         ("kind", 'Unsupported value: "apps/v1 StatefulSet": supported kinds: v1 Namespace, v1 Pod, v1 Service, '
                  "apps/v1 Deployment, apps/v1 ReplicaSet, autoscaling/v2 HorizontalPodAutoscaler, "
-                 "scheduling.k8s.io/v1 PriorityClass"),
+                 "scheduling.k8s.io/v1 PriorityClass, rbac.authorization.k8s.io/v1 RoleBinding"),
     ]
     assert errors_of({"apiVersion": "autoscaling/v1", "kind": "HorizontalPodAutoscaler"}) == [
         ("apiVersion", 'Unsupported value: "autoscaling/v1": HorizontalPodAutoscaler is served as autoscaling/v2'),
@@ -630,3 +630,18 @@ def test_a_replicaset_checks_its_selector_like_a_deployment():
     assert obj["spec"]["minReadySeconds"] == 0
     rs["spec"]["template"]["metadata"]["labels"]["pod-template-hash"] = "xyz"
     assert errors_of(rs) == [("spec.template.metadata.labels", "`selector` does not match template `labels`")]
+
+
+def test_a_rolebinding_names_users_or_groups_and_one_of_the_user_facing_cluster_roles():
+    ok = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+          "metadata": {"name": "team-a-edit", "namespace": "team-a"},
+          "subjects": [{"kind": "User", "name": "alice"}, {"kind": "Group", "name": "ml"}],
+          "roleRef": {"kind": "ClusterRole", "name": "edit", "apiGroup": "rbac.authorization.k8s.io"}}
+    obj, warnings = validate(ok)
+    assert obj["roleRef"]["name"] == "edit" and [s["kind"] for s in obj["subjects"]] == ["User", "Group"]
+    bad = {**ok, "subjects": [{"kind": "ServiceAccount", "name": "x"}],
+           "roleRef": {"kind": "ClusterRole", "name": "cluster-admin"}}
+    assert errors_of(bad) == [
+        ("subjects[0].kind", 'Unsupported value: "ServiceAccount": supported values: "User", "Group"'),
+        ("roleRef.name", 'Unsupported value: "cluster-admin": supported values: "view", "edit", "admin"'),
+    ]

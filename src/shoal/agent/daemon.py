@@ -60,6 +60,7 @@ class AgentConfig:
     images: dict[str, list[str]] = field(default_factory=dict)  # process runtime: image glob -> argv
     fake_nvml: FakeNVML | None = None  # the fake driver behind ``inventory``, if it is fake
     run_as_submitter: bool | None = None  # jobs run as their users; None: when the agent is root
+    ca_file: str | None = None  # the cluster CA, to verify an https:// server (jobs get it as $SHOAL_CA)
 
 
 class Agent:
@@ -85,7 +86,7 @@ class Agent:
         # Signals' ids (they stay the same on every server sharing a store): a signal applied
         # through one server is not applied again through another after a failover.
         self._signal_ids: collections.deque = collections.deque(maxlen=1024)
-        self._server = Client(cfg.server, cfg.join_token, timeout=40)
+        self._server = Client(cfg.server, cfg.join_token, timeout=40, ca_file=cfg.ca_file)
         self._server.job_token = None
         self.step_server = StepServer((cfg.address, cfg.port), self)
         self._desired: set[str] = set()
@@ -225,7 +226,8 @@ class Agent:
                 continue
             self.runtime.ensure(entry["key"], entry["job_id"], entry["run"], entry.get("user", ""))
             if "batch" in entry:
-                self.runtime.start_batch(entry, {"SHOAL_SERVER": self.cfg.server})
+                self.runtime.start_batch(entry, {"SHOAL_SERVER": self.cfg.server,
+                                                 **({"SHOAL_CA": self.cfg.ca_file} if self.cfg.ca_file else {})})
         pod_keys = set(self.pods.alive_keys())
         for k in work["kill"]:
             if k["key"] in pod_keys:

@@ -23,7 +23,7 @@ def parse_labels(items: list[str]) -> dict[str, str]:
 
 
 AGENT_DEFAULTS = {"address": "0.0.0.0", "port": 6818, "gpu_model": "A100-SXM4-80GB"}
-_CONFIG_KEYS = {"server", "join_token", "join_token_file", "name", "address", "port", "workdir", "fake_gpus",
+_CONFIG_KEYS = {"server", "join_token", "join_token_file", "ca_file", "name", "address", "port", "workdir", "fake_gpus",
                 "gpu_model", "fake_gpus_file", "cpus", "memory", "labels", "features", "taints", "runtime",
                 "images", "run_jobs_as"}
 RUNTIMES = ("process", "podman", "docker", "enroot", "apptainer")
@@ -153,6 +153,9 @@ def run(args) -> int:
             join = Path(args.join_token_file).read_text(encoding="utf-8").strip()
         if not join:
             raise ValueError("a join token is required: --join-token or --join-token-file")
+        ca_file = os.path.abspath(args.ca_file) if args.ca_file else None
+        if ca_file:
+            Path(ca_file).read_bytes()  # unreadable: say so now, not at the first request
     except (ValueError, FakeGPUConfigError, GPUDiscoveryError, LabelError, OSError) as e:
         print(f"shoal agent: error: {e}", file=sys.stderr)
         return 2
@@ -161,7 +164,7 @@ def run(args) -> int:
     cfg = AgentConfig(name=name, server=args.server, join_token=join, address=args.address, port=args.port,
                       workdir=workdir, host=host, inventory=inventory, labels=labels, features=features,
                       taints=args.taint, runtime=args.runtime, images=args.images,
-                      fake_nvml=fake, run_as_submitter=None if args.run_jobs_as is None
+                      fake_nvml=fake, ca_file=ca_file, run_as_submitter=None if args.run_jobs_as is None
                       else args.run_jobs_as == "submitter")
     try:
         agent = Agent(cfg)

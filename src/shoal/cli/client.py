@@ -69,6 +69,9 @@ def load_config() -> dict:
         conf["server"] = os.environ["SHOAL_SERVER"]
     if os.environ.get("SHOAL_TOKEN"):
         conf["token"] = os.environ["SHOAL_TOKEN"]
+    if os.environ.get("SHOAL_CA"):
+        conf["ca_file"] = os.environ["SHOAL_CA"]
+        conf.pop("ca_data", None)
     if not conf.get("server"):
         raise ClientError(
             f"no Shoal server configured: start a local cluster with 'shoal up', "
@@ -77,25 +80,56 @@ def load_config() -> dict:
     return conf
 
 
+def write_config(path: str, server: str, token: str, ca_pem: str | None = None) -> None:
+    """Write a client configuration (0600): the server URLs, the token and, for HTTPS, the
+    cluster CA certificate itself (``ca_data``), so the file alone is enough on any machine."""
+    conf = {"server": server, "token": token}
+    if ca_pem:
+        conf["ca_data"] = ca_pem
+    path = os.path.expanduser(path)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(conf, f, indent=2)
+        f.write("\n")
+
+
 class Client:
     """JSON over HTTP to the Shoal server, authenticated with a bearer token.
 
     ``server`` may name several servers, comma-separated (servers sharing one store): a
     request goes to the one that last answered, and to the next when it cannot be reached.
+    An ``https://`` server's certificate is checked against the cluster CA: ``ca_file`` (default
+    $SHOAL_CA) or ``ca_data`` (PEM text), else the system's trusted CAs.
     """
 
-    def __init__(self, server: str, token: str | None = None, timeout: float = 30.0):
+    def __init__(self, server: str, token: str | None = None, timeout: float = 30.0, *,
+                 ca_file: str | None = None, ca_data: str | None = None):
         self.servers = [u.strip() for u in server.split(",") if u.strip()] or [server]
         self._use(self.servers[0])
         self.token = token
         self.timeout = timeout
+        self.ca_file = ca_file or os.environ.get("SHOAL_CA") or None
+        self.ca_data = ca_data
         # A job's own credential lets srun create steps inside its allocation.
         self.job_token = os.environ.get("SHOAL_JOB_TOKEN")
 
     @classmethod
     def from_config(cls) -> "Client":
         conf = load_config()
-        return cls(conf["server"], conf.get("token"))
+        return cls(conf["server"], conf.get("token"), ca_file=conf.get("ca_file"), ca_data=conf.get("ca_data"))
+
+    def ca_pem(self) -> str | None:
+        """The cluster CA certificate this client trusts, as PEM text (None: the system's)."""
+        if self.ca_data:
+            return self.ca_data
+        if self.ca_file:
+            try:
+                with open(self.ca_file, encoding="ascii") as f:
+                    return f.read()
+            except OSError as e:
+                raise ClientError(f"cannot read the cluster CA certificate {self.ca_file}: {e.strerror}") from None
+        return None
 
     def get(self, path: str, params: dict | None = None, timeout: float | None = None):
         if params:
@@ -217,12 +251,29 @@ class Client:
                 f"(is the cluster up? try 'shoal up')"
             ) from None
         if self.scheme == "https":
-            import ssl
-
-            sock = ssl.create_default_context(cafile=os.environ.get("SHOAL_CA")).wrap_socket(
-                sock, server_hostname=self.host
-            )
+            sock = self._tls(sock)
         return sock
+
+    def _tls(self, sock: socket.socket) -> socket.socket:
+        import ssl  # only for https: it costs start-up time
+
+        try:
+            context = ssl.create_default_context(cafile=self.ca_file, cadata=self.ca_data)
+        except (OSError, ssl.SSLError) as e:
+            sock.close()
+            raise ClientError(f"cannot load the cluster CA certificate {self.ca_file or '(ca_data)'}: "
+                              f"{getattr(e, 'strerror', None) or e}") from None
+        try:
+            return context.wrap_socket(sock, server_hostname=self.host)
+        except ssl.SSLCertVerificationError as e:
+            sock.close()
+            raise ClientError(
+                f"the Shoal server at {self.server} has a TLS certificate this client does not trust "
+                f"({e.verify_message}): give the cluster's CA certificate (ca.crt in the server's state dir) "
+                f"as 'ca_file' in {config_path()}, or set $SHOAL_CA to its path") from None
+        except (ssl.SSLError, OSError) as e:
+            sock.close()
+            raise ClientError(f"TLS handshake with the Shoal server at {self.server} failed: {e}") from None
 
     def _roundtrip(self, message: Callable[[], bytes], timeout: float) -> tuple[int, bytes]:
         sock = self._connect(timeout)
@@ -240,6 +291,9 @@ class Client:
             raise ClientError(f"connection to the Shoal server at {self.server} failed: {e}") from None
         finally:
             sock.close()
+        if not chunks and self.scheme == "http":
+            raise ClientError(f"the Shoal server at {self.server} closed the connection without answering "
+                              f"(if it serves HTTPS, use an https:// URL)")
         return _parse_response(b"".join(chunks))
 
 

@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from shoal.cli.client import Client, ClientError, config_path
+from shoal.cli.client import Client, ClientError, config_path, write_config
 
 HOSTS_FILE = "/etc/hosts"
 
@@ -101,7 +101,9 @@ def up(args) -> int:
         config_file = str(sdir / "cluster.yaml")
         # JSON is YAML: no YAML writer needed, and the file stays readable.
         Path(config_file).write_text(json.dumps(default_config(names, partition, args), indent=2) + "\n")
-    server_url = f"http://127.0.0.1:{args.port}"
+    tls = getattr(args, "tls", "off") == "on"
+    server_url = f"{'https' if tls else 'http'}://127.0.0.1:{args.port}"
+    ca_file = str(sdir / "server" / "ca.crt") if tls else None
     join_file = sdir / "join.token"
     if not join_file.exists():
         import secrets
@@ -115,6 +117,7 @@ def up(args) -> int:
                   "--state-dir", str(sdir / "server"), "--join-token-file", str(join_file)]
     if args.db:
         server_cmd += ["--db", args.db]
+    server_cmd += ["--tls", "on" if tls else "off"]
     pids["server"] = _spawn(server_cmd, sdir / "logs" / "server.log")
     state = {"server": server_url, "pids": pids, "started": time.time(), "hosts": False,
              "client_config": config_path(), "nodes": dict(zip(names, addresses))}
@@ -124,7 +127,7 @@ def up(args) -> int:
     while time.time() < deadline:
         if not _alive(pids["server"]):
             return _failed(sdir, "the server exited during start-up", "server.log")
-        if admin_file.exists() and _healthy(server_url):
+        if admin_file.exists() and (not tls or os.path.exists(ca_file)) and _healthy(server_url, ca_file=ca_file):
             break
         time.sleep(0.05)
     else:
@@ -138,6 +141,8 @@ def up(args) -> int:
                "--name", name, "--address", address, "--port", str(args.agent_port),
                "--workdir", str(sdir / "nodes" / name), "--cpus", str(args.cpus_per_node),
                "--memory", args.memory_per_node]
+        if ca_file:
+            cmd += ["--ca-file", ca_file]
         if args.gpus_per_node:
             cmd += ["--fake-gpus", str(args.gpus_per_node), "--gpu-model", args.gpu_model]
         for label in args.label:
@@ -154,7 +159,7 @@ def up(args) -> int:
             cmd = ["unshare", "--uts", "--", *cmd, "--hostname"]
         pids["agents"][name] = _spawn(cmd, sdir / "logs" / f"{name}.log")
     _write_state(sdir, state)
-    client = Client(server_url, token)
+    client = Client(server_url, token, ca_file=ca_file)
     while time.time() < deadline:
         dead = [n for n, pid in pids["agents"].items() if not _alive(pid)]
         if dead:
@@ -169,11 +174,11 @@ def up(args) -> int:
         time.sleep(0.05)
     else:
         return _failed(sdir, f"not every node registered within {args.timeout:g}s", None)
-    _write_client_config(server_url, token)
+    write_config(config_path(), server_url, token, client.ca_pem())
     if getattr(args, "gateway", None):
         pids["gateway"] = _spawn([py, "-m", "shoal", "gateway", "--server", server_url, "--token-file",
                                   str(admin_file), "--listen", f"127.0.0.1:{args.gateway}"],
-                                 sdir / "logs" / "gateway.log")
+                                 sdir / "logs" / "gateway.log", env={"SHOAL_CA": ca_file} if ca_file else None)
         state["gateway"] = f"http://127.0.0.1:{args.gateway}"
         _write_state(sdir, state)
         while time.time() < deadline and not _healthy(state["gateway"], "/gateway/healthz"):
@@ -194,16 +199,16 @@ def up(args) -> int:
     return 0
 
 
-def _spawn(cmd: list[str], log: Path) -> int:
+def _spawn(cmd: list[str], log: Path, env: dict | None = None) -> int:
     with open(log, "ab") as out:
         p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                             start_new_session=True, close_fds=True)
+                             start_new_session=True, close_fds=True, env={**os.environ, **env} if env else None)
     return p.pid
 
 
-def _healthy(url: str, path: str = "/healthz") -> bool:
+def _healthy(url: str, path: str = "/healthz", ca_file: str | None = None) -> bool:
     try:
-        Client(url).get(path, timeout=1)
+        Client(url, ca_file=ca_file).get(path, timeout=1)
         return True
     except ClientError:
         return False
@@ -213,15 +218,6 @@ def _write_state(sdir: Path, state: dict) -> None:
     tmp = sdir / "cluster.json.tmp"
     tmp.write_text(json.dumps(state, indent=2))
     tmp.replace(sdir / "cluster.json")
-
-
-def _write_client_config(server: str, token: str) -> None:
-    path = Path(config_path())
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump({"server": server, "token": token}, f, indent=2)
-        f.write("\n")
 
 
 def _failed(sdir: Path, why: str, log: str | None) -> int:

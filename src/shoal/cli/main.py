@@ -21,7 +21,10 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--state-dir", default="/var/lib/shoal/server", help="secrets and the default SQLite file")
     s.add_argument("--join-token-file", help="accept agents that present this token (else one is generated)")
     s.add_argument("--advertise-url", help="the URL clients reach this server by, as /api/v1/leader and scontrol "
-                   "ping name it (default: http://HOST:PORT of --listen)")
+                   "ping name it (default: http://HOST:PORT of --listen, https with TLS)")
+    s.add_argument("--tls", choices=("on", "off", "auto"), default="auto",
+                   help="serve HTTPS with a certificate from the cluster CA made at first start (STATE_DIR/ca.crt "
+                        "is what agents and clients need); auto: on unless --listen is a loopback address")
 
     a = sub.add_parser("agent", help="run a node agent")
     a.add_argument("--config", help="agent configuration (YAML): any of the options below, plus "
@@ -29,6 +32,8 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--server", help="server URL, e.g. http://10.0.0.1:6817; several, comma-separated, "
                                     "for servers sharing a PostgreSQL store (the next is tried when one is down)")
     a.add_argument("--join-token")
+    a.add_argument("--ca-file", help="the cluster CA certificate (the server's STATE_DIR/ca.crt), to verify an "
+                                     "https:// server; jobs get it as $SHOAL_CA")
     a.add_argument("--join-token-file")
     a.add_argument("--name", help="node name (default: short hostname)")
     a.add_argument("--address", help="address to serve srun launches on and to advertise (default 0.0.0.0)")
@@ -66,6 +71,9 @@ def _parser() -> argparse.ArgumentParser:
     u.add_argument("--agent-port", type=int, default=6818)
     u.add_argument("--config", help="cluster configuration (default: one partition named after the GPU model)")
     u.add_argument("--db", help="SQLAlchemy URL (default: SQLite in the state dir)")
+    u.add_argument("--tls", choices=("on", "off"), default="off",
+                   help="serve HTTPS (the nodes and the client configuration get the cluster CA); default off: "
+                        "a local cluster listens on loopback only")
     u.add_argument("--state-dir", help="default: $SHOAL_STATE_DIR or ~/.local/state/shoal/local")
     u.add_argument("--label", action="append", default=[], metavar="KEY=VALUE", help="label for every node")
     u.add_argument("--taint", action="append", default=[], metavar="KEY[=VALUE]:EFFECT",
@@ -87,7 +95,13 @@ def _parser() -> argparse.ArgumentParser:
     t = sub.add_parser("token", help="create an API token for a user (admin)")
     t.add_argument("action", choices=["create"])
     t.add_argument("--user", required=True)
-    t.add_argument("--role", default="user", choices=["user", "admin"])
+    t.add_argument("--role", default="user", choices=["admin", "operator", "user", "read-only"],
+                   help="admin: everything; operator: nodes, reservations, anyone's jobs; user: own jobs and "
+                        "bound namespaces; read-only: sees, changes nothing (default %(default)s)")
+    t.add_argument("--group", action="append", default=[], metavar="GROUP",
+                   help="a group the user belongs to, for RoleBindings that name groups (repeatable)")
+    t.add_argument("--write-config", metavar="FILE",
+                   help="also write a client configuration for the user (server, token, cluster CA) to FILE")
 
     g = sub.add_parser("gateway", help="route HTTP requests to Services' ready pods")
     g.add_argument("--listen", default="127.0.0.1:8080", help="host:port to serve on (default %(default)s)")
@@ -142,12 +156,17 @@ def main(argv: list[str] | None = None) -> int:
 
         return local.up(args) if args.command == "up" else local.down(args)
     if args.command == "token":
-        from shoal.cli.client import Client, ClientError, fail
+        from shoal.cli.client import Client, ClientError, fail, write_config
 
         try:
-            out = Client.from_config().post("/api/v1/tokens", {"user": args.user, "role": args.role})
+            client = Client.from_config()
+            out = client.post("/api/v1/tokens", {"user": args.user, "role": args.role, "groups": args.group})
+            if args.write_config:
+                write_config(args.write_config, ",".join(client.servers), out["token"], client.ca_pem())
         except ClientError as e:
             fail(str(e))
+        except OSError as e:
+            fail(f"cannot write {args.write_config}: {e.strerror}")
         print(out["token"])
         return 0
     parser.print_help()

@@ -453,6 +453,28 @@ class PriorityClass(KubeObject):
     description: str | None = None
 
 
+class Subject(Model):
+    """Who a RoleBinding grants to: a user or a group (as on their Shoal token)."""
+
+    kind: Literal["User", "Group"]
+    name: str = Field(min_length=1, max_length=64)
+    apiGroup: Literal["rbac.authorization.k8s.io"] = "rbac.authorization.k8s.io"
+
+
+class RoleRef(Model):
+    """Kubernetes' user-facing ClusterRoles: view (read), edit (read and change), admin (edit
+    plus the namespace's RoleBindings)."""
+
+    apiGroup: Literal["rbac.authorization.k8s.io"] = "rbac.authorization.k8s.io"
+    kind: Literal["ClusterRole"]
+    name: Literal["view", "edit", "admin"]
+
+
+class RoleBinding(KubeObject):
+    subjects: list[Subject] = Field(default_factory=list)
+    roleRef: RoleRef
+
+
 KINDS: dict[tuple[str, str], type[KubeObject]] = {
     ("v1", "Namespace"): Namespace,
     ("v1", "Pod"): Pod,
@@ -461,6 +483,7 @@ KINDS: dict[tuple[str, str], type[KubeObject]] = {
     ("apps/v1", "ReplicaSet"): ReplicaSet,
     ("autoscaling/v2", "HorizontalPodAutoscaler"): HorizontalPodAutoscaler,
     ("scheduling.k8s.io/v1", "PriorityClass"): PriorityClass,
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"): RoleBinding,
 }
 CLUSTER_SCOPED = frozenset({"Namespace", "PriorityClass"})
 

@@ -109,9 +109,16 @@ def create_app(server: Server) -> FastAPI:
             raise AuthError(403, "Access/permission denied: this needs an admin token")
         return p
 
+    def operator(p: Principal = Depends(principal)) -> Principal:
+        if not p.is_operator:
+            raise AuthError(403, "Access/permission denied: this needs an operator or admin token")
+        return p
+
     def user_or_admin(p: Principal = Depends(principal)) -> Principal:
-        if p.role not in ("admin", "user"):
-            raise AuthError(403, "Access/permission denied: a job or node credential cannot do this")
+        if not p.may_change:
+            raise AuthError(403, "Access/permission denied: a read-only token cannot do this"
+                            if p.role == "read-only" else
+                            "Access/permission denied: a job or node credential cannot do this")
         return p
 
     app.include_router(kube_api.router(server, principal, admin, retry_on_conflict))
@@ -184,18 +191,27 @@ def create_app(server: Server) -> FastAPI:
                   name: str | None = None, all: bool = False,
                   since: float | None = Query(default=None, allow_inf_nan=False),
                   view: str | None = None, p: Principal = Depends(principal)):
-        jobs = _list_jobs(job_id, user, partition, state, name, all, since, view)
+        jobs = _list_jobs(job_id, user, partition, state, name, all, since, view, viewer=p)
         return JSONResponse({"jobs": jobs})  # already plain JSON: skip re-encoding
+
+    def _private_jobs(p: Principal):
+        """With PrivateData=jobs, the condition limiting a caller to its own jobs (None: sees all)."""
+        if "jobs" not in server.config.auth.private_data or p.is_operator:
+            return None
+        return JobRow.id == p.job_id if p.role == "job" else JobRow.user == p.user
 
     def _list_jobs(job_id: list[str], user: str | None = None, partition: str | None = None,
                    state: list[str] = (), name: str | None = None, all: bool = False,
-                   since: float | None = None, view: str | None = None) -> list[dict]:
+                   since: float | None = None, view: str | None = None, *,
+                   viewer: Principal) -> list[dict]:
         """Jobs as docs/API.md's Job objects, or with ``view=queue`` only the keys squeue's
         default table reads (jobsvc.QUEUE_VIEW), read from their columns alone."""
         if view not in (None, "queue"):
             raise jobsvc.JobError(f"unknown view {view!r} (expected queue)")
         with server.sessions() as s:
             q = select(JobRow) if view is None else select(*jobsvc.QUEUE_VIEW.values())
+            if (own := _private_jobs(viewer)) is not None:
+                q = q.where(own)
             ids, arrays = _parse_job_ids(job_id)
             if ids or arrays:
                 conds = []
@@ -227,6 +243,9 @@ def create_app(server: Server) -> FastAPI:
     def get_job(job_id: int, p: Principal = Depends(principal)):
         with server.sessions() as s:
             row = _job(s, job_id)
+            own = _private_jobs(p)
+            if own is not None and (row.id != p.job_id if p.role == "job" else row.user != p.user):
+                raise jobsvc.JobError(f"Invalid job id specified: {job_id}", 404)  # as Slurm hides it
             return JSONResponse(_jobs_json(s, [row])[0])
 
     @app.post("/api/v1/jobs/cancel")
@@ -252,7 +271,7 @@ def create_app(server: Server) -> FastAPI:
                 q = q.where(JobRow.state.in_([_long_state(x) for x in body.states]))
             if body.name:
                 q = q.where(JobRow.name == body.name)
-            if not p.is_admin and not body.job_ids:
+            if not p.is_operator and not body.job_ids:
                 q = q.where(JobRow.user == p.user)
             for row in s.scalars(q):
                 touched |= _cancel_one(s, row, p, sig, _target(body), now)
@@ -362,8 +381,9 @@ def create_app(server: Server) -> FastAPI:
                 raise jobsvc.JobError(f"Job {job_id} has already finished", 409)
             if body.time_limit_s is not None:
                 new = body.time_limit_s or None
-                if not p.is_admin and (new is None or (row.time_limit_s is not None and new > row.time_limit_s)):
-                    raise jobsvc.JobError("Access/permission denied: only an admin may raise a time limit", 403)
+                if not p.is_operator and (new is None or (row.time_limit_s is not None and new > row.time_limit_s)):
+                    raise jobsvc.JobError("Access/permission denied: only an operator or admin may raise "
+                                          "a time limit", 403)
                 row.time_limit_s = new
             if body.name is not None:
                 row.name = body.name
@@ -440,7 +460,7 @@ def create_app(server: Server) -> FastAPI:
 
     @app.patch("/api/v1/nodes/{name}")
     @retry_on_conflict
-    def update_node(name: str, body: NodeUpdate, p: Principal = Depends(admin)):
+    def update_node(name: str, body: NodeUpdate, p: Principal = Depends(operator)):
         now = server.clock()
         touched: set[str] = set()
         with server.sessions() as s, s.begin():
@@ -501,7 +521,7 @@ def create_app(server: Server) -> FastAPI:
 
     @app.post("/api/v1/reservations", status_code=201)
     @retry_on_conflict
-    def create_reservation(body: ReservationCreate, p: Principal = Depends(admin)):
+    def create_reservation(body: ReservationCreate, p: Principal = Depends(operator)):
         with server.sessions() as s, s.begin():
             out = resvsvc.create(s, body, creator=p.user, partitions=server.partitions, now=server.clock())
         server.controller.wake()
@@ -509,7 +529,7 @@ def create_app(server: Server) -> FastAPI:
 
     @app.patch("/api/v1/reservations/{name}")
     @retry_on_conflict
-    def update_reservation(name: str, body: ReservationUpdate, p: Principal = Depends(admin)):
+    def update_reservation(name: str, body: ReservationUpdate, p: Principal = Depends(operator)):
         with server.sessions() as s, s.begin():
             out = resvsvc.update(s, name, body, partitions=server.partitions, now=server.clock())
         server.controller.wake()
@@ -517,7 +537,7 @@ def create_app(server: Server) -> FastAPI:
 
     @app.delete("/api/v1/reservations/{name}")
     @retry_on_conflict
-    def delete_reservation(name: str, p: Principal = Depends(admin)):
+    def delete_reservation(name: str, p: Principal = Depends(operator)):
         with server.sessions() as s, s.begin():
             resvsvc.delete(s, name, server.clock())
         server.controller.wake()
@@ -549,12 +569,12 @@ def create_app(server: Server) -> FastAPI:
     @app.post("/api/v1/tokens", status_code=201)
     def create_token(body: TokenCreate, p: Principal = Depends(admin)):
         with server.sessions() as s, s.begin():
-            token = server.auth.create_token(s, body.user, body.role, body.description)
-        return {"user": body.user, "role": body.role, "token": token}
+            token = server.auth.create_token(s, body.user, body.role, body.description, body.groups)
+        return {"user": body.user, "role": body.role, "groups": body.groups, "token": token}
 
     @app.get("/api/v1/whoami")
     def whoami(p: Principal = Depends(principal)):
-        return {"user": p.user, "role": p.role, "job_id": p.job_id}
+        return {"user": p.user, "role": p.role, "groups": list(p.groups), "job_id": p.job_id}
 
     # ------------------------------------------------------------------ agents
 
@@ -736,7 +756,7 @@ def create_app(server: Server) -> FastAPI:
         test_only=lambda body, p: test_only(JobSubmit.model_validate(body), user_or_admin(p)),
         list_jobs=lambda params, p: {"jobs": _list_jobs(
             params.get("job_id") or [], params.get("user"), params.get("partition"), name=params.get("name"),
-            all=params.get("all") == "true", view=params.get("view"))},
+            all=params.get("all") == "true", view=params.get("view"), viewer=p)},
         bulk_cancel=lambda body, p: bulk_cancel(BulkCancelRequest.model_validate(body), p),
         cancel=lambda job_id, body, p: cancel(job_id, CancelRequest.model_validate(body), p),
     ), server.auth.resolve))

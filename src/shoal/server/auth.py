@@ -1,4 +1,14 @@
-"""Who is calling: user tokens (stored hashed), agent credentials and job credentials.
+"""Who is calling: user tokens (stored hashed), agent credentials and job credentials;
+and what each cluster role may do.
+
+Cluster roles, held by a token (Slurm's AdminLevel plus a read-only level):
+
+| role | may |
+|---|---|
+| admin | everything, tokens included; act for another user (``X-Shoal-User``) |
+| operator | manage nodes (drain, resume, down), reservations and any user's jobs; see every serving object; not tokens or role bindings |
+| user | submit and change their own jobs; serving objects where a role binding (or the open ``default`` namespace) lets them |
+| read-only | see what a user sees, plus every serving object; change nothing |
 
 Agent and job credentials are HMACs of the cluster secret, so the server verifies them
 without storing them: an agent's credential is bound to its node name, a job's to the job
@@ -27,16 +37,35 @@ class AuthError(Exception):
         self.message = message
 
 
+ROLES = ("admin", "operator", "user", "read-only")  # the roles a person's token may hold
+
+
 @dataclass(frozen=True)
 class Principal:
     user: str
-    role: str  # admin | user | agent | job | join
+    role: str  # admin | operator | user | read-only | agent | job | join
     node: str | None = None  # agents: the one node they may speak for
     job_id: int | None = None  # job credentials: the one job they may act in
+    groups: tuple[str, ...] = ()  # the token's groups, which role bindings may name
 
     @property
     def is_admin(self) -> bool:
         return self.role == "admin"
+
+    @property
+    def is_operator(self) -> bool:
+        """Manages the cluster: nodes, reservations, any user's jobs (admins too)."""
+        return self.role in ("admin", "operator")
+
+    @property
+    def may_change(self) -> bool:
+        """A person's token that may submit and change things (not read-only, not a daemon's)."""
+        return self.role in ("admin", "operator", "user")
+
+    @property
+    def sees_everything(self) -> bool:
+        """Reads every serving object, whoever applied it (a cluster-wide ``view``)."""
+        return self.role in ("admin", "operator", "read-only")
 
 
 def hash_token(token: str) -> str:
@@ -76,10 +105,11 @@ class Authenticator:
         self.secret = secret
         self._cache: dict[str, Principal] = {}
 
-    def create_token(self, session: Session, user: str, role: str, description: str | None = None) -> str:
+    def create_token(self, session: Session, user: str, role: str, description: str | None = None,
+                     groups: list[str] | tuple[str, ...] = ()) -> str:
         token = new_token("shoal" if role != "join" else "join")
         session.add(TokenRow(user=user, role=role, token_hash=hash_token(token), created=time.time(),
-                             description=description))
+                             description=description, groups=list(groups)))
         return token
 
     def resolve(self, authorization: str | None, job_token: str | None, acting_user: str | None) -> Principal:
@@ -100,7 +130,7 @@ class Authenticator:
                 row = s.scalar(select(TokenRow).where(TokenRow.token_hash == hash_token(token)))
             if row is None:
                 raise AuthError(401, "invalid token")
-            p = Principal(user=row.user, role=row.role)
+            p = Principal(user=row.user, role=row.role, groups=tuple(row.groups or ()))
             self._cache[token] = p
         if p.is_admin and acting_user:
             return Principal(user=unquote(acting_user), role="admin")

@@ -10,6 +10,7 @@ minutes.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
@@ -277,6 +278,19 @@ class ServingConfig(BaseModel):
     hpa_sync_s: float = Field(default=15.0, gt=0, le=600)  # --horizontal-pod-autoscaler-sync-period
 
 
+class AuthConfig(BaseModel):
+    """Who sees and may do what, beyond the token roles (see shoal.server.auth)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # Every user may create serving objects in the `default` namespace; false: only those a
+    # RoleBinding there grants edit (as in any other namespace).
+    default_namespace_open: bool = True
+    # Slurm's PrivateData: "jobs" hides other users' jobs from users and read-only tokens
+    # (operators and admins see all). Empty, the default, as in Slurm: squeue shows everyone's.
+    private_data: list[Literal["jobs"]] = Field(default_factory=list)
+
+
 class ClusterConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -289,6 +303,7 @@ class ClusterConfig(BaseModel):
     nodes: NodeLifecycleConfig = NodeLifecycleConfig()
     topology: TopologyConfig | None = None
     serving: ServingConfig = ServingConfig()
+    auth: AuthConfig = AuthConfig()
     # Where relative paths (topology.file) start: the cluster file's folder.
     _base_dir: Path | None = PrivateAttr(default=None)
 

@@ -87,7 +87,7 @@ class Server:
         with self.sessions() as s, s.begin():
             key = shared_secret(s, SECRET_FILE, local or secrets.token_bytes(32))
         if key != local:
-            _write_private(path, key)
+            write_private(path, key)
         return key
 
     def _bootstrap_tokens(self, join_token: str | None) -> None:
@@ -96,7 +96,7 @@ class Server:
             have_admin = s.scalar(select(TokenRow).where(TokenRow.role == "admin").limit(1)) is not None
             if not have_admin:
                 token = self.auth.create_token(s, "root", "admin", "created at first start")
-                _write_private(self.state_dir / ADMIN_TOKEN_FILE, token.encode())
+                write_private(self.state_dir / ADMIN_TOKEN_FILE, token.encode())
                 log.info("admin token written to %s", self.state_dir / ADMIN_TOKEN_FILE)
             if join_token:
                 from shoal.server.auth import hash_token
@@ -106,7 +106,7 @@ class Server:
                                    created=time.time(), description="agent join token"))
             elif s.scalar(select(TokenRow).where(TokenRow.role == "join").limit(1)) is None:
                 token = self.auth.create_token(s, "join", "join", "agent join token")
-                _write_private(self.state_dir / JOIN_TOKEN_FILE, token.encode())
+                write_private(self.state_dir / JOIN_TOKEN_FILE, token.encode())
 
     def snapshot(self, session, now: float, *, usage: bool | None = None) -> Snapshot:
         """The scheduler's view of the store; fair-share usage is read only when policy needs it
@@ -166,7 +166,7 @@ class Server:
             self.hub.heard(event)
 
 
-def _write_private(path: Path, data: bytes) -> None:
+def write_private(path: Path, data: bytes) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as f:
         f.write(data)

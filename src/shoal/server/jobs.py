@@ -409,11 +409,14 @@ def cancel(session: Session, row: JobRow, principal: Principal, now: float) -> b
 
 
 def check_owner(row: JobRow, principal: Principal) -> None:
-    if principal.is_admin:
+    """May this caller change the job: its user, its own job credential, an operator or admin."""
+    if principal.is_operator:
         return
     if principal.role == "job":
         if principal.job_id == row.id:
             return
+    elif principal.role == "read-only":
+        raise JobError("Access/permission denied: a read-only token cannot change jobs", 403)
     elif principal.user == row.user:
         return
     raise JobError(f"Access/permission denied: job {row.id} belongs to {row.user}", 403)

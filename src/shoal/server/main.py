@@ -12,6 +12,7 @@ def run(args) -> int:
 
     from shoal.server.app import create_app
     from shoal.server.config import ConfigError, load_cluster_config
+    from shoal.server import tls
     from shoal.server.core import Server
 
     logging.basicConfig(level=os.environ.get("SHOAL_LOG_LEVEL", "INFO"),
@@ -28,11 +29,21 @@ def run(args) -> int:
         with open(args.join_token_file, encoding="utf-8") as f:
             join = f.read().strip()
     host, _, port = args.listen.rpartition(":")
-    url = args.advertise_url or f"http://{_advertised_host(host)}:{port}"
+    use_tls = tls.serves_tls(args.tls, host)
+    url = args.advertise_url or f"{'https' if use_tls else 'http'}://{_advertised_host(host)}:{port}"
     server = Server(db, config, state_dir, join_token=join, url=url)
+    ssl_files = {}
+    if use_tls:
+        from shoal.cli.client import split_url
+
+        files = tls.prepare(server.sessions, server.state_dir,
+                            tls.subject_names(host, split_url(args.advertise_url)[1] if args.advertise_url else None))
+        ssl_files = {"ssl_certfile": str(files.cert), "ssl_keyfile": str(files.key)}
+        logging.getLogger("shoal.server").info("serving HTTPS at %s; agents and clients need the cluster CA %s",
+                                               url, files.ca)
     app = create_app(server)
     uvicorn.run(app, host=host or "127.0.0.1", port=int(port), log_level="warning", access_log=False,
-                timeout_keep_alive=30, timeout_graceful_shutdown=2)
+                timeout_keep_alive=30, timeout_graceful_shutdown=2, **ssl_files)
     return 0
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -343,8 +344,10 @@ class TokenCreate(StoredText):
     model_config = ConfigDict(extra="forbid")
 
     user: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.@-]+$")
-    role: str = Field(default="user", pattern="^(admin|user)$")
+    role: str = Field(default="user", pattern="^(admin|operator|user|read-only)$")
     description: str | None = Field(default=None, max_length=200)
+    groups: list[Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.@-]+$")]] = \
+        Field(default_factory=list, max_length=64)
 
 
 RESERVATION_NAME = r"^[A-Za-z0-9_.@-]+$"

@@ -17,10 +17,11 @@ class TokenRow(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     user: Mapped[str] = mapped_column(String(64), index=True)
-    role: Mapped[str] = mapped_column(String(16))  # admin | user
+    role: Mapped[str] = mapped_column(String(16))  # admin | operator | user | read-only | join
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     created: Mapped[float] = mapped_column(Float)
     description: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    groups: Mapped[list] = mapped_column(JSON, default=list)  # role bindings may name groups
 
 
 class NodeRow(Base):

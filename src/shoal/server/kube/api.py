@@ -17,6 +17,7 @@ from shoal.server.kube import objects as objs
 from shoal.server.kube import pods as podsvc
 from shoal.server.kube import service as svc
 from shoal.server.kube.objects import ObjectError
+from shoal.server.kube.rbac import Access
 from shoal.server.kube.routes import routes_table
 from shoal.server.schemas import ApplyRequest, ExecRequest, GatewayMetrics, ScaleRequest, UndoRequest
 from shoal.store.models import NodeRow
@@ -34,6 +35,9 @@ def router(server, principal, admin, retry_on_conflict) -> APIRouter:
 
     def node_addresses(s) -> dict[str, str]:
         return {n.name: n.address for n in s.scalars(select(NodeRow))}
+
+    def access(s, p: Principal) -> Access:
+        return Access.of(s, p, server.config.auth.default_namespace_open)
 
     def changed(routes: bool = True) -> None:
         server.controller.wake()
@@ -67,16 +71,17 @@ def router(server, principal, admin, retry_on_conflict) -> APIRouter:
         except ValueError as e:
             raise ObjectError(f"unable to parse requirement: {e}", 400) from None
         with server.sessions() as s:
+            a = access(s, p)
             if kind.kind == "Pod":
                 addrs = node_addresses(s)
                 items = [podsvc.to_json(row, addrs) for row in podsvc.visible(s, ns, name)
-                         if svc.may_read(p, row.user)]
+                         if a.may_read(row.namespace, row.user)]
             elif kind.kind == "Event":
                 items = [objs.event_json(e) for e in objs.events_for(s, ns)]
             else:
                 rows = objs.list_rows(s, kind.kind, ns)
                 items = [objs.to_json(row) for row in rows if (name is None or row.name == name)
-                         and svc.may_read(p, svc.owner_of(row))]
+                         and a.may_read(row.namespace, svc.owner_of(row))]
                 if kind.kind == "Namespace":
                     have = {i["metadata"]["name"] for i in items}
                     items = [_builtin_namespace(n) for n in objs.BUILTIN_NAMESPACES if n not in have] + items
@@ -93,12 +98,12 @@ def router(server, principal, admin, retry_on_conflict) -> APIRouter:
                 row = podsvc.find(s, ns, name)
                 if row is None:
                     raise objs.not_found(kind, name)
-                svc.check_access(p, row.user)
+                access(s, p).check_read(kind, ns, name, row.user)
                 return podsvc.to_json(row, node_addresses(s))
             if kind.kind == "Namespace" and name in objs.BUILTIN_NAMESPACES and objs.get(s, "Namespace", "", name) is None:
                 return _builtin_namespace(name)
             row = objs.require(s, kind, ns, name)
-            svc.check_access(p, svc.owner_of(row))
+            access(s, p).check_read(kind, ns, name, svc.owner_of(row))
             return objs.to_json(row)
 
     @r.delete("/objects/{plural}/{namespace}/{name}")
@@ -110,7 +115,7 @@ def router(server, principal, admin, retry_on_conflict) -> APIRouter:
         if kind.kind == "Namespace" and name in objs.BUILTIN_NAMESPACES:
             raise ObjectError(f'namespaces "{name}" is forbidden: this namespace may not be deleted', 403, "Forbidden")
         with server.sessions() as s, s.begin():
-            out = svc.delete(s, p, kind, None if namespace == "_" else namespace, name, server.clock())
+            out = svc.delete(s, access(s, p), kind, None if namespace == "_" else namespace, name, server.clock())
         changed()
         return {"deleted": out}
 
@@ -118,30 +123,35 @@ def router(server, principal, admin, retry_on_conflict) -> APIRouter:
     @retry_on_conflict
     def scale(namespace: str, name: str, body: ScaleRequest, p: Principal = Depends(principal)):
         with server.sessions() as s, s.begin():
-            out = objs.to_json(svc.scale(s, p, namespace, name, body.replicas))
+            out = objs.to_json(svc.scale(s, access(s, p), namespace, name, body.replicas))
         changed(routes=False)
         return out
 
     @r.get("/objects/deployments/{namespace}/{name}/history")
     def history(namespace: str, name: str, p: Principal = Depends(principal)):
         with server.sessions() as s:
-            return {"revisions": svc.history(s, p, namespace, name)}
+            return {"revisions": svc.history(s, access(s, p), namespace, name)}
 
     @r.post("/objects/deployments/{namespace}/{name}/undo")
     @retry_on_conflict
     def undo(namespace: str, name: str, body: UndoRequest | None = None, p: Principal = Depends(principal)):
         with server.sessions() as s, s.begin():
-            out = objs.to_json(svc.undo(s, p, namespace, name, body.to_revision if body else 0))
+            out = objs.to_json(svc.undo(s, access(s, p), namespace, name, body.to_revision if body else 0))
         changed(routes=False)
         return out
 
-    def locate(p: Principal, namespace: str, name: str, container: str | None):
-        """The node (name, address, port), run key and container of a pod the caller may use."""
+    def locate(p: Principal, namespace: str, name: str, container: str | None, verb: str):
+        """The node (name, address, port), run key and container of a pod the caller may
+        read the log of (``get``) or exec into (``create``, as pods/exec in Kubernetes)."""
         with server.sessions() as s:
             row = podsvc.find(s, namespace, name)
             if row is None:
                 raise objs.not_found(objs.KINDS["pods"], name)
-            svc.check_access(p, row.user)
+            a = access(s, p)
+            if verb == "get":
+                a.check_read(objs.KINDS["pods"], namespace, name, row.user)
+            else:
+                a.check_change(verb, objs.KINDS["pods"], namespace, name, row.user)
             node = s.get(NodeRow, row.batch_host) if row.batch_host else None
             if node is None:
                 raise ObjectError(f'container "{container or row.spec["pod"]["spec"]["containers"][0]["name"]}" '
@@ -159,7 +169,7 @@ def router(server, principal, admin, retry_on_conflict) -> APIRouter:
     async def pod_log(namespace: str, name: str, container: str | None = None, previous: bool = False,
                       follow: bool = False, tail: int | None = Query(default=None, ge=0),
                       p: Principal = Depends(principal)):
-        node, address, port, key, cname = await run_in_threadpool(locate, p, namespace, name, container)
+        node, address, port, key, cname = await run_in_threadpool(locate, p, namespace, name, container, "get")
         chunks = server.logs.stream(node, address, port, key=key, container=cname, previous=previous,
                                     follow=follow, tail=tail)
         first = await chunks.__anext__()  # errors (unreachable agent, no such log) before the 200
@@ -168,7 +178,7 @@ def router(server, principal, admin, retry_on_conflict) -> APIRouter:
     @r.post("/pods/{namespace}/{name}/exec")
     async def pod_exec(namespace: str, name: str, body: ExecRequest, p: Principal = Depends(principal)):
         """Run a command in a running container; NDJSON output as srun's steps stream it."""
-        node, address, port, key, cname = await run_in_threadpool(locate, p, namespace, name, body.container)
+        node, address, port, key, cname = await run_in_threadpool(locate, p, namespace, name, body.container, "create")
         chunks = server.logs.exec(node, address, port, key=key, container=cname, argv=body.command,
                                   stdin=body.stdin)
         first = await chunks.__anext__()  # errors (not running, no such command) before the 200

@@ -45,9 +45,11 @@ KINDS = {k.plural: k for k in (
     Kind("priorityclasses", "PriorityClass", "scheduling.k8s.io/v1", namespaced=False),
     Kind("pods", "Pod", "v1"),
     Kind("events", "Event", "v1"),
+    Kind("rolebindings", "RoleBinding", "rbac.authorization.k8s.io/v1"),
 )}
 BY_KIND = {k.kind: k for k in KINDS.values()}
-STORED = frozenset({"Deployment", "ReplicaSet", "Service", "HorizontalPodAutoscaler", "Namespace", "PriorityClass"})
+STORED = frozenset({"Deployment", "ReplicaSet", "Service", "HorizontalPodAutoscaler", "Namespace", "PriorityClass",
+                    "RoleBinding"})
 BUILTIN_NAMESPACES = ("default", "kube-system")
 CLUSTER = ""  # the namespace column of cluster-scoped kinds
 

@@ -16,6 +16,7 @@ from shoal.model.job import JobState
 from shoal.server.auth import Principal
 from shoal.server.kube import objects as objs
 from shoal.server.kube import pods as podsvc
+from shoal.server.kube.rbac import Access
 from shoal.server.kube.objects import BY_KIND, CLUSTER, KINDS, Kind, ObjectError
 from shoal.store.models import JobRow, ObjectRow
 
@@ -34,19 +35,6 @@ def namespace_of(kind: Kind, namespace: str | None) -> str:
     return (namespace or "default") if kind.namespaced else CLUSTER
 
 
-def check_access(p: Principal, row_owner: str | None) -> None:
-    """Users read and change what they applied; admins anything (namespaced roles come with RBAC)."""
-    if may_read(p, row_owner):
-        return
-    raise ObjectError(f"forbidden: this object belongs to {row_owner}", 403, "Forbidden")
-
-
-def may_read(p: Principal, row_owner: str | None) -> bool:
-    """Users read what they applied (its templates hold their environment and commands);
-    admins anything; objects nobody applied (built-in namespaces) everyone."""
-    return p.is_admin or row_owner is None or row_owner == p.user
-
-
 def owner_of(row: ObjectRow) -> str | None:
     return ((row.body.get("metadata") or {}).get("annotations") or {}).get(OWNER_ANNOTATION)
 
@@ -57,6 +45,7 @@ def apply(session: Session, server, p: Principal, documents: list[dict], now: fl
     update them in order, namespaces first."""
     if p.role in ("job", "agent", "join"):
         raise ObjectError("this credential cannot apply objects", 403, "Forbidden")
+    access = Access.of(session, p, server.config.auth.default_namespace_open)
     errors, valid, warnings = [], [], []
     for i, doc in enumerate(documents):
         name = ((doc.get("metadata") or {}).get("name") if isinstance(doc, dict) else None) or ""
@@ -84,13 +73,17 @@ def apply(session: Session, server, p: Principal, documents: list[dict], now: fl
         kind = BY_KIND[obj["kind"]]
         ns = namespace_of(kind, meta.get("namespace"))
         if obj["kind"] == "Pod":
-            action = _apply_pod(session, server, p, obj, ns, now, dry_run)
+            action = _apply_pod(session, server, access, obj, ns, now, dry_run)
         else:
             existing = objs.get(session, kind.kind, ns, meta["name"])
             if existing is not None:
-                check_access(p, owner_of(existing))
-                meta["annotations"][OWNER_ANNOTATION] = owner_of(existing) or p.user
+                access.check_change("update", kind, ns, meta["name"], owner_of(existing))
+                # Pods run as the owner: an editor who changes another's object takes it
+                # over, so a binding never lets one user run code as another (admins keep it).
+                keep = p.is_admin or owner_of(existing) is None
+                meta["annotations"][OWNER_ANNOTATION] = (owner_of(existing) or p.user) if keep else p.user
             else:
+                access.check_create(kind, ns, meta["name"])
                 meta["annotations"][OWNER_ANNOTATION] = p.user
             managed = kind.kind == "Deployment" and _hpa_targets(session, ns, meta["name"])
             if dry_run:
@@ -117,12 +110,17 @@ def _hpa_targets(session: Session, namespace: str, deployment: str) -> bool:
     return False
 
 
-def _apply_pod(session, server, p: Principal, obj: dict, ns: str, now: float, dry_run: bool) -> str:
+def _apply_pod(session, server, access: Access, obj: dict, ns: str, now: float, dry_run: bool) -> str:
     if not objs.namespace_exists(session, ns):
         raise ObjectError(f'namespaces "{ns}" not found', 404, "NotFound")
     meta = obj["metadata"]
     existing = podsvc.find(session, ns, meta["name"])
-    if existing is not None and not JobState(existing.state).terminal:
+    live = existing is not None and not JobState(existing.state).terminal
+    if live:
+        access.check_change("update", KINDS["pods"], ns, meta["name"], existing.user)
+    else:
+        access.check_create(KINDS["pods"], ns, meta["name"])
+    if live:
         if existing.spec["pod"]["spec"] == obj["spec"]:
             return "unchanged"
         raise ObjectError(f'Pod "{meta["name"]}" is invalid: spec: Forbidden: pod updates may not change '
@@ -133,25 +131,26 @@ def _apply_pod(session, server, p: Principal, obj: dict, ns: str, now: float, dr
     labels = meta.get("labels") or {}
     annotations = {k: v for k, v in (meta.get("annotations") or {}).items()}
     podsvc.create(session, server, namespace=ns, name=meta["name"], labels=labels, annotations=annotations,
-                  spec=obj["spec"], owner_uid=None, owner_name=None, user=p.user, now=now, uid=objs.new_uid())
+                  spec=obj["spec"], owner_uid=None, owner_name=None, user=access.principal.user, now=now,
+                  uid=objs.new_uid())
     return "created"
 
 
-def delete(session: Session, p: Principal, kind: Kind, namespace: str, name: str, now: float) -> dict:
+def delete(session: Session, access: Access, kind: Kind, namespace: str, name: str, now: float) -> dict:
     ns = namespace_of(kind, namespace)
     if kind.kind == "Pod":
         row = podsvc.find(session, ns, name)
         if row is None:
             raise objs.not_found(kind, name)
-        check_access(p, row.user)
+        access.check_change("delete", kind, ns, name, row.user)
         podsvc.delete(session, row, now)
         return {"kind": "Pod", "namespace": ns, "name": name}
     row = objs.require(session, kind, ns, name)
-    check_access(p, owner_of(row))
+    access.check_change("delete", kind, ns, name, owner_of(row))
     if kind.kind == "Namespace":
-        for k in ("Deployment", "Service", "HorizontalPodAutoscaler"):
+        for k in ("Deployment", "Service", "HorizontalPodAutoscaler", "RoleBinding"):
             for child in objs.list_rows(session, k, name):
-                delete(session, p, BY_KIND[k], name, child.name, now)
+                delete(session, access, BY_KIND[k], name, child.name, now)
         for pod in podsvc.live(session, namespace=name):
             podsvc.delete(session, pod, now)
     if kind.kind == "Deployment":
@@ -170,18 +169,22 @@ def _delete_replicaset(session: Session, rs: ObjectRow, now: float) -> None:
     session.delete(rs)
 
 
-def scale(session: Session, p: Principal, namespace: str, name: str, replicas: int) -> ObjectRow:
+def scale(session: Session, access: Access, namespace: str, name: str, replicas: int) -> ObjectRow:
     row = objs.require(session, KINDS["deployments"], namespace, name)
-    check_access(p, owner_of(row))
+    access.check_change("patch", KINDS["deployments"], namespace, name, owner_of(row))
     if replicas < 0:
         raise ObjectError("spec.replicas: Invalid value: must be greater than or equal to 0", 422, "Invalid")
     objs.set_spec_field(row, "replicas", replicas)
     return row
 
 
-def history(session: Session, p: Principal, namespace: str, name: str) -> list[dict]:
+def history(session: Session, access: Access, namespace: str, name: str) -> list[dict]:
     row = objs.require(session, KINDS["deployments"], namespace, name)
-    check_access(p, owner_of(row))
+    access.check_read(KINDS["deployments"], namespace, name, owner_of(row))
+    return _revisions(session, row)
+
+
+def _revisions(session: Session, row: ObjectRow) -> list[dict]:
     out = []
     for rs in objs.owned(session, "ReplicaSet", row.uid):
         ann = (rs.body.get("metadata") or {}).get("annotations") or {}
@@ -191,13 +194,13 @@ def history(session: Session, p: Principal, namespace: str, name: str) -> list[d
     return sorted(out, key=lambda r: r["revision"])
 
 
-def undo(session: Session, p: Principal, namespace: str, name: str, to_revision: int = 0) -> ObjectRow:
+def undo(session: Session, access: Access, namespace: str, name: str, to_revision: int = 0) -> ObjectRow:
     """``rollout undo``: the Deployment's template becomes that of a previous revision (the
     one before the current, or ``to_revision``); the controller then rolls out to the
     ReplicaSet that already has it, giving it the next revision number, as Kubernetes does."""
     row = objs.require(session, KINDS["deployments"], namespace, name)
-    check_access(p, owner_of(row))
-    revs = history(session, namespace, name)
+    access.check_change("patch", KINDS["deployments"], namespace, name, owner_of(row))
+    revs = _revisions(session, row)
     if not revs:
         raise ObjectError(f'deployment "{name}" has no rollout history', 400)
     if to_revision:
