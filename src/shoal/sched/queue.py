@@ -217,14 +217,15 @@ def partition_state(job: PendingJob, view: JobView) -> str | None:
 
 def partition_limits(job: PendingJob, view: JobView) -> str | None:
     part = view.partitions[job.partition]
-    if part.max_nodes is None and part.max_time_s is None:
-        return None
-    gang = max(job.request.nodes, len(set(job.request.nodelist)))
-    if part.max_nodes is not None and gang > part.max_nodes:
-        return PARTITION_NODE_LIMIT
-    limit = effective_time_limit(job, part.default_time_s, part.max_time_s)
-    if part.max_time_s is not None and limit is not None and limit > part.max_time_s:
-        return PARTITION_TIME_LIMIT
+    if part.max_nodes is not None:
+        request = job.request
+        gang = max(request.nodes, len(set(request.nodelist))) if request.nodelist else request.nodes
+        if gang > part.max_nodes:
+            return PARTITION_NODE_LIMIT
+    if part.max_time_s is not None:
+        limit = effective_time_limit(job, part.default_time_s, part.max_time_s)
+        if limit is not None and limit > part.max_time_s:
+            return PARTITION_TIME_LIMIT
     return None
 
 
@@ -239,13 +240,14 @@ def qos_limits(job: PendingJob, view: JobView) -> str | None:
 # In the order Slurm reports them: a held job says JobHeldUser whatever else is true.
 GATES: tuple[Gate, ...] = (held, begin_time, dependencies, partition_state, partition_limits,
                            qos_limits)
+_AFTER_HELD = GATES[1:]  # gate_reason answers held, the first, inline
 
 
 def gate_reason(job: PendingJob, view: JobView) -> str | None:
     """The first gate that keeps ``job`` from being considered, or None."""
     if job.held:
         return HELD
-    for gate in GATES:
+    for gate in _AFTER_HELD:
         reason = gate(job, view)
         if reason is not None:
             return reason
