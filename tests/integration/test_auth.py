@@ -23,6 +23,19 @@ WEB = {"apiVersion": "apps/v1", "kind": "Deployment",
                                  "env": [{"name": "API_KEY", "value": "root-only"}]}]}}}}
 WEB_V2 = {**WEB, "spec": {**WEB["spec"], "replicas": 3}}
 KUBE = "/api/v1/kube"
+RBAC = "rbac.authorization.k8s.io/v1"
+TEAM_A = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}}
+TEAM_A_BINDINGS = [
+    {"apiVersion": RBAC, "kind": "RoleBinding", "metadata": {"name": "ml-edit", "namespace": "team-a"},
+     "subjects": [{"kind": "Group", "name": "ml"}], "roleRef": {"kind": "ClusterRole", "name": "edit"}},
+    {"apiVersion": RBAC, "kind": "RoleBinding", "metadata": {"name": "vic-view", "namespace": "team-a"},
+     "subjects": [{"kind": "User", "name": "vic"}], "roleRef": {"kind": "ClusterRole", "name": "view"}},
+]
+TRAIN = {**WEB, "metadata": {"name": "train", "namespace": "team-a"}, "spec": {**WEB["spec"], "replicas": 0}}
+ALICE_IN_TEAM_A = {**TRAIN, "metadata": {"name": "alices", "namespace": "team-a"}}
+BINDING_FOR_ALICE = {**TEAM_A_BINDINGS[0], "metadata": {"name": "alice-admin", "namespace": "team-a"},
+                     "subjects": [{"kind": "User", "name": "alice"}],
+                     "roleRef": {"kind": "ClusterRole", "name": "admin"}}
 
 
 @pytest.fixture(scope="module")
@@ -43,12 +56,18 @@ def creds(cluster) -> dict:
     from shoal.server.auth import agent_credential
 
     secret = (cluster.root / "state" / "server" / "cluster.key").read_bytes()
-    cluster.api("POST", "/api/v1/kube/apply", {"documents": [WEB]})
+    olga = cluster.api("POST", "/api/v1/tokens", {"user": "olga", "role": "operator"})["token"]
+    rita = cluster.api("POST", "/api/v1/tokens", {"user": "rita", "role": "read-only"})["token"]
+    bob = cluster.api("POST", "/api/v1/tokens", {"user": "bob", "role": "user", "groups": ["ml"]})["token"]
+    vic = cluster.api("POST", "/api/v1/tokens", {"user": "vic", "role": "user"})["token"]
+    # team-a: the ml group may edit, vic may view; root's Deployment "train" lives there.
+    cluster.api("POST", "/api/v1/kube/apply", {"documents": [TEAM_A, *TEAM_A_BINDINGS, TRAIN, WEB]})
     pod = wait_until(lambda: next((p["metadata"]["name"] for p in cluster.api(
         "GET", "/api/v1/kube/objects/pods?namespace=default")["items"]
         if p["status"].get("phase") == "Running"), None), 60, "root's web pod to run")
     yield {"alice": alice, "bad": "shoal_not-a-real-token", "node": agent_credential(secret, node),
-           "join": join, "admin": cluster.admin_token, "job": job, "node_name": node, "pod": pod}
+           "join": join, "admin": cluster.admin_token, "job": job, "node_name": node, "pod": pod,
+           "olga": olga, "rita": rita, "bob": bob, "vic": vic}
     cluster.api("POST", f"/api/v1/jobs/{job}/cancel", {})
 
 
@@ -115,6 +134,35 @@ CASES = [
     ("join", "POST", KUBE + "/apply", {"documents": [WEB_V2]}, 403),
     ("alice", "GET", KUBE + "/routes", None, 403),
     ("alice", "POST", KUBE + "/metrics", {"pods": {}}, 403),
+    # An operator manages nodes and jobs, not credentials, bindings or others' serving objects.
+    ("olga", "POST", "/api/v1/tokens", {"user": "olga", "role": "admin"}, 403),
+    ("olga", "POST", KUBE + "/apply", {"documents": [BINDING_FOR_ALICE]}, 403),
+    ("olga", "POST", KUBE + "/objects/deployments/default/web/scale", {"replicas": 0}, 403),
+    ("olga", "POST", KUBE + "/pods/default/{pod}/exec", {"command": ["true"]}, 403),
+    # A read-only token sees and changes nothing.
+    ("rita", "POST", "/api/v1/jobs", SUBMIT, 403),
+    ("rita", "POST", "/api/v1/jobs/test", SUBMIT, 403),
+    ("rita", "POST", "/api/v1/jobs/{job}/cancel", {}, 403),
+    ("rita", "POST", "/api/v1/jobs/{job}/hold", None, 403),
+    ("rita", "PATCH", "/api/v1/jobs/{job}", {"name": "mine-now"}, 403),
+    ("rita", "PATCH", "/api/v1/nodes/{node_name}", {"state": "DRAIN", "reason": "rita says"}, 403),
+    ("rita", "POST", "/api/v1/reservations", {"name": "r", "duration_s": 60, "node_count": 1, "users": ["rita"]}, 403),
+    ("rita", "POST", "/api/v1/tokens", {"user": "rita", "role": "user"}, 403),
+    ("rita", "POST", KUBE + "/apply", {"documents": [WEB_V2]}, 403),
+    ("rita", "POST", KUBE + "/objects/deployments/default/web/scale", {"replicas": 0}, 403),
+    ("rita", "DELETE", KUBE + "/objects/deployments/default/web", None, 403),
+    ("rita", "POST", KUBE + "/pods/default/{pod}/exec", {"command": ["true"]}, 403),
+    # Namespaces: alice is bound nowhere in team-a; vic only views there; bob's group edits.
+    ("alice", "POST", KUBE + "/apply", {"documents": [ALICE_IN_TEAM_A]}, 403),
+    ("alice", "GET", KUBE + "/objects/deployments/team-a/train", None, 403),
+    ("alice", "POST", KUBE + "/apply", {"documents": [{**TEAM_A, "metadata": {"name": "alices-ns"}}]}, 403),
+    ("alice", "POST", KUBE + "/apply", {"documents": [BINDING_FOR_ALICE]}, 403),
+    ("vic", "POST", KUBE + "/apply", {"documents": [ALICE_IN_TEAM_A]}, 403),
+    ("vic", "POST", KUBE + "/objects/deployments/team-a/train/scale", {"replicas": 2}, 403),
+    ("vic", "DELETE", KUBE + "/objects/deployments/team-a/train", None, 403),
+    ("bob", "POST", KUBE + "/apply", {"documents": [BINDING_FOR_ALICE]}, 403),  # edit is not admin
+    ("bob", "DELETE", KUBE + "/objects/rolebindings/team-a/vic-view", None, 403),
+    ("bob", "DELETE", KUBE + "/objects/namespaces/_/team-a", None, 403),
 ]
 
 
@@ -134,6 +182,11 @@ def test_refused(cluster, creds, who, method, path, body, status):
     assert web["spec"]["replicas"] == 1 and "deletionTimestamp" not in web["metadata"], web
     pod = cluster.api("GET", KUBE + f"/objects/pods/default/{creds['pod']}")
     assert pod["status"]["phase"] == "Running" and "deletionTimestamp" not in pod["metadata"], pod
+    train = cluster.api("GET", KUBE + "/objects/deployments/team-a/train")
+    assert train["spec"]["replicas"] == 0 and train["metadata"]["annotations"]["shoal.io/owner"] == "root", train
+    bindings = cluster.api("GET", KUBE + "/objects/rolebindings?namespace=team-a")["items"]
+    assert sorted(b["metadata"]["name"] for b in bindings) == ["ml-edit", "vic-view"], bindings
+    assert cluster.api("GET", "/api/v1/reservations")["reservations"] == []
 
 
 def test_alice_may_submit_and_manage_her_own_jobs(cluster, creds):
@@ -165,3 +218,45 @@ def test_alice_lists_only_the_serving_objects_she_applied(cluster, creds):
     admin_view = [i["metadata"]["name"] for i in cluster.api("GET", KUBE + "/objects/deployments")["items"]]
     assert {"web", "alices"} <= set(admin_view)
     assert raw(cluster, "DELETE", KUBE + "/objects/deployments/default/alices", creds["alice"])[0] == 200
+
+
+def test_an_operator_manages_anyones_jobs_and_the_nodes(cluster, creds):
+    got, doc = raw(cluster, "POST", "/api/v1/jobs", creds["alice"], {**SUBMIT, "hold": True})
+    assert got == 201, doc
+    alices = doc["job_id"]
+    assert raw(cluster, "PATCH", f"/api/v1/jobs/{alices}", creds["olga"], {"time_limit_s": 7200})[0] == 200
+    assert raw(cluster, "POST", f"/api/v1/jobs/{alices}/cancel", creds["olga"], {})[0] == 200
+    assert cluster.job(alices)["state"] == "CANCELLED"
+    other = cluster.node_names()[1]
+    assert raw(cluster, "PATCH", f"/api/v1/nodes/{other}", creds["olga"], {"state": "DRAIN", "reason": "olga"})[0] == 200
+    assert raw(cluster, "PATCH", f"/api/v1/nodes/{other}", creds["olga"], {"state": "RESUME"})[0] == 200
+    assert [n["state"] for n in cluster.nodes_json() if n["name"] == other] == ["UP"]
+
+
+def test_read_only_and_operator_tokens_see_everything(cluster, creds):
+    for who in ("rita", "olga"):
+        assert raw(cluster, "GET", f"/api/v1/jobs/{creds['job']}", creds[who])[0] == 200
+        got, doc = raw(cluster, "GET", KUBE + "/objects/deployments?namespace=all", creds[who])
+        assert got == 200 and {"web", "train"} <= {i["metadata"]["name"] for i in doc["items"]}, doc
+    assert cluster.api("GET", "/api/v1/whoami", token=creds["rita"])["role"] == "read-only"
+
+
+def test_a_group_binding_lets_its_members_work_in_the_namespace_and_a_view_binding_lets_others_look(cluster, creds):
+    who = cluster.api("GET", "/api/v1/whoami", token=creds["bob"])
+    assert (who["user"], who["groups"]) == ("bob", ["ml"])
+    mine = {**TRAIN, "metadata": {"name": "bobs", "namespace": "team-a"}}
+    assert raw(cluster, "POST", KUBE + "/apply", creds["bob"], {"documents": [mine]})[0] == 200
+    assert raw(cluster, "POST", KUBE + "/objects/deployments/team-a/train/scale", creds["bob"], {"replicas": 0})[0] == 200
+    got, doc = raw(cluster, "GET", KUBE + "/objects/deployments?namespace=team-a", creds["vic"])
+    assert got == 200 and {"train", "bobs"} <= {i["metadata"]["name"] for i in doc["items"]}, doc
+    got, doc = raw(cluster, "GET", KUBE + "/objects/deployments?namespace=team-a", creds["alice"])
+    assert got == 200 and doc["items"] == [], doc
+    # An editor who applies another's Deployment takes it over: its pods would run as the editor.
+    shared = {**TRAIN, "metadata": {"name": "shared", "namespace": "team-a"}}
+    cluster.api("POST", KUBE + "/apply", {"documents": [shared]})
+    taken = {**shared, "spec": {**shared["spec"], "minReadySeconds": 1}}
+    assert raw(cluster, "POST", KUBE + "/apply", creds["bob"], {"documents": [taken]})[0] == 200
+    owner = cluster.api("GET", KUBE + "/objects/deployments/team-a/shared")["metadata"]["annotations"]
+    assert owner["shoal.io/owner"] == "bob", owner
+    for name in ("bobs", "shared"):
+        assert raw(cluster, "DELETE", KUBE + f"/objects/deployments/team-a/{name}", creds["bob"])[0] == 200

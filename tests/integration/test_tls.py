@@ -1,0 +1,104 @@
+"""A cluster served over HTTPS (as off loopback by default; `--tls on` here, since 127.x is
+loopback): the agents join and the commands and jobs work through the cluster CA, and a
+client without the CA is refused with a message that says what to do. The same hardened
+cluster closes the default namespace and keeps jobs private (PrivateData=jobs)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from shoal.cli.client import Client, ClientError
+from tests.integration.cluster import LocalCluster
+
+HARDENED = {"cluster_name": "tls", "partitions": [{"name": "gpu", "nodes": "node[01-02]", "default": True}],
+            "nodes": {"heartbeat_interval_s": 2.0, "heartbeat_timeout_s": 30.0, "kill_wait_s": 2.0},
+            "auth": {"default_namespace_open": False, "private_data": ["jobs"]}}
+WEB = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "default"},
+       "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "web"}},
+                "template": {"metadata": {"labels": {"app": "web"}},
+                             "spec": {"containers": [{"name": "app", "image": "example/web:v1"}]}}}}
+
+
+class TLSCluster(LocalCluster):
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    @property
+    def ca_file(self) -> str:
+        return str(self.root / "state" / "server" / "ca.crt")
+
+    def api(self, method: str, path: str, body: dict | None = None, token: str | None = None):
+        c = Client(self.server, token or self.admin_token, ca_file=self.ca_file)
+        c.job_token = None
+        return c.request(method, path, body)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory) -> TLSCluster:
+    root = tmp_path_factory.mktemp("tls")
+    (root / "cluster.yaml").write_text(json.dumps(HARDENED))
+    c = TLSCluster(root, nodes=2, gpus_per_node=2, config=str(root / "cluster.yaml"), extra=("--tls", "on"))
+    c.up()
+    yield c
+    c.down()
+
+
+def test_agents_commands_and_jobs_speak_https_with_the_cluster_ca(cluster):
+    conf = json.loads((cluster.root / "client.yaml").read_text())
+    assert conf["server"] == cluster.server and conf["ca_data"].startswith("-----BEGIN CERTIFICATE-----")
+    out = cluster.run(["sinfo", "-h", "-o", "%D %t"])
+    assert out.stdout.split() == ["2", "idle"], out.stdout  # both agents registered over TLS
+    job = cluster.sbatch("-N2", "--wrap", "srun hostname; echo server=$SHOAL_SERVER")
+    done = cluster.wait_for(job, timeout=60)
+    text = (cluster.workdir / f"slurm-{job}.out").read_text()
+    assert done["state"] == "COMPLETED", (done, text)  # srun inside the job verified the server too
+    assert f"server={cluster.server}" in text and len(text.splitlines()) == 3, text
+    out = cluster.run(["squeue", "-h", "-t", "all", "-j", str(job), "-o", "%i %T"])  # the compiled front end hands https to Python
+    assert out.stdout.split() == [str(job), "COMPLETED"], out
+
+
+def test_a_client_without_the_ca_is_refused_with_what_to_do(cluster, tmp_path):
+    bare = tmp_path / "no-ca.yaml"
+    bare.write_text(json.dumps({"server": cluster.server, "token": cluster.admin_token}))
+    out = cluster.run(["squeue"], check=False, env={"SHOAL_CONFIG": str(bare)})
+    assert out.returncode == 1, out
+    assert "does not trust" in out.stderr and "ca_file" in out.stderr and "SHOAL_CA" in out.stderr, out.stderr
+    with pytest.raises(ClientError, match="if it serves HTTPS, use an https:// URL"):
+        Client(f"http://127.0.0.1:{cluster.port}", cluster.admin_token).get("/api/v1/jobs")
+    out = cluster.run(["squeue", "-h"], env={"SHOAL_CONFIG": str(bare), "SHOAL_CA": cluster.ca_file})
+    assert out.returncode == 0, out
+
+
+def test_token_create_writes_a_config_that_works_from_anywhere(cluster, tmp_path):
+    path = tmp_path / "alice.yaml"
+    cluster.run(["shoal", "token", "create", "--user", "alice", "--write-config", str(path)])
+    assert path.stat().st_mode & 0o077 == 0
+    out = cluster.run(["shoal", "get", "deployments"], check=False,
+                      env={"SHOAL_CONFIG": str(path)})
+    assert out.returncode == 0, out
+
+
+def test_a_closed_default_namespace_and_private_jobs(cluster):
+    alice = cluster.api("POST", "/api/v1/tokens", {"user": "alice", "role": "user"})["token"]
+    bob = cluster.api("POST", "/api/v1/tokens", {"user": "bob", "role": "user", "groups": ["web"]})["token"]
+    with pytest.raises(ClientError) as refused:
+        cluster.api("POST", "/api/v1/kube/apply", {"documents": [WEB]}, token=alice)
+    assert refused.value.status == 403 and 'in the namespace "default"' in str(refused.value)
+    cluster.api("POST", "/api/v1/kube/apply", {"documents": [{
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "web-team", "namespace": "default"},
+        "subjects": [{"kind": "Group", "name": "web"}], "roleRef": {"kind": "ClusterRole", "name": "edit"}}]})
+    cluster.api("POST", "/api/v1/kube/apply", {"documents": [WEB]}, token=bob)  # bob's group is bound
+    mine = cluster.api("POST", "/api/v1/jobs", {"script": "#!/bin/sh\ntrue\n", "workdir": "/tmp", "hold": True},
+                       token=bob)["job_id"]
+    assert [j["job_id"] for j in cluster.api("GET", "/api/v1/jobs", token=alice)["jobs"]] == []
+    with pytest.raises(ClientError) as hidden:
+        cluster.api("GET", f"/api/v1/jobs/{mine}", token=alice)
+    assert hidden.value.status == 404
+    assert mine in [j["job_id"] for j in cluster.api("GET", "/api/v1/jobs", token=bob)["jobs"]]
+    operator = cluster.api("POST", "/api/v1/tokens", {"user": "olga", "role": "operator"})["token"]
+    assert mine in [j["job_id"] for j in cluster.api("GET", "/api/v1/jobs", token=operator)["jobs"]]
+    cluster.api("POST", f"/api/v1/jobs/{mine}/cancel", {}, token=operator)
