@@ -92,6 +92,9 @@ def test_a_closed_default_namespace_and_private_jobs(cluster):
         "metadata": {"name": "web-team", "namespace": "default"},
         "subjects": [{"kind": "Group", "name": "web"}], "roleRef": {"kind": "ClusterRole", "name": "edit"}}]})
     cluster.api("POST", "/api/v1/kube/apply", {"documents": [WEB]}, token=bob)  # bob's group is bound
+    table = cluster.run(["shoal", "get", "rolebindings", "-o", "wide"]).stdout.split("\n")
+    assert table[0].split() == ["NAME", "ROLE", "AGE", "USERS", "GROUPS", "SERVICEACCOUNTS"], table
+    assert table[1].split()[:2] == ["web-team", "ClusterRole/edit"] and table[1].split()[-1] == "web", table
     mine = cluster.api("POST", "/api/v1/jobs", {"script": "#!/bin/sh\ntrue\n", "workdir": "/tmp", "hold": True},
                        token=bob)["job_id"]
     assert [j["job_id"] for j in cluster.api("GET", "/api/v1/jobs", token=alice)["jobs"]] == []

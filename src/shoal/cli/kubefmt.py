@@ -46,6 +46,7 @@ RESOURCES = (
     Resource("namespaces", "namespace", "Namespace", "", ("ns",), False),
     Resource("priorityclasses", "priorityclass", "PriorityClass", "scheduling.k8s.io", ("pc",), False),
     Resource("events", "event", "Event", "", ("ev",), True),
+    Resource("rolebindings", "rolebinding", "RoleBinding", "rbac.authorization.k8s.io", (), True),
     Resource("nodes", "node", "Node", "", ("no",), False),
 )
 BY_PLURAL = {r.plural: r for r in RESOURCES}
@@ -683,6 +684,15 @@ def _priorityclass_row(o, now, wide):
             age(meta(o).get("creationTimestamp"), now), o.get("preemptionPolicy") or "PreemptLowerPriority"]
 
 
+def _rolebinding_row(o, now, wide):
+    ref = o.get("roleRef") or {}
+    row = [f"{ref.get('kind', 'ClusterRole')}/{ref.get('name', '')}", age(meta(o).get("creationTimestamp"), now)]
+    if wide:
+        subjects = o.get("subjects") or ()
+        row += [", ".join(x["name"] for x in subjects if x.get("kind") == kind) for kind in ("User", "Group")] + [""]
+    return row
+
+
 def _event_row(o, now, wide):
     # kubectl prints NAME as the last wide column; the table adds the name first, so it moves.
     row = [event_last_seen(o, now), o.get("type") or "", o.get("reason") or "", event_object(o)]
@@ -726,6 +736,7 @@ PRINTERS = {
                                         _hpa_row),
     "namespaces": Printer(["STATUS", "AGE"], [], _namespace_row),
     "priorityclasses": Printer(["VALUE", "GLOBAL-DEFAULT", "AGE", "PREEMPTIONPOLICY"], [], _priorityclass_row),
+    "rolebindings": Printer(["ROLE", "AGE"], ["USERS", "GROUPS", "SERVICEACCOUNTS"], _rolebinding_row),
     "events": Printer(["LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"],
                       ["SUBOBJECT", "SOURCE", "MESSAGE", "FIRST SEEN", "COUNT"], _event_row),
     "nodes": Printer(["STATUS", "ROLES", "AGE", "VERSION"],
