@@ -177,3 +177,22 @@ def test_recorded_cpus_beyond_a_node_are_capped_and_counted():
 def test_exact_limits_use_the_recorded_run_time_rounded_up_to_the_minute():
     w = Workload(two_nodes(), exact_limits=True)
     assert w.pending(TraceJob(id=1, submit=0, duration=61, gpus=1)).time_limit_s == 120
+
+
+def test_with_bf_interval_the_short_job_backfills_at_the_next_full_pass_and_idle_passes_are_skipped():
+    config = SchedConfig(policy="backfill", bf_interval_s=60)
+    result = simulate(two_nodes(), BACKFILL_STORY, config)
+    jobs = by_id(result)
+    # The gang blocks at 1 (quick pass); the short job arrives behind it, so no pass runs
+    # until the full one at 60 backfills it; its end at 90 frees too little for the gang.
+    assert [jobs[i].start for i in (1, 2, 3)] == [0, 100, 60]
+    assert result.passes == 4  # at 0 (full), 1 (quick), 60 (full), 100 (quick)
+
+
+def test_fifo_skips_the_passes_that_could_start_nothing_and_starts_the_same_jobs():
+    story = [job(1, 0, 100, nodes=2), *[job(i, i, 10) for i in range(2, 8)]]
+    result = simulate(two_nodes(), story, SchedConfig(policy="fifo"))
+    assert sorted(j.start for j in result.jobs) == [0, 100, 100, 110, 110, 120, 120]
+    # At 0, at 2 (job 2 finds the gang in the way), 100, 110, 120: none for jobs 3-7's
+    # submits, which come behind job 2 while nothing is freed.
+    assert result.passes == 5
