@@ -72,35 +72,6 @@ sleep 60
                 pass
 
 
-def test_a_restarted_agent_never_runs_a_batch_script_twice(make_cluster):
-    """An agent killed and started again must not launch its running jobs a second time."""
-    import os
-    import signal
-    import subprocess
-    import time
-
-    cluster = make_cluster(nodes=1, gpus_per_node=0)
-    marker = cluster.workdir / "launches"
-    job_id = cluster.sbatch("--wrap", f"echo launched >> {marker}; sleep 30")
-    cluster.wait_for(job_id, states=("RUNNING",))
-    deadline = time.time() + 10
-    while not marker.exists() and time.time() < deadline:
-        time.sleep(0.05)
-    name = cluster.node_names()[0]
-    pid = cluster.agent_pid(name)
-    cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")[:-1]
-    os.kill(pid, signal.SIGKILL)
-    restarted = subprocess.Popen([c.decode() for c in cmd], env=cluster.env, start_new_session=True,
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        job = cluster.wait_for(job_id, timeout=30)
-        assert job["state"] == "FAILED"
-        assert marker.read_text().count("launched") == 1
-    finally:
-        restarted.kill()
-        restarted.wait()
-
-
 WEB = {
     "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
     "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}},

@@ -147,6 +147,9 @@ class Agent:
 
     def serve(self) -> None:
         """Run until stopped. Registration is retried until the server answers."""
+        adopted = self.runtime.adopt()  # before registering: they are alive here
+        if adopted:
+            log.warning("re-adopted %d run(s) an earlier agent launched here: %s", len(adopted), " ".join(adopted))
         threading.Thread(target=self.step_server.serve_forever, name="steps", daemon=True).start()
         delay = 0.2
         while not self.stop.is_set():

@@ -3,12 +3,17 @@
 Every process starts in its own session (process group), so a signal or a kill reaches
 everything it forked. A run's processes are killed as Slurm does: SIGCONT + SIGTERM,
 then SIGKILL after KillWait.
+
+A batch script runs under its own supervisor (``agent/supervise.py``), which outlives the
+agent and keeps the exit status; an agent that starts again re-adopts the runs it finds in
+its ``jobs/`` directory (``adopt``) instead of losing them.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -16,21 +21,81 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from shoal.agent.identity import JobUsers, LaunchError, OpenAs, UnknownUser, output_flags, spawn
+from shoal.agent import supervise
+from shoal.agent.supervise import killpg as _killpg
+from shoal.agent.identity import JobUsers, OpenAs, UnknownUser, output_flags
 from shoal.model.filename import expand_pattern
 
 log = logging.getLogger("shoal.agent")
 
 
+class Supervised:
+    """The agent's handle on a batch script under its supervisor, started by this agent
+    (``popen``: the supervisor, our child) or adopted from an earlier one (``popen`` None)."""
+
+    def __init__(self, jobdir: Path, popen: subprocess.Popen | None = None) -> None:
+        self.jobdir = jobdir
+        self.popen = popen
+        self.status: supervise.Status | None = None  # set once the end is known
+        self._pid: int | None = None
+
+    @property
+    def pid(self) -> int | None:
+        """The task's pid (its process group), once the supervisor has started it."""
+        if self._pid is None:
+            self._pid = supervise.read_task_pid(self.jobdir)
+        return self._pid
+
+    def poll(self) -> int | None:
+        return None if self.status is None else 0
+
+    def send(self, sig: int, group: bool = True) -> None:
+        """Signal the task (its process group, or the shell alone), or, before it has started,
+        the supervisor, which passes the signal on once it has."""
+        if self.status is not None:
+            return
+        pid = self.pid
+        if pid is not None:
+            if group:
+                _killpg(pid, sig)
+            else:
+                _kill(pid, sig)
+        elif self.popen is not None and self.popen.poll() is None and sig in (*supervise.FORWARDED, signal.SIGKILL):
+            self.popen.send_signal(sig)
+
+    def wait(self, poll_s: float = 0.2) -> supervise.Status:
+        """Block until the run has ended; how it ended (a supervisor gone without saying: failed)."""
+        if self.popen is not None:
+            self.popen.wait()
+        else:
+            # Not our child: watch its lock, which it holds until it has written the status.
+            while not (self.jobdir / supervise.STATUS).exists() and supervise.supervisor_alive(self.jobdir):
+                time.sleep(poll_s)
+        status = supervise.read_status(self.jobdir)
+        if status is None:
+            status = supervise.Status(1, 0, time.time(), "supervisor lost: exit status unknown")
+        self.status = status
+        return status
+
+
 @dataclass
 class Proc:
-    popen: subprocess.Popen
+    popen: subprocess.Popen | Supervised
     kind: str  # "batch" | "step"
     step_id: int | None = None
 
     @property
     def alive(self) -> bool:
         return self.popen.poll() is None
+
+    def send(self, sig: int, group: bool = True) -> None:
+        """Signal the process's group (or the process alone)."""
+        if isinstance(self.popen, Supervised):
+            self.popen.send(sig, group)
+        elif group:
+            _killpg(self.popen.pid, sig)
+        else:
+            _kill(self.popen.pid, sig)
 
 
 @dataclass
@@ -48,6 +113,13 @@ class Run:
         return any(p.alive for p in self.procs)
 
 
+def _kill(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 def set_gpu_env(env: dict[str, str], gpus: list[int]) -> None:
     """CUDA_VISIBLE_DEVICES lists the GPUs' NVML indices (no device cgroup renumbers them here)."""
     if gpus:
@@ -56,13 +128,6 @@ def set_gpu_env(env: dict[str, str], gpus: list[int]) -> None:
     else:
         env.pop("CUDA_VISIBLE_DEVICES", None)
         env.pop("GPU_DEVICE_ORDINAL", None)
-
-
-def _killpg(pid: int, sig: int) -> None:
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 class Runtime:
@@ -101,9 +166,11 @@ class Runtime:
             run.batch_started = True
         b = entry["batch"]
         jobdir = self.workdir / "jobs" / entry["key"]
-        pidfile = jobdir / "pid"
-        if pidfile.exists():
-            self._launched_before(run, pidfile)
+        if (jobdir / supervise.LAUNCH).exists():  # an earlier agent launched it: never launch twice
+            self._adopt(run, jobdir)
+            return
+        if (jobdir / "pid").exists():
+            self._launched_before(run, jobdir / "pid")
             return
         try:
             ident = self.users.of(entry["user"])
@@ -148,28 +215,51 @@ class Runtime:
         files.append(OpenAs(2, err_path, flags) if err_path != out_path else OpenAs(2, same_as=1))
         if b.get("stdin"):
             files.append(OpenAs(0, self._path(b["stdin"], cwd, names), os.O_RDONLY))
+        launch = supervise.Launch(key=entry["key"], job_id=entry["job_id"], run=entry["run"], user=entry["user"],
+                                  argv=[str(script), *b.get("argv", [])], env=env, cwd=cwd, cwd_fallback="/tmp",
+                                  files=files, identity=ident)
         try:
-            popen = spawn([str(script), *b.get("argv", [])], identity=ident, env=env, cwd=cwd,
-                          cwd_fallback="/tmp", files=files)
-        except LaunchError as e:
-            log.error("job %s: cannot launch it: %s: %s", entry["key"], e.filename, e.strerror)
-            self.on_exit(run, 1, 0, time.time(), f"launch failed: {e.strerror}: {e.filename}")
-            return
+            popen = supervise.start(jobdir, launch)
         except OSError as e:
-            log.error("job %s: execve(): %s: %s", entry["key"], script, e.strerror)
-            self.on_exit(run, 1, 0, time.time(), f"launch failed: execve(): {e.strerror}")
+            log.error("job %s: cannot start its supervisor: %s", entry["key"], e)
+            self.on_exit(run, 1, 0, time.time(), f"launch failed: supervisor: {e.strerror}")
             return
-        pidfile.write_text(str(popen.pid))
+        self._watch(run, Supervised(jobdir, popen))
+
+    def adopt(self) -> list[str]:
+        """Take over the batch runs an earlier agent launched here (their supervisors live on,
+        or have left their exit status); each is watched, and reported when it ends. Returns
+        their keys."""
+        adopted = []
+        for jobdir in sorted((self.workdir / "jobs").glob("*/" + supervise.LAUNCH)):
+            launch = supervise.read_launch(jobdir.parent)
+            if launch is None or self.get(launch.key) is not None:
+                continue
+            run = self.ensure(launch.key, launch.job_id, launch.run, launch.user)
+            self._adopt(run, jobdir.parent)
+            adopted.append(launch.key)
+        return adopted
+
+    def _adopt(self, run: Run, jobdir: Path) -> None:
         with self.lock:
-            run.procs.append(Proc(popen, "batch"))
-        threading.Thread(target=self._wait_batch, args=(run, popen), daemon=True,
-                         name=f"batch-{entry['key']}").start()
+            if any(p.kind == "batch" for p in run.procs):
+                return
+            run.batch_started = True
+        if supervise.supervisor_alive(jobdir):
+            log.warning("run %s: adopted from an earlier agent; its supervisor still runs it", run.key)
+        else:
+            log.warning("run %s: adopted from an earlier agent; it ended while no agent watched", run.key)
+        self._watch(run, Supervised(jobdir))
+
+    def _watch(self, run: Run, task: Supervised) -> None:
+        with self.lock:
+            run.procs.append(Proc(task, "batch"))
+        threading.Thread(target=self._wait_batch, args=(run, task), daemon=True, name=f"batch-{run.key}").start()
 
     def _launched_before(self, run: Run, pidfile: Path) -> None:
-        """An earlier agent on this node launched this run, and its exit status died with it.
+        """An agent from before supervisors launched this run, and its exit status died with it.
 
-        Never launch a batch script twice: stop what is left of it and report it failed
-        (restarts that keep work alive need a per-task supervisor; see issue 6).
+        Never launch a batch script twice: stop what is left of it and report it failed.
         """
         try:
             pid = int(pidfile.read_text())
@@ -186,11 +276,11 @@ class Runtime:
         p = expand_pattern(pattern, **names)
         return p if p.startswith("/") else os.path.join(cwd, p)
 
-    def _wait_batch(self, run: Run, popen: subprocess.Popen) -> None:
-        rc = popen.wait()
-        when = time.time()
-        exit_code, sig = (0, -rc) if rc < 0 else (rc, 0)
-        self.on_exit(run, exit_code, sig, when)
+    def _wait_batch(self, run: Run, task: Supervised) -> None:
+        status = task.wait()
+        if status.reason:
+            log.error("job %s: %s (supervisor's log: %s)", run.key, status.reason, task.jobdir / supervise.LOG)
+        self.on_exit(run, status.exit_code, status.signal, status.end_time, status.reason)
 
     # ---------------------------------------------------------------- steps
 
@@ -210,13 +300,13 @@ class Runtime:
                 run.killing_since = now
                 for p in run.procs:
                     if p.alive:
-                        _killpg(p.popen.pid, signal.SIGCONT)
-                        _killpg(p.popen.pid, signal.SIGTERM)
+                        p.send(signal.SIGCONT)
+                        p.send(signal.SIGTERM)
             elif not run.killed_hard and now - run.killing_since >= kill_wait:
                 run.killed_hard = True
                 for p in run.procs:
                     if p.alive:
-                        _killpg(p.popen.pid, signal.SIGKILL)
+                        p.send(signal.SIGKILL)
 
     def signal(self, key: str, signum: int, target: str) -> None:
         with self.lock:
@@ -226,23 +316,25 @@ class Runtime:
             if not p.alive:
                 continue
             if target == "batch_shell" and p.kind == "batch":
-                try:
-                    os.kill(p.popen.pid, signum)
-                except ProcessLookupError:
-                    pass
+                p.send(signum, group=False)
             elif (target == "batch" and p.kind == "batch") or (target == "steps" and p.kind == "step") \
                     or target == "full":
-                _killpg(p.popen.pid, signum)
+                p.send(signum)
 
     def forget_dead(self, keep: set[str]) -> None:
         """Drop bookkeeping of runs that have no live process and that the server no longer lists."""
         with self.lock:
-            for k in [k for k, r in self.runs.items() if k not in keep and not r.alive()]:
-                del self.runs[k]
+            gone = [self.runs.pop(k) for k, r in list(self.runs.items()) if k not in keep and not r.alive()]
+        for run in gone:
+            for p in run.procs:
+                if isinstance(p.popen, Supervised):
+                    # Its exit has been read; the server lists it no more, so no later agent
+                    # needs its directory to re-adopt it.
+                    shutil.rmtree(p.popen.jobdir, ignore_errors=True)
 
     def kill_all(self) -> None:
         with self.lock:
             for run in self.runs.values():
                 for p in run.procs:
                     if p.alive:
-                        _killpg(p.popen.pid, signal.SIGKILL)
+                        p.send(signal.SIGKILL)

@@ -1,0 +1,136 @@
+"""The per-run supervisor alone (``python -m shoal.agent.supervise``): it keeps a batch
+script's exit code and how it died, writes it so no reader sees half of it, passes on a kill
+sent before its task started, and outlives the process that started it, which a new agent
+then re-adopts by the run's directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from shoal.agent import supervise
+from shoal.agent.identity import OpenAs, output_flags
+from shoal.agent.runtime import Supervised
+
+
+def _launch(tmp_path: Path, script: str) -> tuple[Path, supervise.Launch]:
+    jobdir = tmp_path / "jobs" / "7.0"
+    jobdir.mkdir(parents=True)
+    out = tmp_path / "slurm-7.out"
+    launch = supervise.Launch(key="7.0", job_id=7, run=0, user="alice", argv=["/bin/sh", "-c", script],
+                              env={"PATH": os.environ["PATH"]}, cwd=str(tmp_path), cwd_fallback="/tmp",
+                              files=[OpenAs(1, str(out), output_flags(False)), OpenAs(2, same_as=1)], identity=None)
+    return jobdir, launch
+
+
+def _wait_for(predicate, timeout: float = 10.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return
+        time.sleep(0.02)
+    raise AssertionError("timed out")
+
+
+def test_the_exit_code_and_the_output_are_kept(tmp_path):
+    jobdir, launch = _launch(tmp_path, "echo to stdout; echo to stderr >&2; exit 3")
+    before = time.time()
+    status = Supervised(jobdir, supervise.start(jobdir, launch)).wait()
+    assert (status.exit_code, status.signal, status.reason) == (3, 0, None)
+    assert before <= status.end_time <= time.time()
+    assert (tmp_path / "slurm-7.out").read_text() == "to stdout\nto stderr\n"
+    assert not supervise.supervisor_alive(jobdir)
+    assert oct((jobdir / supervise.LAUNCH).stat().st_mode & 0o777) == "0o600"  # it holds the job's token
+
+
+def test_a_task_killed_by_a_signal_ends_with_that_signal(tmp_path):
+    jobdir, launch = _launch(tmp_path, "echo started; exec sleep 60")
+    task = Supervised(jobdir, supervise.start(jobdir, launch))
+    _wait_for(lambda: task.pid is not None)
+    assert not (jobdir / supervise.STATUS).exists()  # no status while it runs
+    task.send(signal.SIGTERM)
+    status = task.wait()
+    assert (status.exit_code, status.signal) == (0, signal.SIGTERM)
+
+
+def test_a_kill_sent_before_the_task_started_is_passed_on(tmp_path):
+    jobdir, launch = _launch(tmp_path, "exec sleep 60")
+    task = Supervised(jobdir, supervise.start(jobdir, launch))
+    assert task.pid is None  # the supervisor is still starting: the signal goes to it
+    task.send(signal.SIGTERM)
+    status = task.wait()
+    assert (status.exit_code, status.signal) == (0, signal.SIGTERM)
+
+
+def test_a_launch_that_fails_says_why(tmp_path):
+    jobdir, launch = _launch(tmp_path, "true")
+    launch = supervise.Launch(**{**launch.__dict__, "files": [OpenAs(1, "/nonexistent/dir/out", output_flags(False))]})
+    status = Supervised(jobdir, supervise.start(jobdir, launch)).wait()
+    assert status.exit_code == 1
+    assert status.reason == "launch failed: No such file or directory: /nonexistent/dir/out"
+
+
+def test_the_supervisor_outlives_the_agent_that_started_it_and_is_adopted(tmp_path):
+    """An 'agent' process starts the supervisor and dies at once; the run goes on, and a
+    handle made from the directory alone (a new agent's) sees it end with its exit code."""
+    go = tmp_path / "go"
+    jobdir, launch = _launch(tmp_path, f"while [ ! -e {go} ]; do sleep 0.05; done; exit 5")
+    (jobdir / supervise.LAUNCH).write_text(json.dumps(launch.to_json()))
+    agent = subprocess.run([sys.executable, "-c", (
+        "import sys; from pathlib import Path; from shoal.agent import supervise; "
+        "d = Path(sys.argv[1]); supervise.start(d, supervise.read_launch(d)); sys.exit(0)"), str(jobdir)],
+        timeout=30)
+    assert agent.returncode == 0
+    assert supervise.supervisor_alive(jobdir)
+    adopted = Supervised(jobdir)
+    assert supervise.read_launch(jobdir).key == "7.0"
+    go.touch()
+    status = adopted.wait(poll_s=0.05)
+    assert (status.exit_code, status.signal, status.reason) == (5, 0, None)
+
+
+def test_a_supervisor_gone_without_a_status_is_reported_failed(tmp_path):
+    jobdir, launch = _launch(tmp_path, "exec sleep 60")
+    popen = supervise.start(jobdir, launch)
+    task = Supervised(jobdir, popen)
+    _wait_for(lambda: task.pid is not None)
+    pid = task.pid
+    popen.kill()  # the supervisor, not the task
+    popen.wait()
+    try:
+        status = Supervised(jobdir).wait(poll_s=0.05)
+        assert status.exit_code == 1 and status.reason == "supervisor lost: exit status unknown"
+    finally:
+        os.killpg(pid, signal.SIGKILL)
+
+
+def test_the_status_file_is_never_seen_half_written(tmp_path):
+    path = tmp_path / supervise.STATUS
+    big = {"exit_code": 0, "signal": 0, "end_time": 1.0, "reason": "x" * 200_000}
+    seen: list[str] = []
+    stop = threading.Event()
+
+    def read() -> None:
+        while not stop.is_set():
+            try:
+                seen.append(json.loads(path.read_text())["reason"][:1])
+            except FileNotFoundError:
+                pass
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        for i in range(50):
+            supervise.write_json_atomic(path, {**big, "exit_code": i})
+    finally:
+        stop.set()
+        reader.join()
+    assert seen and set(seen) == {"x"}  # json.loads never met a part
+    assert json.loads(path.read_text())["exit_code"] == 49
+    assert [p.name for p in tmp_path.iterdir()] == [supervise.STATUS]  # no temp file left behind
