@@ -137,3 +137,51 @@ def test_a_silent_nodes_pods_are_replaced_elsewhere_and_its_agent_fences_them_wh
                (cluster.root / "state" / "logs" / f"{victim}.log").read_text(), 10, "the agent to say it is back")
     time.sleep(1)  # a report or two from the woken agent: still the replacement, never the old pod back
     assert running() == now
+
+
+def test_a_server_back_from_an_outage_longer_than_the_heartbeat_timeout_marks_no_node_down(tmp_path):
+    """The server is down for twice the heartbeat timeout (agents without fencing keep their
+    jobs running meanwhile, as slurmd does). Started again, it gives every node a full timeout
+    from its own start, as slurmctld does: the agents report in, no node goes DOWN, no job
+    fails."""
+    import subprocess
+
+    config = tmp_path / "cluster.yaml"
+    config.write_text(json.dumps({
+        "cluster_name": "outage", "partitions": [{"name": "batch", "nodes": "node[01-02]", "default": True}],
+        "nodes": {"heartbeat_interval_s": 1.0, "heartbeat_timeout_s": 3.0, "kill_wait_s": 2.0, "fencing": False}}))
+    cluster = LocalCluster(tmp_path / "cluster", nodes=2, gpus_per_node=0, config=str(config)).up()
+    server: subprocess.Popen | None = None
+    try:
+        jobs = [cluster.sbatch("--nodelist", name, "--wrap", "sleep 300") for name in cluster.node_names()]
+        for job in jobs:
+            cluster.wait_for(job, states=("RUNNING",), timeout=30)
+        pid = cluster.state["pids"]["server"]
+        argv = [a.decode() for a in open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")[:-1]]
+        os.kill(pid, signal.SIGKILL)
+        time.sleep(6.0)  # twice the heartbeat timeout: every node's last heartbeat is stale now
+        with open(cluster.root / "server-restarted.log", "ab") as log:
+            server = subprocess.Popen(argv, env=cluster.env, start_new_session=True, stdout=log, stderr=log)
+        wait_until(lambda: _answers(cluster), 60, "the restarted server to answer")
+        deadline = time.time() + 6.0  # past a full timeout from the restart
+        while time.time() < deadline:
+            states = {n["name"]: n["state"] for n in cluster.nodes_json()}
+            assert set(states.values()) == {"UP"}, states
+            assert [cluster.job(j)["state"] for j in jobs] == ["RUNNING", "RUNNING"]
+            time.sleep(0.2)
+        for job in jobs:
+            cluster.run(["scancel", str(job)])
+            assert cluster.wait_for(job, timeout=30)["state"] == "CANCELLED"
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait(timeout=30)
+        cluster.down()
+
+
+def _answers(cluster: LocalCluster) -> bool:
+    try:
+        cluster.nodes_json()
+        return True
+    except Exception:
+        return False

@@ -189,7 +189,7 @@ class Controller(KickedLoop):
         timeout = s.config.nodes.heartbeat_timeout_s
         elected = s.leader.elected_at
         if elected is not None and now - elected < timeout:
-            return set()  # a new leader gives every node a full timeout first
+            return set()  # a new leader, or a server just started, gives every node a full timeout first
         with s.sessions() as session, session.begin():
             s.leader.fence(session)
             late = list(session.scalars(select(NodeRow).where(

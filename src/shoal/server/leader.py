@@ -31,9 +31,10 @@ class Leadership:
         self.poll_s = poll_s
         self.grace_s = grace_s
         self.term: int | None = None
-        # When this server was elected over others (the clock's time); None on a store only
-        # it uses. Nodes get a fresh heartbeat timeout from then, as slurmctld gives them
-        # when a backup takes control: their reports may have gone to the old leader.
+        # When this server began to lead (the clock's time). Nodes get a fresh heartbeat
+        # timeout from then, as slurmctld gives them when a backup takes control (their
+        # reports may have gone to the old leader) or when it starts again after an outage
+        # (their reports went nowhere): no node is DOWN for the control plane's own silence.
         self.elected_at: float | None = None
         self._confirmed = time.monotonic()
         self._lock = threading.Lock()
@@ -64,7 +65,7 @@ class Leadership:
 
     def start(self) -> None:
         if not self.lease.shared:
-            self.term = 1
+            self.term, self.elected_at = 1, self.clock()
             self.on_elected()
             return
         self._thread = threading.Thread(target=self._run, name="leader-election", daemon=True)
