@@ -486,6 +486,34 @@ def test_routes_follow_the_server_by_long_poll_and_survive_the_server_going_away
     run(story())
 
 
+def test_with_several_servers_routes_come_from_one_that_answers_and_load_goes_to_all():
+    """Servers sharing one store (high availability): the first listed is down, so the routes
+    come from the second; the load figures reach every server that is up, so whichever
+    leads has them for its HPAs."""
+    async def story():
+        a = Pod("a")
+        async with cluster(a) as (gw, url, session):
+            down_port = free_port()  # nothing listens here: a server that is down
+            up1, up2 = RoutesServer(), RoutesServer()
+            up1.doc = up2.doc = routes(service("llm", [a.backend()]), version=7)
+            servers = f"http://127.0.0.1:{down_port},{await up1.start()},{await up2.start()}"
+            link = ServerLink(gw, servers, RoutesServer.TOKEN, wait_s=5, report_every_s=0.2,
+                              backoff=Backoff(first_s=0.05, max_s=0.2))
+            task = asyncio.ensure_future(link.run())
+            try:
+                await until(lambda: gw.table.version == 7, what="routes from a server that answers")
+                assert link.server == servers.split(",")[1]
+                assert (await call(session, url))[1]["pod"] == "a"
+                await until(lambda: up1.reports and up2.reports, what="load reports at both live servers")
+            finally:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+                await up1.stop()
+                await up2.stop()
+
+    run(story())
+
+
 def test_a_wrong_token_leaves_the_gateway_without_routes_and_says_why(caplog):
     async def story():
         async with cluster() as (gw, url, session):

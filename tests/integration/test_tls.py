@@ -6,11 +6,12 @@ cluster closes the default namespace and keeps jobs private (PrivateData=jobs)."
 from __future__ import annotations
 
 import json
+import urllib.request
 
 import pytest
 
 from shoal.cli.client import Client, ClientError
-from tests.integration.cluster import LocalCluster
+from tests.integration.cluster import LocalCluster, free_port, wait_until
 
 HARDENED = {"cluster_name": "tls", "partitions": [{"name": "gpu", "nodes": "node[01-02]", "default": True}],
             "nodes": {"heartbeat_interval_s": 2.0, "heartbeat_timeout_s": 30.0, "kill_wait_s": 2.0},
@@ -40,7 +41,10 @@ class TLSCluster(LocalCluster):
 def cluster(tmp_path_factory) -> TLSCluster:
     root = tmp_path_factory.mktemp("tls")
     (root / "cluster.yaml").write_text(json.dumps(HARDENED))
-    c = TLSCluster(root, nodes=2, gpus_per_node=2, config=str(root / "cluster.yaml"), extra=("--tls", "on"))
+    gw = free_port()
+    c = TLSCluster(root, nodes=2, gpus_per_node=2, config=str(root / "cluster.yaml"),
+                   extra=("--tls", "on", "--gateway", str(gw)))
+    c.gateway = f"http://127.0.0.1:{gw}"
     c.up()
     yield c
     c.down()
@@ -105,3 +109,13 @@ def test_a_closed_default_namespace_and_private_jobs(cluster):
     operator = cluster.api("POST", "/api/v1/tokens", {"user": "olga", "role": "operator"})["token"]
     assert mine in [j["job_id"] for j in cluster.api("GET", "/api/v1/jobs", token=operator)["jobs"]]
     cluster.api("POST", f"/api/v1/jobs/{mine}/cancel", {}, token=operator)
+
+
+def test_the_gateway_follows_the_routes_over_https_with_the_cluster_ca(cluster):
+    def health():
+        with urllib.request.urlopen(f"{cluster.gateway}/gateway/healthz", timeout=5) as r:
+            doc = json.loads(r.read())
+        return doc if doc["routes_loaded"] else None
+
+    assert wait_until(health, 30, "the gateway's first routes from the HTTPS server")["ok"]
+

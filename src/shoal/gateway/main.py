@@ -6,9 +6,10 @@ import asyncio
 import logging
 import os
 import signal
+import ssl
 import sys
 
-from shoal.cli.client import ClientError, fail, load_config, split_url
+from shoal.cli.client import Client, ClientError, fail, load_config, split_url
 from shoal.gateway.proxy import Gateway, GatewayConfig, serve
 from shoal.gateway.routing import RoutesError
 from shoal.gateway.sync import RoutesFile, ServerLink
@@ -36,11 +37,11 @@ def run(args) -> int:
     except ValueError as e:
         fail(str(e))
     config = GatewayConfig(hold_s=args.hold_timeout, connect_timeout_s=args.connect_timeout, retries=args.retries)
-    server = token = None
+    server = token = context = None
     if not args.routes:
-        server, token = _server_and_token(args)
+        server, token, context = _server_and_token(args)
     try:
-        return asyncio.run(_serve(config, host, port, server, token, args.routes, args.metrics_interval))
+        return asyncio.run(_serve(config, host, port, server, token, args.routes, args.metrics_interval, context))
     except RoutesError as e:
         fail(str(e))
     except OSError as e:
@@ -48,7 +49,9 @@ def run(args) -> int:
     return 1
 
 
-def _server_and_token(args) -> tuple[str, str | None]:
+def _server_and_token(args) -> tuple[str, str | None, ssl.SSLContext | None]:
+    """The server URL(s), the token, and for https the TLS context trusting the cluster CA
+    (the client configuration's ca_file/ca_data, or $SHOAL_CA), as the commands use them."""
     token = None
     if args.token_file:
         try:
@@ -58,20 +61,28 @@ def _server_and_token(args) -> tuple[str, str | None]:
             fail(f"cannot read --token-file {args.token_file}: {e.strerror}")
     token = token or os.environ.get("SHOAL_TOKEN") or None
     server = args.server
+    conf: dict = {}
     if not server or token is None:
         try:
             conf = load_config()
         except ClientError as e:
             if not server:
                 fail(f"{e} (or give --server URL, or --routes FILE to run without a server)")
-            conf = {}
         server = server or conf["server"]
         token = token or conf.get("token")
-    return server, token
+    if not any(u.strip().startswith("https:") for u in server.split(",")):
+        return server, token, None
+    try:
+        pem = Client(server, token, ca_file=conf.get("ca_file"), ca_data=conf.get("ca_data")).ca_pem()
+        return server, token, ssl.create_default_context(cadata=pem) if pem else ssl.create_default_context()
+    except ClientError as e:
+        fail(str(e))
+    except ssl.SSLError as e:
+        fail(f"cannot use the cluster CA certificate: {e}")
 
 
 async def _serve(config: GatewayConfig, host: str, port: int, server: str | None, token: str | None,
-                 routes: str | None, metrics_interval: float) -> int:
+                 routes: str | None, metrics_interval: float, context: ssl.SSLContext | None = None) -> int:
     gateway = Gateway(config)
     if routes:
         source = RoutesFile(gateway, routes)
@@ -79,7 +90,7 @@ async def _serve(config: GatewayConfig, host: str, port: int, server: str | None
         task = source.run()
         where = f"routes file {routes}"
     else:
-        link = ServerLink(gateway, server, token, report_every_s=metrics_interval)
+        link = ServerLink(gateway, server, token, report_every_s=metrics_interval, ssl_context=context)
         task = link.run()
         where = f"server {server}"
     runner, bound = await serve(gateway, host, port)

@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import random
+import ssl
 import time
 from pathlib import Path
 
@@ -48,9 +49,15 @@ class ServerLink:
     """The gateway's two conversations with the Shoal server: routes in, load figures out."""
 
     def __init__(self, gateway: Gateway, server: str, token: str | None = None, *, wait_s: float = 25.0,
-                 report_every_s: float = 1.0, backoff: Backoff | None = None):
+                 report_every_s: float = 1.0, backoff: Backoff | None = None,
+                 ssl_context: ssl.SSLContext | None = None):
         self.gateway = gateway
-        self.server = server.rstrip("/")
+        # Several servers sharing one store (comma-separated): routes come from the one that
+        # answers, the next is tried when it cannot be reached; load figures go to all of
+        # them, so whichever leads has them for its HPAs.
+        self.servers = [u.strip().rstrip("/") for u in server.split(",") if u.strip()]
+        self._current = 0
+        self.ssl_context = ssl_context
         self.headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.wait_s = wait_s
         self.report_every_s = report_every_s
@@ -61,9 +68,14 @@ class ServerLink:
         self._session: aiohttp.ClientSession | None = None
         self._reporting_failed = False
 
+    @property
+    def server(self) -> str:
+        return self.servers[self._current]
+
     async def run(self) -> None:
         """Poll and report until cancelled."""
-        self._session = aiohttp.ClientSession(headers=self.headers)
+        connector = aiohttp.TCPConnector(ssl=self.ssl_context) if self.ssl_context is not None else None
+        self._session = aiohttp.ClientSession(headers=self.headers, connector=connector)
         try:
             await asyncio.gather(self.poll_routes(), self.report_metrics())
         finally:
@@ -86,6 +98,8 @@ class ServerLink:
                     doc = await r.json(content_type=None)
                 table = RoutingTable.from_json(doc)
             except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as e:
+                if isinstance(e, aiohttp.ClientConnectionError) and len(self.servers) > 1:
+                    self._current = (self._current + 1) % len(self.servers)
                 delay = self.backoff.next()
                 if not failing or self.backoff.failures % 10 == 0:
                     log.warning("routes from %s: %s; keeping routes version %s, retrying in %.1fs",
@@ -112,19 +126,28 @@ class ServerLink:
             await asyncio.sleep(self.report_every_s)
             if not self.gateway.table_loaded:
                 continue
-            try:
-                async with self._session.post(self.server + METRICS_PATH, json=self.gateway.report(),
-                                              timeout=aiohttp.ClientTimeout(total=5)) as r:
-                    if r.status >= 300:
-                        raise RoutesError(f"HTTP {r.status}: {(await r.text())[:300]}")
-            except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as e:
+            report = self.gateway.report()
+            results = await asyncio.gather(*(self._report_to(url, report) for url in self.servers))
+            errors = [(url, e) for url, e in zip(self.servers, results) if e is not None]
+            if len(errors) == len(self.servers):
                 if not self._reporting_failed:
+                    url, e = errors[0]
                     log.warning("metrics to %s: %s (will keep trying every %gs)",
-                                self.server, str(e) or type(e).__name__, self.report_every_s)
+                                url, str(e) or type(e).__name__, self.report_every_s)
                 self._reporting_failed = True
                 continue
             self.reports += 1
             self._reporting_failed = False
+
+    async def _report_to(self, url: str, report: dict) -> Exception | None:
+        try:
+            async with self._session.post(url + METRICS_PATH, json=report,
+                                          timeout=aiohttp.ClientTimeout(total=5)) as r:
+                if r.status >= 300:
+                    raise RoutesError(f"HTTP {r.status}: {(await r.text())[:300]}")
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as e:
+            return e
+        return None
 
 
 class RoutesFile:
