@@ -97,9 +97,10 @@ while true; do sleep 0.1; done
 
 def test_a_job_that_ends_while_its_agent_is_down_is_reported_when_it_comes_back(make_cluster):
     cluster = make_cluster(nodes=1, gpus_per_node=0)
-    go = cluster.workdir / "go"
-    job_id = cluster.sbatch("--wrap", f"while [ ! -e {go} ]; do sleep 0.1; done; exit 4")
+    go, started = cluster.workdir / "go", cluster.workdir / "started"
+    job_id = cluster.sbatch("--wrap", f"touch {started}; while [ ! -e {go} ]; do sleep 0.1; done; exit 4")
     cluster.wait_for(job_id, states=("RUNNING",), timeout=30)
+    wait_until(started.exists, 20, "the script to start")
     cmd = _kill_agent(cluster, cluster.node_names()[0])
     jobdir = next((cluster.root / "state").rglob(f"jobs/{job_id}.*"))
     go.touch()
@@ -109,7 +110,7 @@ def test_a_job_that_ends_while_its_agent_is_down_is_reported_when_it_comes_back(
     try:
         job = cluster.wait_for(job_id, timeout=40)
         assert (job["state"], job["exit_code"]) == ("FAILED", 4), job
-        wait_until(lambda: not jobdir.exists(), 20, "the agent to forget the finished run's directory")
+        wait_until(lambda: not jobdir.exists(), 40, "the agent to forget the finished run's directory")
     finally:
         agent.terminate()
         agent.wait(timeout=30)
