@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+from pathlib import Path
 
 from tests.integration.cluster import LocalCluster, wait_until
 
@@ -16,20 +17,20 @@ from tests.integration.cluster import LocalCluster, wait_until
 def _kill_agent(cluster: LocalCluster, name: str) -> list[str]:
     """kill -9 the node's agent; its command line, to start it again."""
     pid = cluster.agent_pid(name)
-    cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")[:-1]
+    cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]
     os.kill(pid, signal.SIGKILL)
     wait_until(lambda: not _alive(pid), 10, "the killed agent to be gone")
     return [c.decode() for c in cmd]
 
 
 def _start_agent(cluster: LocalCluster, cmd: list[str]) -> subprocess.Popen:
-    log = open(cluster.root / "agent-restarted.log", "ab")
-    return subprocess.Popen(cmd, env=cluster.env, start_new_session=True, stdout=log, stderr=log)
+    with open(cluster.root / "agent-restarted.log", "ab") as log:
+        return subprocess.Popen(cmd, env=cluster.env, start_new_session=True, stdout=log, stderr=log)
 
 
 def _alive(pid: int) -> bool:
     try:
-        return open(f"/proc/{pid}/stat").read().split()[2] != "Z"
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
     except FileNotFoundError:
         return False
 

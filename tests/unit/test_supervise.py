@@ -82,11 +82,10 @@ def test_the_supervisor_outlives_the_agent_that_started_it_and_is_adopted(tmp_pa
     go = tmp_path / "go"
     jobdir, launch = _launch(tmp_path, f"while [ ! -e {go} ]; do sleep 0.05; done; exit 5")
     (jobdir / supervise.LAUNCH).write_text(json.dumps(launch.to_json()))
-    agent = subprocess.run([sys.executable, "-c", (
+    subprocess.run([sys.executable, "-c", (
         "import sys; from pathlib import Path; from shoal.agent import supervise; "
         "d = Path(sys.argv[1]); supervise.start(d, supervise.read_launch(d)); sys.exit(0)"), str(jobdir)],
-        timeout=30)
-    assert agent.returncode == 0
+        check=True, timeout=30)
     assert supervise.supervisor_alive(jobdir)
     adopted = Supervised(jobdir)
     assert supervise.read_launch(jobdir).key == "7.0"

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from shoal.agent import supervise
-from shoal.agent.supervise import killpg as _killpg
 from shoal.agent.identity import JobUsers, OpenAs, UnknownUser, output_flags
+from shoal.agent.supervise import killpg as _killpg
 from shoal.model.filename import expand_pattern
 
 log = logging.getLogger("shoal.agent")
