@@ -34,10 +34,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.integration.cluster import BIN, LocalCluster  # noqa: E402  (the one local-cluster harness)
+from tests.integration.cluster import BIN, LocalCluster, python_command  # noqa: E402  (the one harness)
 from benchmarks_md import write_section  # noqa: E402  (bench/ is on sys.path as the script's folder)
 
 PY = sys.executable
+# sbatch, squeue and scancel may be the compiled front end (frontend/shoal-cmd.c); then the
+# Python commands are timed beside them, and import times are the Python commands'.
+FRONT = " (compiled front end)" if (BIN / "sbatch").read_bytes()[:4] == b"\x7fELF" else ""
 SECTION = "## Foundation"
 NODES, GPUS, CPUS = 8, 8, 128
 ACTIVE_STATES = ("PENDING", "RUNNING")
@@ -202,9 +205,12 @@ def bench_cli(c: LocalCluster, mode: Mode) -> list[Timed]:
         Timed("`python -c 'import shoal.cli.sbatch, shoal.cli.options, shoal.cli.client'` (sbatch imports)",
               [PY, "-c", "import shoal.cli.sbatch, shoal.cli.options, shoal.cli.client"]),
         Timed("`python -c 'import shoal.cli.squeue'` (squeue imports)", [PY, "-c", "import shoal.cli.squeue"]),
-        Timed("`sbatch --wrap true`", [str(BIN / "sbatch"), "--wrap", "true"]),
-        Timed("`squeue`", [str(BIN / "squeue")]),
+        Timed(f"`sbatch --wrap true`{FRONT}", [str(BIN / "sbatch"), "--wrap", "true"]),
+        Timed(f"`squeue`{FRONT}", [str(BIN / "squeue")]),
     ]
+    if FRONT:
+        rows += [Timed("`sbatch --wrap true` (the Python command)", python_command("sbatch", "--wrap", "true")),
+                 Timed("`squeue` (the Python command)", python_command("squeue"))]
     workdir = c.workdir / "cli"
     workdir.mkdir(exist_ok=True)
 
@@ -236,7 +242,7 @@ def importtime(c: LocalCluster, argv: list[str], runs: int) -> tuple[float, Rank
     top_level: set[str] = set()
     totals = []
     for _ in range(runs):
-        out = subprocess.run([PY, "-X", "importtime", *argv], env=c.env, cwd=c.workdir, capture_output=True,
+        out = subprocess.run([argv[0], "-X", "importtime", *argv[1:]], env=c.env, cwd=c.workdir, capture_output=True,
                              text=True)
         total = 0.0
         for line in out.stderr.splitlines():
@@ -449,7 +455,7 @@ def render(facts: dict[str, str], command: str, mode: Mode, c: LocalCluster, cli
                    f"| {ms(median(t.times) - floor)} |")
     out.append("")
     for cmd, (total, by_cumul, by_self) in imports.items():
-        out.append(f"`python -X importtime {cmd}` (median of {mode.importtime_runs} runs): "
+        out.append(f"`python -X importtime {cmd}` (the Python command; median of {mode.importtime_runs} runs): "
                    f"{ms(total)} ms of imports in all.")
         out.append("")
         out.append("| Top-level import | cumulative ms | | Biggest single module | self ms |")
@@ -521,8 +527,8 @@ def main(argv: list[str] | None = None) -> int:
         for t in cli:
             print(f"  {t.label}: median {ms(median(t.times))} ms, p90 {ms(p90(t.times))} ms", flush=True)
         imports = {
-            "sbatch --wrap true": importtime(c, [str(BIN / "sbatch"), "--wrap", "true"], mode.importtime_runs),
-            "squeue": importtime(c, [str(BIN / "squeue")], mode.importtime_runs),
+            "sbatch --wrap true": importtime(c, python_command("sbatch", "--wrap", "true"), mode.importtime_runs),
+            "squeue": importtime(c, python_command("squeue"), mode.importtime_runs),
         }
         wait_idle(c)
         print("submit-to-start latency...", flush=True)

@@ -247,7 +247,7 @@ static void build_invocation(Buf *b) {
 
 /* ------------------------------------------------------------------ HTTP */
 
-typedef struct { char *host, *port, *base; } Url;
+typedef struct { char *host, *port, *base; const char *name; } Url;
 
 /* http://host[:port][/base]; 0 for what Python handles (https, IPv6 literals, user info). */
 static int split_url(const char *server, Url *u) {
@@ -365,12 +365,29 @@ int main(int argc, char **argv) {
     if (env_nonempty("SHOAL_SERVER")) server = strdup(getenv("SHOAL_SERVER"));
     if (env_nonempty("SHOAL_TOKEN")) token = strdup(getenv("SHOAL_TOKEN"));
     if (!server || !*server) run_python();
-    Url u;
-    if (!split_url(server, &u)) run_python();
+    /* Several servers sharing a store, comma-separated: the first that takes the
+     * connection, in order, as the Python client does (nothing is sent to the others). */
+    Url urls[16];
+    int nurls = 0;
+    for (char *tok = strtok(strdup(server), ","); tok; tok = strtok(NULL, ",")) {
+        while (*tok == ' ' || *tok == '\t') tok++;
+        size_t n = strlen(tok);
+        while (n && (tok[n - 1] == ' ' || tok[n - 1] == '\t')) tok[--n] = 0;
+        if (!n) continue;
+        if (nurls == 16 || !split_url(tok, &urls[nurls])) run_python();
+        urls[nurls++].name = tok;
+    }
+    if (!nurls) run_python();
 
     coerce_c_locale();
     Buf body = {0};
     build_invocation(&body);
+
+    int fd = -1;
+    Url u;
+    for (int i = 0; i < nurls && fd < 0; i++) { u = urls[i]; fd = connect_to(&u); }
+    if (fd < 0) run_python(); /* Python says why, in its words */
+    const char *where = u.name;
 
     Buf req = {0};
     puts_(&req, "POST "); puts_(&req, u.base); puts_(&req, "/api/v1/commands/"); puts_(&req, g_cmd);
@@ -387,22 +404,20 @@ int main(int argc, char **argv) {
     puts_(&req, clen);
     put(&req, body.p, body.n);
 
-    int fd = connect_to(&u);
-    if (fd < 0) run_python(); /* Python says why, in its words */
-    if (write_all(fd, req.p, req.n) < 0) { close(fd); lost_answer(server); }
+    if (write_all(fd, req.p, req.n) < 0) { close(fd); lost_answer(where); }
     Buf resp = {0};
     char chunk[65536];
     for (;;) {
         ssize_t k = read(fd, chunk, sizeof chunk);
         if (k < 0 && errno == EINTR) continue;
-        if (k < 0) { close(fd); lost_answer(server); }
+        if (k < 0) { close(fd); lost_answer(where); }
         if (k == 0) break;
         put(&resp, chunk, (size_t)k);
     }
     close(fd);
 
     char *end = resp.p ? strstr(resp.p, "\r\n\r\n") : NULL;
-    if (!end || strncmp(resp.p, "HTTP/1.", 7)) lost_answer(server);
+    if (!end || strncmp(resp.p, "HTTP/1.", 7)) lost_answer(where);
     *end = 0;
     const char *data = end + 4;
     size_t data_len = resp.n - (size_t)(data - resp.p);
@@ -411,7 +426,7 @@ int main(int argc, char **argv) {
     if (status != 200 || !exit_code) {
         /* An older server without the endpoint, or one that refused the request as such. */
         if (strcmp(g_cmd, "sbatch") || status == 404 || status == 405 || status == 400) run_python();
-        lost_answer(server);
+        lost_answer(where);
     }
     if (!strncmp(exit_code, "local", 5)) run_python();
     const char *cl = header(resp.p, "content-length");

@@ -16,6 +16,13 @@ import time
 from pathlib import Path
 
 BIN = Path(sys.executable).parent
+# What the compiled front end (frontend/shoal-cmd.c) execs to hand a call to the Python command.
+PYTHON_COMMAND = "import sys;sys.argv.pop(0);from shoal.cli.{0} import main;sys.exit(main())"
+
+
+def python_command(command: str, *args: str) -> list[str]:
+    """argv that runs ``command`` as the Python command, as without the compiled front end."""
+    return [str(BIN / "python"), "-P", "-c", PYTHON_COMMAND.format(command), str(BIN / command), *args]
 _counter = itertools.count(1)
 
 

@@ -17,10 +17,8 @@ import subprocess
 
 import pytest
 
-from tests.integration.cluster import BIN, LocalCluster
+from tests.integration.cluster import BIN, LocalCluster, python_command
 
-COMMANDS = ("sbatch", "squeue", "scancel")
-PYTHON_COMMAND = "import sys;sys.argv.pop(0);from shoal.cli.{0} import main;sys.exit(main())"
 NATIVE_REFUSED = 125  # SHOAL_FRONTEND=native: the front end would have handed over to Python
 
 SCRIPT = "#!/bin/sh\n#SBATCH -J scripted\n#SBATCH --time=5\n#SBATCH -o out-%j.log\necho hi\n"
@@ -80,15 +78,15 @@ def cluster(tmp_path_factory):
 
 
 def run(c: LocalCluster, command: str, argv: list[str], compiled: bool, stdin: str | None = None,
-        native: bool = True) -> subprocess.CompletedProcess:
+        native: bool = True, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """The command as the compiled front end runs it (SHOAL_FRONTEND=native: never handing
     over), or as the Python command runs without it (what the front end execs)."""
+    env = dict(env or {})
     if compiled:
-        env = {"SHOAL_FRONTEND": "native"} if native else {}
+        env.update({"SHOAL_FRONTEND": "native"} if native else {})
         cmd = [str(BIN / command), *argv]
     else:
-        env = {}
-        cmd = [str(BIN / "python"), "-P", "-c", PYTHON_COMMAND.format(command), str(BIN / command), *argv]
+        cmd = python_command(command, *argv)
     base = {k: v for k, v in c.env.items() if k != "SHOAL_FRONTEND"}
     return subprocess.run(cmd, env={**base, **env}, cwd=c.workdir, input=stdin, capture_output=True, text=True,
                           timeout=60)
@@ -197,3 +195,11 @@ def test_a_server_without_the_endpoint_gets_the_python_command(cluster, tmp_path
         assert out.returncode == NATIVE_REFUSED, out.stderr
     finally:
         old.shutdown()
+
+
+def test_several_servers_the_front_end_takes_the_next_when_one_is_down(cluster):
+    """Servers sharing a store, comma-separated (as the Python client takes them)."""
+    env = {"SHOAL_SERVER": f"http://127.0.0.1:1, {cluster.server}"}
+    native = run(cluster, "squeue", ["-h", "-o", "%i"], True, env=env)
+    assert native.returncode == 0, native.stderr
+    assert native.stdout == run(cluster, "squeue", ["-h", "-o", "%i"], False, env=env).stdout
