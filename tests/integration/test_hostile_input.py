@@ -92,12 +92,14 @@ def api(tmp_path_factory):
 
 def test_no_request_the_schema_allows_or_forbids_gets_a_server_error(api):
     """schemathesis, every operation of the server's OpenAPI, valid and invalid requests made
-    from its schema (a few each: the test stays well under two minutes), with the admin token."""
+    from its schema (a few each), with the admin token."""
     schema = schemathesis.openapi.from_url(f"{api.url}/openapi.json")
     failures: list[str] = []
     operations = [result.ok() for result in schema.get_all_operations()]
     assert len(operations) > 30, "the server's OpenAPI lists too few operations"
-    deadline = time.monotonic() + 100
+    # The hang check is each request's own 15 s; this only bounds the whole run (about a
+    # minute on a quiet machine, several on a loaded one).
+    deadline = time.monotonic() + 600
 
     for op in operations:
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
