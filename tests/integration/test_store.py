@@ -159,6 +159,46 @@ def test_the_second_of_two_writers_to_one_row_gets_a_stale_data_error(engine, ki
         assert row.reason == "Priority" and row.version == 2
 
 
+# ------------------------------------------------------------------ the scheduler's row cache
+
+
+def test_the_controllers_row_cache_sees_every_change_a_fresh_read_would(engine):
+    """Passes keep job rows by version between them: a submission, a change, a start and an
+    end must each show in the next snapshot exactly as in one built from scratch."""
+    from shoal.server.snapshot import JobRowCache, build
+
+    from shoal.model.resources import ResourceRequest
+    from shoal.server.jobs import request_to_json
+
+    migrate(engine)
+    sessions = session_factory(engine)
+    one_gpu = request_to_json(ResourceRequest(nodes=1, ntasks=1, gpus_per_node=1))
+    with sessions() as s, s.begin():
+        s.add_all([_job(name=f"j{i}", request=one_gpu) for i in range(6)])
+    cache = JobRowCache()
+
+    def same() -> None:
+        with sessions() as s:
+            cached = build(s, (), 1.0, cache=cache)
+        with sessions() as s:
+            fresh = build(s, (), 1.0)
+        assert cached == fresh
+
+    same()
+    with sessions() as s, s.begin():
+        rows = list(s.scalars(select(JobRow).order_by(JobRow.id)))
+        rows[0].held = True  # a change the scheduler must see (scontrol hold)
+        rows[1].state, rows[1].allocation = "RUNNING", {"nodes": [{"name": "n01", "cpus": 1, "memory_mb": 1,
+                                                                   "gpus": [0]}]}
+        rows[2].state = "CANCELLED"
+        s.add(_job(name="late", request=one_gpu))
+    same()
+    with sessions() as s:
+        cached = build(s, (), 1.0, cache=cache)
+    assert [p.name for p in cached.pending] == ["j0", "j3", "j4", "j5", "late"]
+    assert cached.pending[0].held and [a.name for a in cached.active] == ["j1"]
+
+
 # ------------------------------------------------------------------ durability
 
 

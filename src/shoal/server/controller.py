@@ -8,6 +8,7 @@ and applies the plan in one short transaction that re-checks every row it change
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 
 from sqlalchemy import delete, select
@@ -19,6 +20,7 @@ from shoal.model.resources import Allocation
 from shoal.sched.schedule import schedule
 from shoal.server import jobs as jobsvc
 from shoal.server.loop import KickedLoop
+from shoal.server.snapshot import JobRowCache
 from shoal.store.models import CleanupRow, JobRow, NodeRow
 
 log = logging.getLogger("shoal.controller")
@@ -33,12 +35,23 @@ class Controller(KickedLoop):
         self._warned: set[str] = set()  # runs whose --signal warning was sent
         self.passes = 0
         self._last_full = float("-inf")  # when the last full backfill pass ran
+        self._last_pass_s = 0.0
+        self._rows = JobRowCache()  # live job rows kept between passes
 
     def interval_s(self) -> float:
         return self.server.config.scheduler.interval_s
 
     def step(self) -> None:
+        t0 = time.perf_counter()
         self.run_pass()
+        self._last_pass_s = time.perf_counter() - t0
+
+    def rest_s(self) -> float:
+        # As long as the pass took (at most one interval): under a stream of submissions,
+        # each waking the loop, passes over a long queue take at most half of the server's
+        # time, and the API keeps the rest; a short queue's pass takes milliseconds, so a
+        # job still starts milliseconds after it was submitted.
+        return min(self._last_pass_s, self.interval_s())
 
     def active(self) -> bool:
         return self.server.leader.is_leader
@@ -64,7 +77,7 @@ class Controller(KickedLoop):
     def _schedule(self, now: float) -> set[str]:
         s = self.server
         with s.sessions() as session:
-            snap = s.snapshot(session, now)
+            snap = s.snapshot(session, now, cache=self._rows)
         if not snap.pending:
             return set()
         # Full backfill passes at most every bf_interval_s; quick ones (in queue order up to
@@ -80,7 +93,11 @@ class Controller(KickedLoop):
         with s.sessions() as session, session.begin():
             s.leader.fence(session)
             victims = {v for p in plan.preemptions for v in p.victim_ids}
-            ids = list({st.job_id for st in plan.starts} | reasons.keys() | victims)
+            # Whole rows only for the jobs this pass changes: with a long queue most reasons
+            # stay as they were, and loading every pending row (its JSON decoded) each pass
+            # cost as much as the pass itself.
+            changed = self._changed_reasons(session, reasons, plan.estimates if full else None)
+            ids = list({st.job_id for st in plan.starts} | changed | victims)
             rows = {r.id: r for r in session.scalars(select(JobRow).where(JobRow.id.in_(ids)))} if ids else {}
             touched: set[str] = set()
             for st in plan.starts:
@@ -95,7 +112,8 @@ class Controller(KickedLoop):
                 row.expected_start = None
                 row.preempted_at = row.preemptor_id = None  # a requeued victim runs again: its preemption is over
                 touched.update(st.allocation.node_names)
-            for jid, reason in reasons.items():
+            for jid in changed:
+                reason = reasons[jid]
                 row = rows.get(jid)
                 if row is None or row.state != JobState.PENDING.value:
                     continue
@@ -109,6 +127,16 @@ class Controller(KickedLoop):
         for node, key, signum, target in signals:  # only once the preemption is committed
             s.hub.signal(node, key, signum, target)
         return touched
+
+    @staticmethod
+    def _changed_reasons(session, reasons: dict[int, str], estimates: dict[int, float] | None) -> set[int]:
+        """The pending jobs whose reason (or, in a full pass, start estimate) the plan changes."""
+        if not reasons:
+            return set()
+        current = session.execute(select(JobRow.id, JobRow.reason, JobRow.expected_start)
+                                  .where(JobRow.state == JobState.PENDING.value))
+        return {jid for jid, reason, expected in current if jid in reasons and (
+            reason != reasons[jid] or (estimates is not None and expected != estimates.get(jid)))}
 
     # -------------------------------------------------------------- preemption
 

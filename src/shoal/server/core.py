@@ -108,16 +108,17 @@ class Server:
                 token = self.auth.create_token(s, "join", "join", "agent join token")
                 write_private(self.state_dir / JOIN_TOKEN_FILE, token.encode())
 
-    def snapshot(self, session, now: float, *, usage: bool | None = None) -> Snapshot:
+    def snapshot(self, session, now: float, *, usage: bool | None = None, cache=None) -> Snapshot:
         """The scheduler's view of the store; fair-share usage is read only when policy needs it
-        (``usage`` None: when the priority type is multifactor)."""
+        (``usage`` None: when the priority type is multifactor). ``cache``: the controller's
+        ``snapshot.JobRowCache``."""
         from shoal.server import snapshot
 
         if usage is None:
             usage = self.sched_config.priority == "multifactor"
         return snapshot.build(session, self.partitions, now, accounts=self.accounts, qos=self.qos,
                               usage_half_life_s=self.sched_config.multifactor.decay_half_life_s
-                              if usage else None, topology=self.topology)
+                              if usage else None, topology=self.topology, cache=cache)
 
     def node_address(self, node: str) -> str:
         """A node's advertised address (cached; registration updates it)."""

@@ -37,6 +37,11 @@ class KickedLoop:
     def active(self) -> bool:
         return True
 
+    def rest_s(self) -> float:
+        """How long to wait after a step before the next, however soon it is asked for:
+        wake-ups meanwhile are coalesced into one step. 0: none."""
+        return 0.0
+
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
         self._thread.start()
@@ -67,3 +72,6 @@ class KickedLoop:
             except Exception:  # a bad step must not kill the loop; the next one retries
                 log.exception("%s step failed", self.name)
                 time.sleep(0.2)
+            rest = self.rest_s()
+            if rest > 0:
+                self._stop.wait(rest)
