@@ -5,6 +5,7 @@ is retried alone so the others still commit."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from sqlalchemy import Column, Integer, MetaData, String, Table, create_engine, insert, select
@@ -97,3 +98,50 @@ def test_a_write_that_breaks_the_shared_transaction_fails_alone(store):
         t.join()
     assert results.count("duplicate") == 1
     assert names(engine) == {"taken", "a", "b", "c"}
+
+
+def test_a_commit_that_fails_is_never_run_again(tmp_path):
+    """A connection lost during COMMIT leaves its outcome unknown: the jobs may be stored.
+    Running the works again could store each twice, so every caller gets the error instead."""
+    engine = create_engine(f"sqlite:///{tmp_path / 'g.db'}", connect_args={"check_same_thread": False})
+    metadata.create_all(engine)
+    sessions = sessionmaker(engine)
+    runs: list[str] = []
+
+    def failing_commit():
+        from sqlalchemy import event
+
+        s = sessions()
+        event.listen(s, "before_commit", lambda _s: (_ for _ in ()).throw(ConnectionError("lost at COMMIT")))
+        return s
+
+    group = GroupCommit(failing_commit, refusals=(Refused,))
+    errors = []
+    barrier = threading.Barrier(3)
+
+    def work(name: str):
+        def run(s):
+            runs.append(name)
+            if name == "a":
+                time.sleep(0.3)  # the others queue up meanwhile and share the next commit
+            return submit(name)(s)
+
+        return run
+
+    def user(name: str):
+        if name != "a":
+            barrier.wait()
+            time.sleep(0.05)
+        try:
+            group.run(work(name))
+        except (ConnectionError, Refused) as e:
+            errors.append(type(e).__name__)
+
+    threads = [threading.Thread(target=user, args=(n,)) for n in ("a", "b", "refuse-c", "d")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    engine.dispose()
+    assert sorted(runs) == ["a", "b", "d", "refuse-c"]  # each work ran once, never again alone
+    assert sorted(errors) == ["ConnectionError"] * 3 + ["Refused"]

@@ -38,7 +38,8 @@ class GroupCommit:
     ``refusals`` are the exceptions a work function raises *before it writes anything*
     (validation, permission): they fail that caller alone and the others still commit.
     Anything else aborts the shared transaction, and each of its works is then run again
-    in a transaction of its own, so one bad write fails only its caller.
+    in a transaction of its own, so one bad write fails only its caller. A failed commit
+    itself is never retried: its outcome is unknown, and every caller in it gets the error.
     """
 
     def __init__(self, sessions: Callable[[], Session], refusals: tuple[type[Exception], ...],
@@ -72,19 +73,32 @@ class GroupCommit:
                     self._cond.notify_all()
 
     def _commit(self, batch: list[_Pending]) -> None:
-        try:
-            with self.sessions() as s, s.begin():
+        with self.sessions() as s:
+            try:
+                s.begin()
                 for pending in batch:
                     try:
                         pending.value = pending.work(s)
                     except self.refusals as e:
                         pending.error = e
-        except Exception as e:
-            if len(batch) == 1:
-                batch[0].value, batch[0].error = None, e
+                s.flush()
+            except Exception as e:  # a write failed before the commit: nothing is stored
+                s.rollback()
+                if len(batch) == 1:
+                    batch[0].value, batch[0].error = None, e
+                    return
+                for pending in batch:
+                    self._alone(pending)
                 return
-            for pending in batch:
-                self._alone(pending)
+            try:
+                s.commit()
+            except Exception as e:
+                # The commit's outcome is unknown (a connection lost during COMMIT may have
+                # committed): running the works again could store each job twice, so every
+                # caller gets the error, and none is told its job was stored.
+                for pending in batch:
+                    if not isinstance(pending.error, self.refusals):
+                        pending.value, pending.error = None, e
 
     def _alone(self, pending: _Pending) -> None:
         pending.value = pending.error = None
