@@ -203,3 +203,43 @@ def test_a_state_brought_up_to_date_between_passes_equals_one_built_afresh():
         assert seen[:4] == seen[4:]
         assert [nf.info.name for nf in kept.in_score_order(0, 0)] == \
             [nf.info.name for nf in fresh.in_score_order(0, 0)]
+
+
+def test_running_ends_and_backfill_plans_kept_between_passes_equal_fresh_ones():
+    """The running jobs' ends are kept with the free state; a backfill pass over the kept
+    ones must plan exactly what a pass that builds everything afresh plans."""
+    import dataclasses
+
+    from sched_cluster import job
+
+    from shoal.sched import SchedConfig, schedule
+    from shoal.sched.placement import forget_cached_states, running_ends
+
+    forget_cached_states()
+    cluster = nodes("gpu", 4, gpus=4)
+    parts = (partition("gpu", cluster),)
+    a = running(1, {"gpu1": (2, 10, (0, 1))}, start_time=0.0, time_limit_s=600)
+    b = running(2, {"gpu2": (1, 5, (3,))}, start_time=100.0, time_limit_s=3600)
+    c = running(3, {"gpu3": (4, 20, (0, 1, 2, 3)), "gpu4": (4, 20, (0, 1, 2, 3))},
+                start_time=200.0, time_limit_s=1800, exclusive=True)
+    forever = running(4, {"gpu1": (1, 5, (2,))}, time_limit_s=None)
+    rebuilt = dataclasses.replace(b)  # equal, another object: what a server's snapshot holds
+    moved = dataclasses.replace(b, allocation=running(2, {"gpu2": (1, 5, (0,))}).allocation)
+    pending = [job(10, gpus_per_node=4, nodes=2, time_limit_s=3600),
+               job(11, gpus_per_node=1, time_limit_s=300), job(12, gpus_per_node=2, time_limit_s=7200)]
+    passes = [([a, b], 1000.0), ([a, b, c], 1000.0), ([a, rebuilt, c, forever], 1500.0),
+              ([moved, c], 2500.0), ([c], 4000.0), ([], 4000.0)]
+    config = SchedConfig(policy="backfill")
+    forget_cached_states()
+    kept = []  # one pass after another over one node tuple: each brings the last up to date
+    for active, now in passes:
+        snap = snapshot(cluster, parts, pending=pending, active=active, now=now)
+        plan = schedule(snap, config)
+        kept.append((list(running_ends(snap)), plan.starts, plan.reasons, plan.estimates))
+    for (active, now), (ends, starts, reasons, estimates) in zip(passes, kept):
+        forget_cached_states()
+        plan = schedule(snapshot(cluster, parts, pending=pending, active=active, now=now), config)
+        assert ends == sorted((j.start_time + j.time_limit_s, j.id, j.allocation)
+                              for j in active if j.time_limit_s is not None)
+        assert (starts, reasons, estimates) == (plan.starts, plan.reasons, plan.estimates)
+    assert any(estimates for _, _, _, estimates in kept)  # some pass reserved (looked ahead)

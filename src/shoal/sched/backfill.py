@@ -15,7 +15,7 @@ A step is tried only when enough nodes have the GPUs free (cheapest check first)
 from __future__ import annotations
 
 import math
-from bisect import insort
+from bisect import bisect_left, insort
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Sequence
@@ -47,19 +47,26 @@ class Shadow:
 
 @dataclass
 class Ends:
-    """Running jobs (and the pass's starts) by end time, kept sorted as the pass adds some."""
+    """Running jobs (and the pass's starts) by end time, kept sorted as the pass adds some.
+
+    Items are (end, tie-break, allocation); the order among equal ends does not matter,
+    since the look-ahead releases all of them before it tries the job again."""
 
     items: list[tuple[float, int, Allocation]] = field(default_factory=list)
+    added: int = 0
 
     @classmethod
-    def of(cls, holders: Sequence[tuple[float, Allocation]]) -> "Ends":
-        """The same as adding ``holders`` one by one, in one sort."""
-        items = [(end, i, allocation) for i, (end, allocation) in enumerate(holders)]
-        items.sort()  # the index is unique: allocations are never compared
+    def running(cls, ends: Sequence[tuple[float, int, Allocation]], now: float) -> "Ends":
+        """From running jobs' sorted (start + limit, job id, allocation): those past their
+        limit end ``now`` (they are still there, so they end at the earliest now)."""
+        past = bisect_left(ends, (now,))
+        items = [(now, jid, allocation) for _, jid, allocation in ends[:past]]
+        items += ends[past:]
         return cls(items)
 
     def add(self, end: float, allocation: Allocation) -> None:
-        insort(self.items, (end, len(self.items), allocation))
+        self.added += 1  # negative: never equal to a running job's id
+        insort(self.items, (end, -self.added, allocation))
 
 
 class Horizon(Enum):

@@ -34,7 +34,7 @@ from shoal.model.node import NodeState
 from shoal.model.gpu import gpu_type_matches
 from shoal.model.timefmt import format_duration
 from shoal.model.resources import Allocation, NodeAllocation, ResourceRequest
-from shoal.model.snapshot import NodeInfo, Partition, Snapshot
+from shoal.model.snapshot import ActiveJob, NodeInfo, Partition, Snapshot
 from shoal.model.topology import Topology
 from shoal.sched.topology import fewest_switches
 
@@ -295,27 +295,39 @@ class ClusterState:
         Successive snapshots over the same node tuple (the simulator; a caller between node
         changes) differ by a few starts and ends: the last result is kept and brought up to
         date by those, which is the same state as one built from scratch, at a fraction of
-        the cost on thousands of nodes.
+        the cost on thousands of nodes. The running jobs' ends (``running_ends``) are kept
+        the same way.
         """
         nodes, partitions = snapshot.nodes, snapshot.partitions
-        held = {job.id: job.allocation for job in snapshot.active}
+        # Keyed by object identity (the kept objects are alive, so no id is reused): the
+        # simulator passes the same ActiveJob objects from pass to pass, and the set
+        # differences run in C; a job rebuilt equal (the server) is no change.
+        held = dict(zip(map(id, snapshot.active), snapshot.active))
         last = _FREE_CACHE[0] if _FREE_CACHE else None
-        if last is not None and last[0] is nodes and last[1] is partitions:
-            _, _, before, state = last
-            gone = [a for jid, a in before.items()
-                    if (now := held.get(jid)) is not a and now != a]
-            came = [a for jid, a in held.items()
-                    if (then := before.get(jid)) is not a and then != a]
+        if last is not None and last.nodes is nodes and last.partitions is partitions:
+            before, state, ends = last.held, last.state, last.ends
+            gone = [before[k] for k in before.keys() - held.keys()]
+            came = [held[k] for k in held.keys() - before.keys()]
+            if gone and came:
+                was = {job.id: job for job in gone}
+                same = {job.id for job in came if was.get(job.id) == job}
+                if same:
+                    gone = [job for job in gone if job.id not in same]
+                    came = [job for job in came if job.id not in same]
             if len(gone) + len(came) <= max(len(held), len(before)):
-                for allocation in gone:
-                    state.release(allocation)
-                for allocation in came:
-                    state.commit(allocation)
-                _FREE_CACHE[0] = (nodes, partitions, held, state)
+                for job in gone:
+                    state.release(job.allocation)
+                    if job.time_limit_s is not None:
+                        del ends[bisect_left(ends, (job.start_time + job.time_limit_s, job.id))]
+                for job in came:
+                    state.commit(job.allocation)
+                    if job.time_limit_s is not None:
+                        insort(ends, (job.start_time + job.time_limit_s, job.id, job.allocation))
+                _FREE_CACHE[0] = _KeptState(nodes, partitions, held, state, ends, snapshot)
                 return state.copy()
-        state = cls(nodes, held.values())
+        state = cls(nodes, [job.allocation for job in held.values()])
         if isinstance(nodes, tuple):
-            _FREE_CACHE[:] = [(nodes, partitions, held, state)]
+            _FREE_CACHE[:] = [_KeptState(nodes, partitions, held, state, _ends_of(held.values()), snapshot)]
         return state.copy()
 
     def commit(self, allocation: Allocation) -> None:
@@ -381,9 +393,35 @@ class ClusterState:
         return found
 
 
-# The last from_snapshot result: (nodes, partitions, job id -> allocation held, state).
-_FREE_CACHE: list[tuple[tuple[NodeInfo, ...], tuple[Partition, ...], dict[int, Allocation],
-                        ClusterState]] = []
+@dataclass(frozen=True)
+class _KeptState:
+    """The last ``from_snapshot`` result, kept to be brought up to date by the next."""
+
+    nodes: tuple[NodeInfo, ...]
+    partitions: tuple[Partition, ...]
+    held: dict[int, ActiveJob]  # by id() of the kept objects
+    state: ClusterState
+    ends: list[tuple[float, int, Allocation]]  # sorted; see running_ends
+    snapshot: Snapshot
+
+
+_FREE_CACHE: list[_KeptState] = []
+
+
+def _ends_of(jobs: Iterable[ActiveJob]) -> list[tuple[float, int, Allocation]]:
+    by_id = {job.id: job for job in jobs}
+    return sorted((job.start_time + job.time_limit_s, jid, job.allocation)
+                  for jid, job in by_id.items() if job.time_limit_s is not None)
+
+
+def running_ends(snapshot: Snapshot) -> list[tuple[float, int, Allocation]]:
+    """The snapshot's jobs with a time limit as (start + limit, job id, allocation), sorted:
+    the list kept with the free state when ``from_snapshot`` last read this snapshot (the
+    caller must not change it), else one built afresh; both are the same list."""
+    last = _FREE_CACHE[0] if _FREE_CACHE else None
+    if last is not None and last.snapshot is snapshot:
+        return last.ends
+    return _ends_of(snapshot.active)
 
 
 def forget_cached_states() -> None:

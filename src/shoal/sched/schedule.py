@@ -39,6 +39,7 @@ Every pending job ends up in exactly one of ``plan.starts``, ``plan.reasons``, `
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -55,6 +56,7 @@ from shoal.sched.placement import (
     ReservedShare,
     empty_state,
     place,
+    running_ends,
 )
 from shoal.sched.podfit import PodFit
 from shoal.sched.preempt import Preempter, claimants_first
@@ -99,9 +101,6 @@ class _Pass:
         # This pass's starts that end, for backfill's look-ahead (``ends``, built on first use).
         self.started_ends: list[tuple[float, Allocation]] = []
         self._ends: Ends | None = None
-        self.array_active = Counter(
-            job.array_job_id for job in snapshot.active if job.array_job_id is not None
-        )
         self.demands: dict[ResourceRequest, Demand] = {}
         self.failures: dict[tuple, list[tuple[int, int, int, int, bool]]] = {}
         self.failed: set[tuple] = set()  # (failures' key, shape) seen not to fit
@@ -116,14 +115,19 @@ class _Pass:
         self.priorities = (priority_map(job_priorities(snapshot, config.multifactor))
                            if config.priority == "multifactor" else None)
 
+    @functools.cached_property
+    def array_active(self) -> Counter[int]:
+        """Running tasks per array (the throttle's count), read only when an array job comes."""
+        return Counter(job.array_job_id for job in self.snapshot.active
+                       if job.array_job_id is not None)
+
     @property
     def ends(self) -> Ends:
         """Who holds resources until when (running jobs with a limit, then this pass's starts)."""
         if self._ends is None:
-            now = self.now
-            timed = [(max(now, job.start_time + job.time_limit_s), job.allocation)
-                     for job in self.snapshot.active if job.time_limit_s is not None]
-            self._ends = Ends.of(timed + self.started_ends)
+            self._ends = Ends.running(running_ends(self.snapshot), self.now)
+            for end, allocation in self.started_ends:
+                self._ends.add(end, allocation)
         return self._ends
 
     def run(self) -> Plan:

@@ -100,6 +100,7 @@ class Simulator:
                  progress: Progress | None = None, progress_every: int = 2000) -> None:
         self.cluster = cluster
         self.config = config
+        self.quick = config.quick()  # the pass between full backfill passes
         self.label = label or config.policy
         self.trace = sorted(jobs, key=lambda j: (j.submit, j.id))
         self.requeue = requeue
@@ -235,7 +236,7 @@ class Simulator:
             if self.changed and self.tick_at is None:
                 self.tick_at = self.last_full + c.bf_interval_s
                 self._push(self.tick_at, _TICK, None)
-            quick = c.quick()
+            quick = self.quick
         elif c.policy == "fifo":
             quick = c
         else:
