@@ -102,6 +102,7 @@ class _Pass:
         self.started_ends: list[tuple[float, Allocation]] = []
         self._ends: Ends | None = None
         self.demands: dict[ResourceRequest, Demand] = {}
+        self.demand_of: dict[int, Demand] = {}  # by id() of the request object
         self.failures: dict[tuple, list[tuple[int, int, int, int, bool]]] = {}
         self.failed: set[tuple] = set()  # (failures' key, shape) seen not to fit
         self.unrunnable_cache: dict[tuple, str | None] = {}
@@ -158,9 +159,12 @@ class _Pass:
         if self.depth is not None and self.tested >= self.depth:
             return q.PRIORITY
         self.tested += 1
-        d = self.demands.get(job.request)
+        d = self.demand_of.get(id(job.request))  # the snapshot keeps every request alive
         if d is None:
-            d = self.demands[job.request] = Demand.of(job.request)
+            d = self.demands.get(job.request)
+            if d is None:
+                d = self.demands[job.request] = Demand.of(job.request)
+            self.demand_of[id(job.request)] = d
         if job.pod is not None:
             kept_off = self.podfit.excluded(job.pod)
             if kept_off:

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import bisect
 import heapq
+from itertools import islice
+from operator import itemgetter
 import time as _time
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Sequence
@@ -29,6 +31,8 @@ from shoal.sched.queue import PRIORITY, RESOURCES
 from shoal.sim.cluster import SimCluster
 from shoal.sim.trace import TraceJob
 from shoal.sim.workload import Workload
+
+_JOB_ID = itemgetter(2)  # of a queue-order key (-priority, submit, id)
 
 # Order of event kinds within one timestamp.
 _END, _RECOVER, _FAIL, _TICK = 0, 1, 2, 3  # _TICK: a full backfill pass falls due
@@ -282,9 +286,21 @@ class Simulator:
             order[:] = [k for k in order if k[2] in pending]
         if depth is None or self.config.priority != "basic":
             return tuple(pending[k[2]] for k in order if k[2] in pending)
+        parts = len(self.cluster.partitions)
+        if parts == 1:  # the first ``depth`` pending, in C: no per-partition count
+            out = list(islice(filter(None, map(pending.get, map(_JOB_ID, order))), depth))
+        else:
+            out = self._first_per_partition(depth, parts)
+        gone = 0
+        while gone < len(order) and order[gone][2] not in pending:
+            gone += 1
+        del order[:gone]
+        return tuple(out)
+
+    def _first_per_partition(self, depth: int, parts: int) -> list[PendingJob]:
+        order, pending = self.order, self.pending
         taken: dict[str, int] = {}
         out: list[PendingJob] = []
-        parts = len(self.cluster.partitions)
         full = 0
         for k in order:
             pj = pending.get(k[2])
@@ -298,11 +314,7 @@ class Simulator:
                     full += 1
                     if full == parts:
                         break
-        gone = 0
-        while gone < len(order) and order[gone][2] not in pending:
-            gone += 1
-        del order[:gone]
-        return tuple(out)
+        return out
 
     def _schedule(self, t: float, config: SchedConfig) -> None:
         snap = Snapshot(now=t, nodes=self.node_tuple, partitions=self.cluster.partitions,

@@ -57,6 +57,7 @@ class Workload:
         self.shapes = {p.name: NodeShape.of([by_name[n] for n in p.nodes] or list(self.cluster.nodes))
                        for p in self.cluster.partitions}
         self.default = self.cluster.default_partition
+        self.requests: dict[ResourceRequest, ResourceRequest] = {}
 
     def partition_of(self, job: TraceJob) -> Partition:
         for name in (job.partition, job.account):
@@ -67,6 +68,9 @@ class Workload:
     def pending(self, job: TraceJob) -> PendingJob:
         part = self.partition_of(job)
         request = self.request(job, self.shapes[part.name])
+        # Equal requests share one object (frozen): a pass then compiles and finds each
+        # shape's demand by identity.
+        request = self.requests.setdefault(request, request)
         limit = job.time_limit_s
         if limit is None and self.exact_limits:
             limit = max(60, math.ceil(job.duration / 60) * 60)
