@@ -254,6 +254,10 @@ def gate_reason(job: PendingJob, view: JobView) -> str | None:
     """The first gate that keeps ``job`` from being considered, or None."""
     if job.held:
         return HELD
+    if (job.begin_time is None and not job.dependencies
+            and (job.qos or DEFAULT_QOS) in view.unlimited_qos):
+        # The usual job: begin_time, dependencies and qos_limits have nothing to say.
+        return partition_state(job, view) or partition_limits(job, view)
     for gate in _AFTER_HELD:
         reason = gate(job, view)
         if reason is not None:

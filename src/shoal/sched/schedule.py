@@ -93,6 +93,7 @@ class _Pass:
     def __init__(self, snapshot: Snapshot, config: SchedConfig) -> None:
         self.snapshot = snapshot
         self.config = config
+        self.fifo = config.policy == "fifo"
         self.now = snapshot.now
         self.plan = Plan()
         self.state = ClusterState.from_snapshot(snapshot)
@@ -109,6 +110,7 @@ class _Pass:
         self.blocked_nodes: set[str] = set()  # fifo
         self.reservations: list[Reservation] = []  # backfill
         self.resv = ReservationPolicy(snapshot)  # advance reservations (scontrol)
+        self.resv_live = bool(self.resv)  # read for every job: asked once
         self.tested = 0
         self.depth = config.depth
         self.preempter = Preempter(snapshot, config.preemption)
@@ -150,8 +152,8 @@ class _Pass:
         part = self.view.partitions[job.partition]
         pnodes = self.partition_nodes[part.name]
         # What active advance reservations leave this job: blockers are judged on it.
-        reach = self.resv.reach(job, pnodes)[0] if self.resv else pnodes
-        if self.config.policy == "fifo" and not self.blocked_nodes.isdisjoint(reach):
+        reach = self.resv.reach(job, pnodes)[0] if self.resv_live else pnodes
+        if self.fifo and not self.blocked_nodes.isdisjoint(reach):
             return q.PRIORITY
         if job.array_job_id is not None and job.array_throttle is not None:
             if self.array_active[job.array_job_id] >= job.array_throttle:
@@ -180,7 +182,7 @@ class _Pass:
         limit = q.effective_time_limit(job, part.default_time_s, part.max_time_s)
         end = None if limit is None else self.now + limit
         whole = d  # the demand before advance reservations close nodes to it
-        closed, maint = self.resv.closed(job, pnodes, end) if self.resv else (frozenset(), False)
+        closed, maint = self.resv.closed(job, pnodes, end) if self.resv_live else (frozenset(), False)
         if closed:
             d = self.resv.narrow(d, closed)
         binding = [i for i, r in enumerate(self.reservations) if r.binds(end)
