@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from shoal.model.accounting import DEFAULT_QOS
 from shoal.model.hostlist import HostlistError, expand
 from shoal.model.timefmt import TimeFormatError, parse_time_limit
 from shoal.sched import SchedConfig, SchedConfigError
@@ -61,6 +62,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--exact-limits", action="store_true",
                    help="jobs without a recorded time limit get their run time as limit "
                         "(default: the partition's DefaultTime/MaxTime)")
+    p.add_argument("--qos-map", action="extend", nargs="+", default=[], metavar="NAME=QOS",
+                   help="the QOS of a trace account's (vc, SWF group) or user's jobs; "
+                        "NAME * for every other job (default: the default QOS)")
+    p.add_argument("--signal", type=parse_duration, default=None, metavar="SECS",
+                   help="every job as if submitted with --signal=@SECS: a preemption "
+                        "victim's grace, at most scheduler.preempt_grace_s (default: none, 0)")
     p.add_argument("--progress", action="store_true",
                    help="show a progress bar even when stderr is not a terminal")
     p.add_argument("--no-plots", action="store_true", help="do not write PNGs to --out")
@@ -86,7 +93,10 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.trace}: no job in the trace can be replayed "
                          f"(skipped: {dict(trace.skipped) or 'none'})")
     failures = [parse_failure(spec) for spec in args.fail]
+    qos_map = parse_qos_map(args.qos_map, {q.name for q in cluster.qos} | {DEFAULT_QOS})
     common = dict(parse_field(item) for item in args.sched)
+    # The cluster file's priority: section gives every policy its multifactor weights.
+    common.setdefault("multifactor", cluster.multifactor)
     policies = [parse_policy(spec, common)
                 for spec in (args.policy or "fifo,backfill").split(",") if spec.strip()]
     show = args.progress or sys.stderr.isatty()
@@ -97,7 +107,7 @@ def _run(args: argparse.Namespace) -> int:
             results.append(Simulator(
                 cluster, trace.jobs, config, label=label, failures=failures,
                 requeue=args.requeue, exact_limits=args.exact_limits,
-                progress=task, progress_every=500,
+                progress=task, progress_every=500, qos_map=qos_map, signal_s=args.signal,
             ).run())
     reports = [build_report(r) for r in results]
     meta = {
@@ -108,6 +118,7 @@ def _run(args: argparse.Namespace) -> int:
                   "skipped": dict(trace.skipped)},
         "failures": [dataclasses.asdict(f) for f in failures],
         "requeue": args.requeue,
+        "qos_map": qos_map,
     }
     title = f"{Path(args.trace).name} on {cluster.name} ({cluster.total_gpus} GPUs)"
     table = _header(meta) + "\n\n" + text_table(reports)
@@ -154,6 +165,19 @@ def parse_duration(text: str) -> float:
         if seconds is not None:
             return float(seconds)
     raise UsageError(f"invalid time {text!r}: expected seconds, 30m, 6h, 2d or D-HH:MM:SS")
+
+
+def parse_qos_map(items: Sequence[str], known: set[str]) -> dict[str, str]:
+    """``--qos-map NAME=QOS ...``: the QOS per trace account or user (``*``: the rest)."""
+    out: dict[str, str] = {}
+    for item in items:
+        name, sep, qos = item.partition("=")
+        if not sep or not name.strip() or not qos.strip():
+            raise UsageError(f"invalid --qos-map {item!r}: expected NAME=QOS (NAME an account, a user or *)")
+        if qos.strip() not in known:
+            raise UsageError(f"--qos-map {item!r}: the cluster file defines no QOS {qos.strip()!r}")
+        out[name.strip()] = qos.strip()
+    return out
 
 
 def parse_failure(spec: str) -> Failure:

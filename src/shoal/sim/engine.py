@@ -11,6 +11,16 @@ Submit-time rejection mirrors ``sbatch``: a job that ``check_feasible`` says cou
 run in its partition, on its nodes as configured (DOWN ones count), is not queued (``JobOutcome.reason`` says why). A node failure ends
 its jobs with NODE_FAIL, or puts them back in the queue with ``requeue`` (Slurm's
 ``--requeue``: same id and submit time).
+
+Preemption (``plan.preemptions``) is carried out as the server does: each victim is marked
+preempted (never chosen again) and runs on for its grace, ``min(--signal @secs,
+scheduler.preempt_grace_s)`` (0 without a signal), then is requeued (same id and submit
+time, restart count + 1, its whole recorded duration again: Slurm restarts from scratch) or
+ends PREEMPTED, as its QOS's ``preempt_mode`` says; trace jobs count as batch jobs that may
+be requeued. The preemptor goes first (``PendingJob.preemptor``) from then until it starts.
+
+Fair-share: every run is a ``UsageRecord`` (running ones open-ended), passed in the
+snapshots of ``priority=multifactor`` passes, so usage accrues and decays in virtual time.
 """
 
 from __future__ import annotations
@@ -23,10 +33,13 @@ import time as _time
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Sequence
 
+from shoal.model.accounting import DEFAULT_QOS, UsageRecord
 from shoal.model.job import JobState
 from shoal.model.node import NodeState
 from shoal.model.snapshot import ActiveJob, PendingJob, Snapshot
 from shoal.sched import SchedConfig, check_feasible, schedule
+from shoal.sched.preempt import outcome as preempt_outcome
+from shoal.sched.qos import qos_table
 from shoal.sched.queue import PRIORITY, RESOURCES
 from shoal.sim.cluster import SimCluster
 from shoal.sim.trace import TraceJob
@@ -69,6 +82,7 @@ class JobOutcome:
     state: JobState | None = None
     reason: str | None = None  # why it was rejected, or its last pending reason
     requeues: int = 0
+    preempted: int = 0  # times it was a preemption victim
 
 
 @dataclass(frozen=True)
@@ -101,7 +115,8 @@ class Simulator:
     def __init__(self, cluster: SimCluster, jobs: Sequence[TraceJob], config: SchedConfig,
                  *, label: str | None = None, failures: Iterable[Failure] = (),
                  requeue: bool = False, exact_limits: bool = False,
-                 progress: Progress | None = None, progress_every: int = 2000) -> None:
+                 progress: Progress | None = None, progress_every: int = 2000,
+                 qos_map: dict[str, str] | None = None, signal_s: float | None = None) -> None:
         self.cluster = cluster
         self.config = config
         self.quick = config.quick()  # the pass between full backfill passes
@@ -110,7 +125,13 @@ class Simulator:
         self.requeue = requeue
         self.progress = progress
         self.progress_every = progress_every
-        self.workload = Workload(cluster, exact_limits=exact_limits)
+        self.workload = Workload(cluster, exact_limits=exact_limits, qos_map=qos_map or {})
+        self.qos = qos_table(cluster.qos)
+        # A victim's grace, as the server's preemption_grace_s: the --signal's @secs (every
+        # job as if submitted with it), at most GraceTime; 0 without a signal.
+        self.grace = min(signal_s, cluster.preempt_grace_s) if signal_s else 0.0
+        self.claimants: set[int] = set()  # pending jobs that jobs were preempted for
+        self.usage: list[UsageRecord] = []  # ended runs, for fair-share (multifactor only)
         self.nodes = {n.name: n for n in cluster.nodes}
         self.node_tuple = tuple(cluster.nodes)
         self.partitions = {p.name: p for p in cluster.partitions}
@@ -317,9 +338,13 @@ class Simulator:
         return out
 
     def _schedule(self, t: float, config: SchedConfig) -> None:
+        pending = self._snapshot_queue(config.depth)
+        if self.claimants:
+            pending = self._with_claimants(pending)
         snap = Snapshot(now=t, nodes=self.node_tuple, partitions=self.cluster.partitions,
-                        pending=self._snapshot_queue(config.depth),
-                        active=tuple(self.active.values()))
+                        pending=pending, active=tuple(self.active.values()),
+                        accounts=self.cluster.accounts, qos=self.cluster.qos,
+                        usage=self._usage(t) if config.priority == "multifactor" else ())
         plan = schedule(snap, config)
         self.passes += 1
         self.freed = False
@@ -331,7 +356,8 @@ class Simulator:
             out = self.outcomes[pj.id]
             active = ActiveJob(id=pj.id, user=pj.user, name=pj.name, partition=pj.partition,
                                allocation=start.allocation, start_time=t,
-                               time_limit_s=pj.time_limit_s)
+                               time_limit_s=pj.time_limit_s, account=pj.account, qos=pj.qos)
+            self.claimants.discard(pj.id)
             self.active[pj.id] = active
             if out.first_start is None:
                 out.first_start = t
@@ -350,12 +376,44 @@ class Simulator:
             self.outcomes[job_id].state = JobState.CANCELLED
             self.outcomes[job_id].end = t
             self.finished += 1
+            self.claimants.discard(job_id)
+        for preemption in plan.preemptions:
+            self._preempt(t, preemption.preemptor_id, preemption.victim_ids)
         blocked = [job_id for job_id, reason in plan.reasons.items() if reason == RESOURCES]
         for job_id, reason in plan.reasons.items():
             self.outcomes[job_id].reason = reason
         if blocked:
             self.blocker = min((self.pending[j] for j in blocked),
                                key=lambda j: (-j.priority, j.submit_time, j.id))
+
+    def _with_claimants(self, pending: tuple[PendingJob, ...]) -> tuple[PendingJob, ...]:
+        """The pass's queue with the jobs that jobs were preempted for marked, as the server
+        marks them, and added if the depth left them out: they go first until they start."""
+        there = {p.id for p in pending}
+        extra = [self.pending[j] for j in sorted(self.claimants) if j not in there]
+        return tuple(replace(p, preemptor=True) if p.id in self.claimants else p
+                     for p in (*extra, *pending))
+
+    def _usage(self, t: float) -> tuple[UsageRecord, ...]:
+        """Fair-share usage: ended runs (older than 30 half-lives dropped, as the server
+        drops them) and the running ones up to now."""
+        half_life = self.config.multifactor.decay_half_life_s
+        if half_life > 0 and self.usage and self.usage[0].end < t - 30 * half_life:  # type: ignore[operator]
+            self.usage = [r for r in self.usage if r.end >= t - 30 * half_life]  # type: ignore[operator]
+        running = [UsageRecord(a.user, a.account, self.outcomes[a.id].gpus, self.outcomes[a.id].cpus,
+                               a.start_time) for a in self.active.values()]
+        return (*self.usage, *running)
+
+    def _preempt(self, t: float, preemptor: int, victims: Sequence[int]) -> None:
+        """Apply one of the plan's preemptions: the victims run on for their grace, then
+        ``_release`` requeues or cancels them (their end is an _END event in state PREEMPTED)."""
+        if preemptor not in self.pending or any(
+                v not in self.active or self.active[v].preempted_by is not None for v in victims):
+            return  # as the server skips a preemption that no longer holds
+        self.claimants.add(preemptor)
+        for v in victims:
+            self.active[v] = replace(self.active[v], preempted_by=preemptor)
+            self._push(t + self.grace, _END, (v, self.run_no[v], JobState.PREEMPTED))
 
     def _hold(self, allocation, sign: int) -> None:
         """Keep the free GPUs, CPUs and memory per node (``_quick_may_start``'s counts)."""
@@ -376,9 +434,20 @@ class Simulator:
         out = self.outcomes[job_id]
         assert out.start is not None
         self.runs.append(Run(job_id, out.start, t, out.gpus, out.cpus))
+        job = self.traced[job_id]
+        if self.config.priority == "multifactor":
+            self.usage.append(UsageRecord(out.user, job.account or None, out.gpus, out.cpus,
+                                          out.start, t))
+        if state is JobState.PREEMPTED:
+            out.preempted += 1
+            self.blocker = None  # freed for a preemptor: the next pass must run
+            pj = self.workload.pending(job)
+            if preempt_outcome(self.qos.get(pj.qos or DEFAULT_QOS), requeueable=True) == "requeue":
+                out.requeues += 1
+                self._queue(pj)
+                return
         if state is JobState.NODE_FAIL and self.requeue:
             out.requeues += 1
-            job = self.traced[job_id]
             self._queue(self.workload.pending(job))
             return
         out.end = t

@@ -68,6 +68,7 @@ class PolicyReport:
     jain: float
     passes: int
     wall_s: float
+    preemptions: int = 0  # runs stopped by preemption (requeued or ended PREEMPTED)
     series_t: list[float] = field(default_factory=list)  # bin starts, seconds
     series_gpu: list[float] = field(default_factory=list)  # utilisation per bin, 0..1
     series_cpu: list[float] = field(default_factory=list)
@@ -125,6 +126,7 @@ def build_report(result: SimResult, bins: int = 200) -> PolicyReport:
         jain=jain,
         passes=result.passes,
         wall_s=result.wall_s,
+        preemptions=sum(j.preempted for j in jobs),
         series_t=series_t,
         series_gpu=series_gpu,
         series_cpu=series_cpu,
@@ -207,6 +209,7 @@ def text_table(reports: list[PolicyReport], accounts: int = 8) -> str:
         ("ended (by state)", [" ".join(f"{k}={v}" for k, v in r.states.items()) or "-" for r in reports]),
         ("rejected at submit", [str(r.rejected) for r in reports]),
         ("never started", [str(r.never_started) for r in reports]),
+        ("preemptions", [str(r.preemptions) for r in reports]),
         ("JCT mean", [dur(r.jct.mean) for r in reports]),
         ("JCT median", [dur(r.jct.median) for r in reports]),
         ("JCT p99", [dur(r.jct.p99) for r in reports]),

@@ -14,6 +14,9 @@ shares, as ``sbatch --gpus=N`` does after the server's normalisation. Rules:
   own GPUs, and a V100 request on an H100 cluster would only be rejected.
 * The partition is the trace's (vc, SWF partition) when the cluster has one of that name,
   else the default partition.
+* The QOS: ``qos_map`` (``--qos-map NAME=QOS``) names a QOS per trace account (vc, SWF
+  group), else per user, else ``*`` for every other job; none: the default QOS. The
+  account is the trace's (None when it has none: the user's default).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field, replace
+from typing import Mapping
 
 from shoal.model.resources import ResourceRequest
 from shoal.model.snapshot import NodeInfo, Partition, PendingJob
@@ -50,6 +54,7 @@ class Workload:
     cluster: SimCluster
     exact_limits: bool = False  # no recorded limit: use the recorded run time (perfect estimates)
     capped: Counter = field(default_factory=Counter)
+    qos_map: Mapping[str, str] = field(default_factory=dict)  # account, user or "*" -> QOS
 
     def __post_init__(self) -> None:
         by_name = {n.name: n for n in self.cluster.nodes}
@@ -76,11 +81,18 @@ class Workload:
             limit = max(60, math.ceil(job.duration / 60) * 60)
         pending = PendingJob(
             id=job.id, user=job.user or "-", name=job.name, partition=part.name, request=request,
-            submit_time=job.submit, time_limit_s=limit,
+            submit_time=job.submit, time_limit_s=limit, account=job.account or None,
+            qos=self.qos_of(job),
         )
         # The server stores the limit a job runs under at submit; so does the simulator.
         effective = effective_time_limit(pending, part.default_time_s, part.max_time_s)
         return pending if effective == limit else replace(pending, time_limit_s=effective)
+
+    def qos_of(self, job: TraceJob) -> str | None:
+        m = self.qos_map
+        if not m:
+            return None
+        return m.get(job.account) or m.get(job.user) or m.get("*")
 
     def request(self, job: TraceJob, shape: NodeShape) -> ResourceRequest:
         if job.gpus > 0:
