@@ -213,8 +213,17 @@ echo $SLURM_JOB_ID >> {marks}/finished
     try:
         for _ in range(AGENT_KILLS):
             time.sleep(rng.uniform(0.5, 3.0))
-            running_at_kills.append(len(wait_until(lambda: cluster.jobs(state="RUNNING"), 60,
-                                                   "a running job to kill the agent under")))
+            # Kill under running work; once the queue has drained (restarted agents keep their
+            # jobs running, so it may drain before the last kill), there is nothing left to kill under.
+            def running_or_drained():
+                states = [j["state"] for j in cluster.jobs()]
+                running = [s for s in states if s == "RUNNING"]
+                return running or (None if "PENDING" in states else "drained")
+
+            found = wait_until(running_or_drained, 60, "a running job to kill the agent under")
+            if found == "drained":
+                break
+            running_at_kills.append(len(found))
             pid = agent.pid if agent else cluster.agent_pid(victim)
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]
             os.kill(pid, signal.SIGKILL)
@@ -234,6 +243,7 @@ echo $SLURM_JOB_ID >> {marks}/finished
         log.close()
 
     print(f"running jobs at each kill: {running_at_kills}")
+    assert running_at_kills, "the agent was never killed under a running job"
     launched = _markers(marks / "launched")
     finished = set(_markers(marks / "finished"))
     twice = {j for j in launched if launched.count(j) > 1}
