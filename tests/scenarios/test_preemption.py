@@ -37,14 +37,19 @@ while true; do sleep 0.2 & wait $!; done
 """
 
 
-@pytest.fixture
-def cluster(tmp_path):
-    doc = {"cluster_name": "story", "partitions": [{"name": "gpu", "nodes": "node[01-02]", "default": True}],
+def qos_cluster(tmp_path, qos: list[dict], name: str = "story") -> LocalCluster:
+    """Two nodes of 4 GPUs in one partition, with the administrator's QOS list; started."""
+    doc = {"cluster_name": name, "partitions": [{"name": "gpu", "nodes": "node[01-02]", "default": True}],
            "nodes": {"heartbeat_interval_s": 2.0, "heartbeat_timeout_s": 30.0, "kill_wait_s": 2.0},
-           "qos": QOS}
+           "qos": qos}
     path = tmp_path / "cluster.yaml"
     path.write_text(json.dumps(doc))
-    c = LocalCluster(tmp_path / "cluster", nodes=2, gpus_per_node=4, config=str(path)).up()
+    return LocalCluster(tmp_path / "cluster", nodes=2, gpus_per_node=4, config=str(path)).up()
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    c = qos_cluster(tmp_path, QOS)
     yield c
     c.down()
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.cluster import LocalCluster, wait_until
-from tests.scenarios.test_preemption import TRAINER
+from tests.scenarios.test_preemption import TRAINER, qos_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL_SERVER = ROOT / "examples" / "serving" / "model_server.py"
@@ -49,12 +49,7 @@ def manifests(replicas: int) -> str:
 
 @pytest.fixture
 def cluster(tmp_path):
-    doc = {"cluster_name": "mixed", "partitions": [{"name": "gpu", "nodes": "node[01-02]", "default": True}],
-           "nodes": {"heartbeat_interval_s": 2.0, "heartbeat_timeout_s": 30.0, "kill_wait_s": 2.0},
-           "qos": QOS}
-    path = tmp_path / "cluster.yaml"
-    path.write_text(json.dumps(doc))
-    c = LocalCluster(tmp_path / "cluster", nodes=2, gpus_per_node=4, config=str(path)).up()
+    c = qos_cluster(tmp_path, QOS, "mixed")
     yield c
     c.down()
 
