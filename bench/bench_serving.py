@@ -49,6 +49,7 @@ class Workload:
     name: str
     replicas: int
     manifest: str  # YAML or JSON text for `shoal apply -f -`
+    app: str  # the pods' `app` label
     phases: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in PHASES})
 
 
@@ -73,11 +74,11 @@ def workloads() -> list[Workload]:
               "readinessProbe": {"httpGet": {"path": "/health", "port": 8000}, "periodSeconds": 1}}
     return [
         Workload("the issue's vLLM manifest as written: 4 replicas x 4 GPUs, no readiness probe",
-                 "vllm-llama-70b", 4, VLLM.read_text()),
+                 "vllm-llama-70b", 4, VLLM.read_text(), "vllm"),
         Workload("model server, 4 replicas x 4 GPUs, httpGet readiness probe every 1 s",
-                 "probed", 4, deployment("probed", 4, 4, probed)),
+                 "probed", 4, deployment("probed", 4, 4, probed), "probed"),
         Workload("32 replicas x 1 GPU (a sleeping container), fills the 32 GPUs",
-                 "wide", 32, deployment("wide", 32, 1, {"command": ["sleep", "3600"]})),
+                 "wide", 32, deployment("wide", 32, 1, {"command": ["sleep", "3600"]}), "wide"),
     ]
 
 
@@ -95,7 +96,7 @@ def run_once(c: LocalCluster, w: Workload, timeout: float = 120.0) -> None:
     marks = {"apply command": time.perf_counter() - t0}
     deadline = t0 + timeout
     while time.perf_counter() < deadline:
-        pods = pods_of(c, "vllm" if w.name == "vllm-llama-70b" else w.name)
+        pods = pods_of(c, w.app)
         now = time.perf_counter() - t0
         if len(pods) >= w.replicas:
             marks.setdefault("all pods created", now)
@@ -116,9 +117,8 @@ def run_once(c: LocalCluster, w: Workload, timeout: float = 120.0) -> None:
     for phase in PHASES:
         w.phases[phase].append(marks[phase])
     c.run(["shoal", "delete", "deployment", w.name])
-    app = "vllm" if w.name == "vllm-llama-70b" else w.name
     end = time.time() + timeout
-    while (pods_of(c, app) or any(n["gpus_alloc"] for n in c.nodes_json())) and time.time() < end:
+    while (pods_of(c, w.app) or any(n["gpus_alloc"] for n in c.nodes_json())) and time.time() < end:
         time.sleep(0.1)
 
 
