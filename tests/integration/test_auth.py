@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 
 import pytest
 
@@ -60,6 +61,9 @@ def creds(cluster) -> dict:
     rita = cluster.api("POST", "/api/v1/tokens", {"user": "rita", "role": "read-only"})["token"]
     bob = cluster.api("POST", "/api/v1/tokens", {"user": "bob", "role": "user", "groups": ["ml"]})["token"]
     vic = cluster.api("POST", "/api/v1/tokens", {"user": "vic", "role": "user"})["token"]
+    from shoal.server.auth import hash_token, token_id
+
+    ids = {f"{who}_id": token_id(hash_token(t)) for who, t in (("olga", olga), ("alice", alice))}
     # team-a: the ml group may edit, vic may view; root's Deployment "train" lives there.
     cluster.api("POST", "/api/v1/kube/apply", {"documents": [TEAM_A, *TEAM_A_BINDINGS, TRAIN, WEB]})
     pod = wait_until(lambda: next((p["metadata"]["name"] for p in cluster.api(
@@ -67,7 +71,7 @@ def creds(cluster) -> dict:
         if p["status"].get("phase") == "Running"), None), 60, "root's web pod to run")
     yield {"alice": alice, "bad": "shoal_not-a-real-token", "node": agent_credential(secret, node),
            "join": join, "admin": cluster.admin_token, "job": job, "node_name": node, "pod": pod,
-           "olga": olga, "rita": rita, "bob": bob, "vic": vic}
+           "olga": olga, "rita": rita, "bob": bob, "vic": vic, **ids}
     cluster.api("POST", f"/api/v1/jobs/{job}/cancel", {})
 
 
@@ -163,6 +167,17 @@ CASES = [
     ("bob", "POST", KUBE + "/apply", {"documents": [BINDING_FOR_ALICE]}, 403),  # edit is not admin
     ("bob", "DELETE", KUBE + "/objects/rolebindings/team-a/vic-view", None, 403),
     ("bob", "DELETE", KUBE + "/objects/namespaces/_/team-a", None, 403),
+    # Tokens: listed and revoked by a person's token; anyone's by an admin, else only one's own.
+    ("none", "GET", "/api/v1/tokens", None, 401),
+    ("bad", "DELETE", "/api/v1/tokens/{olga_id}", None, 401),
+    ("alice", "DELETE", "/api/v1/tokens/{olga_id}", None, 403),
+    ("olga", "DELETE", "/api/v1/tokens/{alice_id}", None, 403),
+    ("rita", "DELETE", "/api/v1/tokens/{olga_id}", None, 403),
+    ("node", "GET", "/api/v1/tokens", None, 403),
+    ("node", "DELETE", "/api/v1/tokens/{olga_id}", None, 403),
+    ("join", "GET", "/api/v1/tokens", None, 403),
+    ("join", "DELETE", "/api/v1/tokens/{alice_id}", None, 403),
+    ("alice", "DELETE", "/api/v1/tokens/0123abcd", None, 404),
 ]
 
 
@@ -187,6 +202,8 @@ def test_refused(cluster, creds, who, method, path, body, status):
     bindings = cluster.api("GET", KUBE + "/objects/rolebindings?namespace=team-a")["items"]
     assert sorted(b["metadata"]["name"] for b in bindings) == ["ml-edit", "vic-view"], bindings
     assert cluster.api("GET", "/api/v1/reservations")["reservations"] == []
+    listed = {t["id"] for t in cluster.api("GET", "/api/v1/tokens")["tokens"]}
+    assert {creds["olga_id"], creds["alice_id"]} <= listed, listed
 
 
 def test_alice_may_submit_and_manage_her_own_jobs(cluster, creds):
@@ -260,3 +277,73 @@ def test_a_group_binding_lets_its_members_work_in_the_namespace_and_a_view_bindi
     assert owner["shoal.io/owner"] == "bob", owner
     for name in ("bobs", "shared"):
         assert raw(cluster, "DELETE", KUBE + f"/objects/deployments/team-a/{name}", creds["bob"])[0] == 200
+
+
+def test_tokens_are_listed_by_id_and_a_revoked_token_is_refused_on_its_next_request(cluster, creds):
+    from shoal.server.auth import hash_token, token_id
+
+    carol = cluster.run(["shoal", "token", "create", "--user", "carol", "--group", "ml", "--expires", "30d"]).stdout
+    carol = carol.strip()
+    spare = cluster.api("POST", "/api/v1/tokens", {"user": "carol", "role": "read-only"})
+    mine, spare_id = token_id(hash_token(carol)), spare["id"]
+    assert spare_id == token_id(hash_token(spare["token"]))
+
+    # The admin's table shows every token, with who made it; the values are never shown again.
+    table = cluster.run(["shoal", "token", "list"]).stdout.splitlines()
+    assert table[0].split() == ["ID", "USER", "ROLE", "GROUPS", "CREATED", "EXPIRES", "CREATED", "BY"], table
+    rows = {line.split()[0]: line.split() for line in table[1:]}
+    assert rows[mine][1:4] == ["carol", "user", "ml"] and rows[mine][-1] == "root", rows[mine]
+    assert rows[mine][5] != "never" and rows[spare_id][5] == "never", (rows[mine], rows[spare_id])
+    assert {"alice", "olga", "root", "join"} <= {r[1] for r in rows.values()}, rows
+    listed = cluster.api("GET", "/api/v1/tokens")["tokens"]
+    assert not any(carol in json.dumps(t) or spare["token"] in json.dumps(t) or "token_hash" in t
+                   for t in listed), listed
+
+    # carol sees her own tokens only, and uses hers.
+    got, doc = raw(cluster, "GET", "/api/v1/tokens", carol)
+    assert got == 200 and sorted(t["id"] for t in doc["tokens"]) == sorted([mine, spare_id]), doc
+    out = cluster.run(["shoal", "token", "list", "--no-headers"], env={"SHOAL_TOKEN": carol}).stdout
+    assert sorted(line.split()[0] for line in out.splitlines()) == sorted([mine, spare_id]), out
+    assert raw(cluster, "GET", "/api/v1/whoami", carol)[1]["user"] == "carol"
+
+    # Not hers, and no such token: clear refusals, no traceback.
+    out = cluster.run(["shoal", "token", "revoke", creds["alice_id"]], env={"SHOAL_TOKEN": carol}, check=False)
+    assert out.returncode == 1 and "belongs to another user" in out.stderr and "Traceback" not in out.stderr, out
+    out = cluster.run(["shoal", "token", "revoke", "deadbeef"], check=False)
+    assert out.returncode == 1 and "no token with id deadbeef" in out.stderr and "Traceback" not in out.stderr, out
+    got, doc = raw(cluster, "DELETE", "/api/v1/tokens/not-an-id", cluster.admin_token)
+    assert got == 404 and "not-an-id" in doc["detail"], doc
+    assert raw(cluster, "GET", "/api/v1/whoami", creds["alice"])[0] == 200
+
+    # The admin revokes carol's token: her very next request is refused.
+    assert raw(cluster, "GET", "/api/v1/whoami", carol)[0] == 200  # cached on the server
+    out = cluster.run(["shoal", "token", "revoke", mine]).stdout
+    assert out.strip() == f"token {mine} revoked (user carol, role user)", out
+    got, doc = raw(cluster, "GET", "/api/v1/whoami", carol)
+    assert got == 401 and "revoked" in doc["detail"], doc
+    out = cluster.run(["squeue"], env={"SHOAL_TOKEN": carol}, check=False)
+    assert out.returncode != 0 and "Traceback" not in out.stderr, out
+
+    # A user revokes her own token with it (logging out), and it is gone from the list.
+    assert raw(cluster, "DELETE", f"/api/v1/tokens/{spare_id}", spare["token"])[0] == 200
+    assert raw(cluster, "GET", "/api/v1/tokens", spare["token"])[0] == 401
+    assert not {mine, spare_id} & {t["id"] for t in cluster.api("GET", "/api/v1/tokens")["tokens"]}
+    got, doc = raw(cluster, "DELETE", f"/api/v1/tokens/{spare_id}", cluster.admin_token)
+    assert got == 404 and spare_id in doc["detail"], doc
+
+
+def test_an_expired_token_is_refused_and_the_last_admin_token_cannot_be_revoked(cluster, creds):
+    brief = cluster.api("POST", "/api/v1/tokens", {"user": "dave", "expires_in_s": 1})
+    assert raw(cluster, "GET", "/api/v1/whoami", brief["token"])[0] == 200
+    time.sleep(1.1)
+    got, doc = raw(cluster, "GET", "/api/v1/whoami", brief["token"])
+    assert got == 401 and "expired" in doc["detail"], doc
+    row = [t for t in cluster.api("GET", "/api/v1/tokens")["tokens"] if t["id"] == brief["id"]]
+    assert row and row[0]["expires"] == pytest.approx(row[0]["created"] + 1, abs=0.5), row
+    assert "(expired)" in cluster.run(["shoal", "token", "list"]).stdout
+
+    root = [t["id"] for t in cluster.api("GET", "/api/v1/tokens")["tokens"] if t["role"] == "admin"]
+    assert len(root) == 1
+    got, doc = raw(cluster, "DELETE", f"/api/v1/tokens/{root[0]}", cluster.admin_token)
+    assert got == 409 and "last admin token" in doc["detail"], doc
+    assert raw(cluster, "GET", "/api/v1/whoami", cluster.admin_token)[0] == 200

@@ -233,6 +233,47 @@ def test_the_follower_takes_over_within_seconds_and_no_job_is_lost_or_run_twice(
     assert wait_until(lambda: ha.job(after)["state"] == "COMPLETED", 30, "a job submitted to the new follower")
 
 
+def test_a_token_revoked_through_either_server_is_refused_by_the_other(tmp_path, postgres_url):
+    """Each server caches the tokens it has looked up; a revocation reaches the other server's
+    cache through the change feed, sent as the deletion commits (auth.CACHE_S bounds it anyway)."""
+    from shoal.server.auth import CACHE_S
+
+    ha = TwoServers(tmp_path / "ha", postgres_url)
+    try:
+        ha.start_server(0)
+        ha.write_client_config()
+        ha.start_server(1)
+        for via, other in ((0, 1), (1, 0)):
+            made = ha.client(via).post("/api/v1/tokens", {"user": f"carol{via}"})
+            assert made["id"] in {t["id"] for t in ha.client(other).get("/api/v1/tokens")["tokens"]}
+            carol = Client(ha.urls[other], made["token"], timeout=10)
+            carol.job_token = None
+            assert carol.get("/api/v1/whoami")["user"] == f"carol{via}"  # now in the other's cache
+            t0 = time.monotonic()
+            ha.client(via).delete(f"/api/v1/tokens/{made['id']}")
+            tries = 0
+
+            def refused() -> bool:
+                nonlocal tries
+                tries += 1
+                try:
+                    carol.get("/api/v1/whoami")
+                    return False
+                except ClientError as e:
+                    assert e.status == 401, e
+                    return True
+
+            wait_until(refused, CACHE_S + 1, f"server {other} to refuse the token revoked through server {via}",
+                       interval=0.005)
+            took = time.monotonic() - t0
+            print(f"\nrevoked through server {via}: server {other} refused it after {took * 1000:.0f} ms "
+                  f"(request {tries} after the revocation)")
+            # Sooner than the cache's own bound: the feed, not the cache's expiry, refused it.
+            assert took < CACHE_S / 2, took
+    finally:
+        ha.stop()
+
+
 # ---------------------------------------------------------------- fencing, in process
 
 

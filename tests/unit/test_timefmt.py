@@ -11,6 +11,7 @@ from shoal.model.timefmt import (
     format_duration,
     format_timestamp,
     parse_begin_time,
+    parse_duration,
     parse_time_limit,
 )
 
@@ -121,5 +122,13 @@ def test_bad_begin_times_list_the_accepted_forms(text):
 def test_begin_time_parser_raises_only_its_own_error(text):
     try:
         parse_begin_time(text, NOW)
+    except TimeFormatError:
+        pass
+
+
+@given(st.text(max_size=25))
+def test_duration_parser_raises_only_its_own_error(text):
+    try:
+        assert parse_duration(text) >= 0
     except TimeFormatError:
         pass

@@ -92,16 +92,9 @@ def _parser() -> argparse.ArgumentParser:
     d = sub.add_parser("down", help="stop the local cluster")
     d.add_argument("--state-dir")
 
-    t = sub.add_parser("token", help="create an API token for a user (admin)")
-    t.add_argument("action", choices=["create"])
-    t.add_argument("--user", required=True)
-    t.add_argument("--role", default="user", choices=["admin", "operator", "user", "read-only"],
-                   help="admin: everything; operator: nodes, reservations, anyone's jobs; user: own jobs and "
-                        "bound namespaces; read-only: sees, changes nothing (default %(default)s)")
-    t.add_argument("--group", action="append", default=[], metavar="GROUP",
-                   help="a group the user belongs to, for RoleBindings that name groups (repeatable)")
-    t.add_argument("--write-config", metavar="FILE",
-                   help="also write a client configuration for the user (server, token, cluster CA) to FILE")
+    from shoal.cli import tokens
+
+    tokens.add_parser(sub)  # token create, list, revoke
 
     g = sub.add_parser("gateway", help="route HTTP requests to Services' ready pods")
     g.add_argument("--listen", default="127.0.0.1:8080", help="host:port to serve on (default %(default)s)")
@@ -156,19 +149,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return local.up(args) if args.command == "up" else local.down(args)
     if args.command == "token":
-        from shoal.cli.client import Client, ClientError, fail, write_config
-
-        try:
-            client = Client.from_config()
-            out = client.post("/api/v1/tokens", {"user": args.user, "role": args.role, "groups": args.group})
-            if args.write_config:
-                write_config(args.write_config, ",".join(client.servers), out["token"], client.ca_pem())
-        except ClientError as e:
-            fail(str(e))
-        except OSError as e:
-            fail(f"cannot write {args.write_config}: {e.strerror}")
-        print(out["token"])
-        return 0
+        return args.token_command(args)
     parser.print_help()
     return 1
 

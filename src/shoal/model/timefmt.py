@@ -62,6 +62,25 @@ def parse_time_limit(text: str) -> int | None:
     return total or None
 
 
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds: ``90``, ``30m``, ``6h``, ``2d``, or Slurm's ``HH:MM:SS`` / ``D-HH:MM:SS``."""
+    value = text.strip().lower()
+    number, unit = (value[:-1], value[-1]) if value[-1:] in _DURATION_UNITS else (value, "s")
+    if number.replace(".", "", 1).isdigit() and number.isascii():
+        return float(number) * _DURATION_UNITS[unit]
+    if ":" in value or "-" in value:
+        try:
+            seconds = parse_time_limit(value)
+        except TimeFormatError:
+            seconds = None
+        if seconds is not None:
+            return float(seconds)
+    raise TimeFormatError(f"invalid time {text!r}: expected seconds, 30m, 6h, 2d or D-HH:MM:SS")
+
+
 def _field(text: str, whole: str) -> int:
     if not (text.isascii() and text.isdigit()) or len(text) > 12:
         raise _limit_error(whole)

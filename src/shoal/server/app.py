@@ -27,6 +27,7 @@ from shoal.server import nodes as nodesvc
 from shoal.server import priority as priosvc
 from shoal.server import reservations as resvsvc
 from shoal.server import steps as stepsvc
+from shoal.server import tokens
 from shoal.server.auth import AuthError, Principal, agent_credential, node_step_key
 from shoal.server.core import Server
 from shoal.server.groupcommit import GroupCommit
@@ -36,8 +37,7 @@ from shoal.server.kube.objects import ObjectError
 from shoal.server.limits import guard
 from shoal.server.schemas import (AgentRegister, AgentReport, BulkCancelRequest, CancelRequest,
                                   InteractiveComplete, JobSubmit, JobUpdate, NodeUpdate,
-                                  ReservationCreate, ReservationUpdate, StepComplete, StepCreate,
-                                  TokenCreate)
+                                  ReservationCreate, ReservationUpdate, StepComplete, StepCreate)
 from shoal.model.timefmt import format_timestamp
 from shoal.sched.schedule import schedule
 from shoal.server.snapshot import node_info
@@ -122,6 +122,7 @@ def create_app(server: Server) -> FastAPI:
         return p
 
     app.include_router(kube_api.router(server, principal, admin, retry_on_conflict))
+    app.include_router(tokens.router(server, principal, admin))
 
     # ------------------------------------------------------------------ health
 
@@ -564,13 +565,7 @@ def create_app(server: Server) -> FastAPI:
         out["user"] = p.user
         return out
 
-    # ------------------------------------------------------------------ tokens
-
-    @app.post("/api/v1/tokens", status_code=201)
-    def create_token(body: TokenCreate, p: Principal = Depends(admin)):
-        with server.sessions() as s, s.begin():
-            token = server.auth.create_token(s, body.user, body.role, body.description, body.groups)
-        return {"user": body.user, "role": body.role, "groups": body.groups, "token": token}
+    # ------------------------------------------------------------------ identity (tokens: server/tokens.py)
 
     @app.get("/api/v1/whoami")
     def whoami(p: Principal = Depends(principal)):

@@ -10,6 +10,10 @@ Cluster roles, held by a token (Slurm's AdminLevel plus a read-only level):
 | user | submit and change their own jobs; serving objects where a role binding (or the open ``default`` namespace) lets them |
 | read-only | see what a user sees, plus every serving object; change nothing |
 
+User tokens are looked up by their hash and cached per server for ``CACHE_S`` at most:
+revoking one (``forget``) drops it from this server's cache at once and, through the change
+feed, from the other servers' within milliseconds; the bound holds even if the feed is down.
+
 Agent and job credentials are HMACs of the cluster secret, so the server verifies them
 without storing them: an agent's credential is bound to its node name, a job's to the job
 id and its run (restart count), so a requeued run's credential stops working for the old one.
@@ -27,6 +31,7 @@ from urllib.parse import unquote
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from shoal.model.timefmt import format_timestamp
 from shoal.store.models import TokenRow
 
 
@@ -38,6 +43,8 @@ class AuthError(Exception):
 
 
 ROLES = ("admin", "operator", "user", "read-only")  # the roles a person's token may hold
+CACHE_S = 1.0  # how long a server trusts a token it looked up (a revocation's worst case)
+ID_CHARS = 8  # a token's public id: this many hex characters of its hash
 
 
 @dataclass(frozen=True)
@@ -72,6 +79,11 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+def token_id(token_hash: str) -> str:
+    """The public id of a token: listed, and given to revoke it. Its holder can work it out too."""
+    return token_hash[:ID_CHARS]
+
+
 def new_token(prefix: str) -> str:
     return f"{prefix}_{secrets.token_urlsafe(32)}"
 
@@ -98,19 +110,35 @@ def step_credential(secret: bytes, node: str, job_id: int, run: int, step_id: in
 
 
 class Authenticator:
-    """Resolves the headers of a request to a Principal. Caches token lookups in memory."""
+    """Resolves the headers of a request to a Principal. Caches token lookups in memory, briefly."""
 
-    def __init__(self, sessions, secret: bytes):
+    def __init__(self, sessions, secret: bytes, clock=time.time):
         self.sessions = sessions
         self.secret = secret
-        self._cache: dict[str, Principal] = {}
+        self.clock = clock
+        # token hash -> (principal, expires or None, monotonic time it was looked up)
+        self._cache: dict[str, tuple[Principal, float | None, float]] = {}
+        self._forgotten = 0  # bumped by forget: a lookup that raced a revocation is not cached
 
     def create_token(self, session: Session, user: str, role: str, description: str | None = None,
-                     groups: list[str] | tuple[str, ...] = ()) -> str:
+                     groups: list[str] | tuple[str, ...] = (), created_by: str | None = None,
+                     expires: float | None = None) -> str:
         token = new_token("shoal" if role != "join" else "join")
-        session.add(TokenRow(user=user, role=role, token_hash=hash_token(token), created=time.time(),
-                             description=description, groups=list(groups)))
+        session.add(TokenRow(user=user, role=role, token_hash=hash_token(token), created=self.clock(),
+                             description=description, groups=list(groups), created_by=created_by,
+                             expires=expires))
         return token
+
+    def forget(self, token_hashes: list[str] | tuple[str, ...]) -> None:
+        """Revoked tokens: look them up again (and find them gone) on their next use."""
+        self._forgotten += 1
+        for h in token_hashes:
+            self._cache.pop(h, None)
+
+    def forget_all(self) -> None:
+        """The change feed lost notifications: any cached token may have been revoked meanwhile."""
+        self._forgotten += 1
+        self._cache.clear()
 
     def resolve(self, authorization: str | None, job_token: str | None, acting_user: str | None) -> Principal:
         if job_token:
@@ -124,17 +152,28 @@ class Authenticator:
         token = authorization[7:].strip()
         if token.startswith("node_"):
             raise AuthError(403, "a node credential may only be used on that node's agent endpoints")
-        p = self._cache.get(token)
-        if p is None:
-            with self.sessions() as s:
-                row = s.scalar(select(TokenRow).where(TokenRow.token_hash == hash_token(token)))
-            if row is None:
-                raise AuthError(401, "invalid token")
-            p = Principal(user=row.user, role=row.role, groups=tuple(row.groups or ()))
-            self._cache[token] = p
+        p, expires = self._lookup(hash_token(token))
+        if expires is not None and self.clock() >= expires:
+            raise AuthError(401, f"token expired at {format_timestamp(expires)}"
+                                 "; ask an administrator for a new one (shoal token create)")
         if p.is_admin and acting_user:
             return Principal(user=unquote(acting_user), role="admin")
         return p
+
+    def _lookup(self, token_hash: str) -> tuple[Principal, float | None]:
+        hit = self._cache.get(token_hash)
+        if hit is not None and time.monotonic() - hit[2] < CACHE_S:
+            return hit[0], hit[1]
+        forgotten = self._forgotten
+        with self.sessions() as s:
+            row = s.scalar(select(TokenRow).where(TokenRow.token_hash == token_hash))
+        if row is None:
+            self._cache.pop(token_hash, None)
+            raise AuthError(401, "invalid token (unknown, or revoked)")
+        p = Principal(user=row.user, role=row.role, groups=tuple(row.groups or ()))
+        if forgotten == self._forgotten:
+            self._cache[token_hash] = (p, row.expires, time.monotonic())
+        return p, row.expires
 
     def verify_agent(self, authorization: str | None, node: str) -> Principal:
         """Agent endpoints: the credential must be the one issued to the node named in the path."""

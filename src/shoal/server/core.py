@@ -61,7 +61,7 @@ class Server:
         self.qos_table = qos_table(self.qos)
         self.topology = config.topology_tree()
         self.secret = self._load_secret()
-        self.auth = Authenticator(self.sessions, self.secret)
+        self.auth = Authenticator(self.sessions, self.secret, clock)
         self.hub = WorkHub()
         self.controller = Controller(self)
         default = next(p for p in self.partitions if p.default)
@@ -158,7 +158,10 @@ class Server:
         """A wake-up another server published (``shoal.store.feed``)."""
         if event.get("resync"):
             self.hub.heard({"resync": True})
+            self.auth.forget_all()
             self._elected()
+        elif "revoked" in event:
+            self.auth.forget(event["revoked"])
         elif "wake" in event:
             loop = {self.controller.name: self.controller, self.kube.name: self.kube}.get(event["wake"])
             if loop is not None and self.leader.is_leader:

@@ -348,6 +348,7 @@ class TokenCreate(StoredText):
     description: str | None = Field(default=None, max_length=200)
     groups: list[Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.@-]+$")]] = \
         Field(default_factory=list, max_length=64)
+    expires_in_s: int | None = Field(default=None, ge=1, le=100 * 365 * 86400)  # None: never expires
 
 
 RESERVATION_NAME = r"^[A-Za-z0-9_.@-]+$"

@@ -22,15 +22,13 @@ from typing import Any, Sequence
 
 from shoal.model.accounting import DEFAULT_QOS
 from shoal.model.hostlist import HostlistError, expand
-from shoal.model.timefmt import TimeFormatError, parse_time_limit
+from shoal.model import timefmt
+from shoal.model.timefmt import TimeFormatError
 from shoal.sched import SchedConfig, SchedConfigError
 from shoal.sim.cluster import SimCluster, SimClusterError, parse_sim_cluster
 from shoal.sim.engine import Failure, SimResult, Simulator
 from shoal.sim.report import PolicyReport, build_report, text_table
 from shoal.sim.trace import FORMATS, TraceError, read_trace
-
-_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
 
 class UsageError(ValueError):
     """A command-line value that cannot be used; the message says which and why."""
@@ -153,18 +151,10 @@ def load_sim_cluster(path: str | Path) -> SimCluster:
 
 def parse_duration(text: str) -> float:
     """Seconds: ``90``, ``30m``, ``6h``, ``2d``, or Slurm's ``HH:MM:SS`` / ``D-HH:MM:SS``."""
-    value = text.strip().lower()
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)([smhd]?)", value)
-    if m:
-        return float(m.group(1)) * _UNIT[m.group(2) or "s"]
-    if ":" in value or "-" in value:
-        try:
-            seconds = parse_time_limit(value)
-        except TimeFormatError:
-            seconds = None
-        if seconds is not None:
-            return float(seconds)
-    raise UsageError(f"invalid time {text!r}: expected seconds, 30m, 6h, 2d or D-HH:MM:SS")
+    try:
+        return timefmt.parse_duration(text)
+    except TimeFormatError as e:
+        raise UsageError(str(e)) from None
 
 
 def parse_qos_map(items: Sequence[str], known: set[str]) -> dict[str, str]:

@@ -7,6 +7,8 @@ server publishes its wake-ups (nodes whose work changed, signals, "scheduler: lo
 again") on one channel and every other server applies them to its own hub. The feed only
 wakes; the truth is in the tables, so a notification lost while a connection was down is
 made good by waking everything once the listener is back (``{"resync": true}``).
+It also carries revoked tokens (``{"revoked": [hash]}``), which every server drops from its
+cache of looked-up tokens; after a resync each drops them all.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ import secrets
 import threading
 from collections.abc import Callable
 
+from sqlalchemy import text
 from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session
 
 from shoal.store.lease import connect
 
@@ -40,6 +44,13 @@ class ChangeFeed:
     def publish(self, event: dict) -> None:
         """Queue an event for the other servers (any thread; never blocks on the database)."""
         self._queue.put(event)
+
+    def publish_with(self, session: Session, event: dict) -> None:
+        """Send an event as part of the session's transaction: PostgreSQL delivers it when the
+        transaction commits (never if it rolls back), so the others hear it before our caller
+        can answer anyone. For what must not lag its commit, such as a revoked token."""
+        for payload in self._payloads([event]):
+            session.execute(text("SELECT pg_notify(:channel, :payload)"), {"channel": CHANNEL, "payload": payload})
 
     def start(self) -> None:
         threading.Thread(target=self._listen, name="feed-listen", daemon=True).start()

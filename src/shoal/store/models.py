@@ -11,7 +11,8 @@ class Base(DeclarativeBase):
 
 
 class TokenRow(Base):
-    """An API token, stored only as its SHA-256 hash."""
+    """An API token, stored only as its SHA-256 hash; its public id is the hash's first
+    characters (``auth.token_id``), so the token itself is never needed to name it."""
 
     __tablename__ = "tokens"
 
@@ -22,6 +23,8 @@ class TokenRow(Base):
     created: Mapped[float] = mapped_column(Float)
     description: Mapped[str | None] = mapped_column(String(200), nullable=True)
     groups: Mapped[list] = mapped_column(JSON, default=list)  # role bindings may name groups
+    created_by: Mapped[str | None] = mapped_column(String(64), nullable=True)  # None: made by the server
+    expires: Mapped[float | None] = mapped_column(Float, nullable=True)  # epoch seconds; None: never
 
 
 class NodeRow(Base):

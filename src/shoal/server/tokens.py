@@ -1,0 +1,89 @@
+"""Routes for API tokens, under /api/v1/tokens: create (admin), list and revoke.
+
+A token's value is shown once, when it is made; afterwards it is named by its public id
+(``auth.token_id``: the first characters of its hash). Admins list and revoke every token,
+the cluster's join token included; anyone else lists and revokes only their own. A revoked
+token's row is deleted, and every server drops it from its cache (``Authenticator.forget``):
+this one before answering, the others when they hear the change feed's notification, which
+PostgreSQL sends as the deletion commits; ``auth.CACHE_S`` bounds it should the feed be down.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends
+from sqlalchemy import func, select
+
+from shoal.server.auth import ID_CHARS, ROLES, AuthError, Principal, hash_token, token_id
+from shoal.server.schemas import TokenCreate
+from shoal.store.models import TokenRow
+
+HEX = "0123456789abcdef"
+
+
+class TokenError(AuthError):
+    """A token that cannot be revoked: unknown (404), ambiguous or the last admin's (409)."""
+
+
+def public(row: TokenRow) -> dict:
+    """A token as listed: everything but the secret."""
+    return {"id": token_id(row.token_hash), "user": row.user, "role": row.role, "groups": list(row.groups or ()),
+            "description": row.description, "created": row.created, "created_by": row.created_by,
+            "expires": row.expires}
+
+
+def router(server, principal, admin) -> APIRouter:
+    r = APIRouter(prefix="/api/v1/tokens")
+
+    def person(p: Principal = Depends(principal)) -> Principal:
+        if p.role not in ROLES:
+            raise AuthError(403, "Access/permission denied: tokens are listed and revoked with a person's "
+                                 "token, not a job, node or join credential")
+        return p
+
+    @r.post("", status_code=201)
+    def create(body: TokenCreate, p: Principal = Depends(admin)):
+        expires = server.clock() + body.expires_in_s if body.expires_in_s else None
+        with server.sessions() as s, s.begin():
+            token = server.auth.create_token(s, body.user, body.role, body.description, body.groups,
+                                             created_by=p.user, expires=expires)
+        return {"id": token_id(hash_token(token)), "user": body.user, "role": body.role,
+                "groups": body.groups, "expires": expires, "token": token}
+
+    @r.get("")
+    def list_tokens(p: Principal = Depends(person)):
+        """Admins: every token; anyone else: their own."""
+        q = select(TokenRow).order_by(TokenRow.created, TokenRow.id)
+        if not p.is_admin:
+            q = q.where(TokenRow.user == p.user)
+        with server.sessions() as s:
+            rows = s.scalars(q).all()
+        return {"tokens": [public(row) for row in rows], "now": server.clock()}
+
+    @r.delete("/{tid}")
+    def revoke(tid: str, p: Principal = Depends(person)):
+        prefix = tid.lower()
+        if not (ID_CHARS <= len(prefix) <= 64 and all(c in HEX for c in prefix)):
+            raise TokenError(404, f"no token with id {tid!r}: an id is {ID_CHARS} or more hex digits "
+                                  "(see shoal token list)")
+        with server.sessions() as s, s.begin():
+            rows = s.scalars(select(TokenRow).where(TokenRow.token_hash.startswith(prefix)).limit(2)).all()
+            if not rows:
+                raise TokenError(404, f"no token with id {tid} (see shoal token list)")
+            if len(rows) > 1:
+                raise TokenError(409, f"id {tid} names more than one token: give more of its hash")
+            row = rows[0]
+            if not p.is_admin and row.user != p.user:
+                raise AuthError(403, f"Access/permission denied: token {tid} belongs to another user; "
+                                     "only an admin may revoke it")
+            if row.role == "admin" and s.scalar(
+                    select(func.count()).select_from(TokenRow).where(TokenRow.role == "admin")) == 1:
+                raise TokenError(409, f"token {tid} is the last admin token: create another admin token "
+                                      "before revoking it")
+            out = {**public(row), "revoked": True}
+            s.delete(row)
+            if server.feed is not None:  # the other servers hear it as the deletion commits
+                server.feed.publish_with(s, {"revoked": [row.token_hash]})
+        server.auth.forget([row.token_hash])
+        return out
+
+    return r
