@@ -23,12 +23,20 @@ INSTALL_FRONTEND = if $(CC) -O2 -Wall -o $(VENV)/shoal-cmd.new frontend/shoal-cm
 	  rm -f $(VENV)/shoal-cmd.new; \
 	else echo "note: no C compiler ($(CC)): sbatch, squeue and scancel stay the Python commands"; fi
 
-$(VENV)/.installed: pyproject.toml $(wildcard src/shoal/*/*.py) frontend/shoal-cmd.c | $(BIN)/python
+# The per-run supervisor of batch jobs as a small C program too (frontend/shoal-stepd.c),
+# installed next to the venv's python, where the agent looks for it: a Python supervisor
+# costs a job ~70 ms of CPU. Without a C compiler the agent runs the Python one.
+INSTALL_STEPD = if $(CC) -O2 -Wall -o $(BIN)/.shoal-stepd.new frontend/shoal-stepd.c; then \
+	  mv -f $(BIN)/.shoal-stepd.new $(BIN)/shoal-stepd; \
+	else echo "note: no C compiler ($(CC)): batch jobs run under the Python supervisor"; fi
+
+$(VENV)/.installed: pyproject.toml $(wildcard src/shoal/*/*.py) frontend/shoal-cmd.c frontend/shoal-stepd.c | $(BIN)/python
 	$(BIN)/pip install -q -e .
 	# Byte-compile now: the Slurm commands start in tight loops, and some environments set
 	# PYTHONDONTWRITEBYTECODE, which would make every call recompile from source.
 	$(BIN)/python -m compileall -q src
 	@$(INSTALL_FRONTEND)
+	@$(INSTALL_STEPD)
 	touch $@
 
 $(VENV)/.installed-test: pyproject.toml $(VENV)/.installed
@@ -36,6 +44,7 @@ $(VENV)/.installed-test: pyproject.toml $(VENV)/.installed
 	# The two-node DDP acceptance test runs real PyTorch (CPU build, gloo backend).
 	$(BIN)/pip install -q torch==2.13.0
 	@$(INSTALL_FRONTEND)
+	@$(INSTALL_STEPD)
 	touch $@
 
 demo: $(VENV)/.installed
@@ -50,6 +59,7 @@ bench: $(VENV)/.installed
 
 frontend: | $(BIN)/python
 	@$(INSTALL_FRONTEND)
+	@$(INSTALL_STEPD)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -1,7 +1,10 @@
-"""The per-run supervisor alone (``python -m shoal.agent.supervise``): it keeps a batch
-script's exit code and how it died, writes it so no reader sees half of it, passes on a kill
-sent before its task started, and outlives the process that started it, which a new agent
-then re-adopts by the run's directory."""
+"""The per-run supervisor alone: it keeps a batch script's exit code and how it died, writes
+it so no reader sees half of it, passes on a kill sent before its task started, and outlives
+the process that started it, which a new agent then re-adopts by the run's directory.
+
+Each story runs under both supervisors, the compiled ``shoal-stepd`` (skipped when it is not
+installed: ``make frontend``) and ``python -m shoal.agent.supervise`` (``SHOAL_STEPD=python``):
+the agent cannot tell which one ran."""
 
 from __future__ import annotations
 
@@ -13,6 +16,8 @@ import sys
 import threading
 import time
 from pathlib import Path
+
+import pytest
 
 from shoal.agent import supervise
 from shoal.agent.identity import OpenAs, output_flags
@@ -29,6 +34,17 @@ def _launch(tmp_path: Path, script: str) -> tuple[Path, supervise.Launch]:
     return jobdir, launch
 
 
+@pytest.fixture(params=["shoal-stepd", "python"])
+def supervisor(request, monkeypatch) -> str:
+    if request.param == "python":
+        monkeypatch.setenv("SHOAL_STEPD", "python")
+    else:
+        monkeypatch.delenv("SHOAL_STEPD", raising=False)
+        if supervise.stepd() is None:
+            pytest.skip("shoal-stepd is not installed next to this Python (make frontend)")
+    return request.param
+
+
 def _wait_for(predicate, timeout: float = 10.0):
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -38,7 +54,7 @@ def _wait_for(predicate, timeout: float = 10.0):
     raise AssertionError("timed out")
 
 
-def test_the_exit_code_and_the_output_are_kept(tmp_path):
+def test_the_exit_code_and_the_output_are_kept(tmp_path, supervisor):
     jobdir, launch = _launch(tmp_path, "echo to stdout; echo to stderr >&2; exit 3")
     before = time.time()
     status = Supervised(jobdir, supervise.start(jobdir, launch)).wait()
@@ -46,10 +62,12 @@ def test_the_exit_code_and_the_output_are_kept(tmp_path):
     assert before <= status.end_time <= time.time()
     assert (tmp_path / "slurm-7.out").read_text() == "to stdout\nto stderr\n"
     assert not supervise.supervisor_alive(jobdir)
-    assert oct((jobdir / supervise.LAUNCH).stat().st_mode & 0o777) == "0o600"  # it holds the job's token
+    for name in (supervise.LAUNCH, supervise.LAUNCH_BIN):  # they hold the job's token
+        assert not (jobdir / name).exists() or oct((jobdir / name).stat().st_mode & 0o777) == "0o600"
+    assert (jobdir / supervise.LAUNCH_BIN).exists() == (supervisor == "shoal-stepd")
 
 
-def test_a_task_killed_by_a_signal_ends_with_that_signal(tmp_path):
+def test_a_task_killed_by_a_signal_ends_with_that_signal(tmp_path, supervisor):
     jobdir, launch = _launch(tmp_path, "echo started; exec sleep 60")
     task = Supervised(jobdir, supervise.start(jobdir, launch))
     _wait_for(lambda: task.pid is not None)
@@ -59,7 +77,7 @@ def test_a_task_killed_by_a_signal_ends_with_that_signal(tmp_path):
     assert (status.exit_code, status.signal) == (0, signal.SIGTERM)
 
 
-def test_a_kill_sent_before_the_task_started_is_passed_on(tmp_path):
+def test_a_kill_sent_before_the_task_started_is_passed_on(tmp_path, supervisor):
     jobdir, launch = _launch(tmp_path, "exec sleep 60")
     task = Supervised(jobdir, supervise.start(jobdir, launch))
     assert task.pid is None  # the supervisor is still starting: the signal goes to it
@@ -68,7 +86,7 @@ def test_a_kill_sent_before_the_task_started_is_passed_on(tmp_path):
     assert (status.exit_code, status.signal) == (0, signal.SIGTERM)
 
 
-def test_a_launch_that_fails_says_why(tmp_path):
+def test_a_launch_that_fails_says_why(tmp_path, supervisor):
     jobdir, launch = _launch(tmp_path, "true")
     launch = supervise.Launch(**{**launch.__dict__, "files": [OpenAs(1, "/nonexistent/dir/out", output_flags(False))]})
     status = Supervised(jobdir, supervise.start(jobdir, launch)).wait()
@@ -76,7 +94,50 @@ def test_a_launch_that_fails_says_why(tmp_path):
     assert status.reason == "launch failed: No such file or directory: /nonexistent/dir/out"
 
 
-def test_the_supervisor_outlives_the_agent_that_started_it_and_is_adopted(tmp_path):
+def test_the_task_has_a_session_of_its_own_and_no_signal_blocked(tmp_path, supervisor):
+    jobdir, launch = _launch(tmp_path, "exec cat /proc/self/stat /proc/self/status")
+    status = Supervised(jobdir, supervise.start(jobdir, launch)).wait()
+    assert (status.exit_code, status.reason) == (0, None)
+    out = (tmp_path / "slurm-7.out").read_text()
+    pid, _, rest = out.partition(" (")
+    pgrp, session = rest.rsplit(") ", 1)[1].split()[2:4]
+    assert pid == pgrp == session == str(supervise.read_task_pid(jobdir))
+    assert "SigBlk:\t0000000000000000\n" in out
+
+
+def test_a_command_is_found_on_the_jobs_path_and_one_that_is_not_says_so(tmp_path, supervisor):
+    jobdir, launch = _launch(tmp_path, "exit 4")
+    launch = supervise.Launch(**{**launch.__dict__, "argv": ["sh", "-c", "exit 4"]})
+    assert Supervised(jobdir, supervise.start(jobdir, launch)).wait().exit_code == 4
+    jobdir = tmp_path / "jobs" / "8.0"
+    jobdir.mkdir()
+    launch = supervise.Launch(**{**launch.__dict__, "argv": ["no-such-command-anywhere"]})
+    status = Supervised(jobdir, supervise.start(jobdir, launch)).wait()
+    assert (status.exit_code, status.reason) == (1, "launch failed: execve(): No such file or directory")
+
+
+def test_a_working_directory_that_cannot_be_entered_sends_the_job_to_tmp_with_a_note(tmp_path, supervisor):
+    jobdir, launch = _launch(tmp_path, "pwd")
+    launch = supervise.Launch(**{**launch.__dict__, "cwd": str(tmp_path / "gone")})
+    status = Supervised(jobdir, supervise.start(jobdir, launch)).wait()
+    assert (status.exit_code, status.reason) == (0, None)
+    assert (tmp_path / "slurm-7.out").read_text() == (
+        f"slurmstepd: error: couldn't chdir to `{tmp_path}/gone': No such file or directory: going to /tmp instead\n"
+        "/tmp\n")
+
+
+def test_a_launch_holding_a_nul_never_runs(tmp_path, supervisor):
+    """A NUL cannot reach an exec; nor may it shift shoal-stepd's fields (into "no identity")."""
+    ran = tmp_path / "ran"
+    jobdir, launch = _launch(tmp_path, f"touch {ran}")
+    launch = supervise.Launch(**{**launch.__dict__, "env": {"PATH": os.environ["PATH"], "X": "a\0/\0/tmp\0"}})
+    status = Supervised(jobdir, supervise.start(jobdir, launch)).wait()
+    assert status.exit_code == 1 and status.reason in ("launch failed: unreadable launch file",
+                                                       "supervisor lost: exit status unknown")
+    assert not ran.exists()
+
+
+def test_the_supervisor_outlives_the_agent_that_started_it_and_is_adopted(tmp_path, supervisor):
     """An 'agent' process starts the supervisor and dies at once; the run goes on, and a
     handle made from the directory alone (a new agent's) sees it end with its exit code."""
     go = tmp_path / "go"
@@ -94,7 +155,7 @@ def test_the_supervisor_outlives_the_agent_that_started_it_and_is_adopted(tmp_pa
     assert (status.exit_code, status.signal, status.reason) == (5, 0, None)
 
 
-def test_a_supervisor_gone_without_a_status_is_reported_failed(tmp_path):
+def test_a_supervisor_gone_without_a_status_is_reported_failed(tmp_path, supervisor):
     jobdir, launch = _launch(tmp_path, "exec sleep 60")
     popen = supervise.start(jobdir, launch)
     task = Supervised(jobdir, popen)

@@ -1,4 +1,5 @@
-"""The per-run supervisor, in the spirit of slurmstepd and conmon: ``python -m shoal.agent.supervise JOBDIR``.
+"""The per-run supervisor, in the spirit of slurmstepd and conmon: ``python -m shoal.agent.supervise JOBDIR``,
+or its compiled twin ``shoal-stepd`` (``frontend/shoal-stepd.c``), which keeps the same files.
 
 The agent starts one per batch script, in a session of its own, so it outlives the agent. It
 reads the launch the agent prepared (``launch.json``: argv, environment, working directory,
@@ -15,7 +16,11 @@ exits. A restarted agent finds the run by its directory and re-adopts it:
   directly (TERM, KILL, ``scancel -s``), so a supervisor never stands between a kill and the
   job. Signals the supervisor itself gets before the task has started are passed on to it.
 
-Stdlib only (plus ``identity``, itself stdlib): it starts in a few tens of milliseconds.
+Stdlib only (plus ``identity``, itself stdlib): it starts in a few tens of milliseconds. That
+is still most of a short job's CPU on a node, so ``start`` runs ``shoal-stepd`` instead when
+it is installed next to the Python interpreter (``make`` compiles it), unless the agent's
+environment says ``SHOAL_STEPD=python``. It reads ``launch.bin`` (``Launch.to_bin``), as C
+reads more easily than JSON.
 """
 
 from __future__ import annotations
@@ -33,6 +38,9 @@ from pathlib import Path
 from shoal.agent.identity import Identity, LaunchError, OpenAs, spawn
 
 LAUNCH = "launch.json"
+LAUNCH_BIN = "launch.bin"  # the same launch for shoal-stepd
+BIN_MAGIC = "shoal-launch 1"  # launch.bin's first field (its format's version)
+STEPD = "shoal-stepd"
 LOCK = "supervisor.lock"
 TASK = "task"
 STATUS = "status.json"
@@ -76,6 +84,24 @@ class Launch:
                     "name": self.identity.name, "uid": self.identity.uid, "gid": self.identity.gid,
                     "groups": list(self.identity.groups), "home": self.identity.home}}
 
+    def to_bin(self) -> bytes:
+        """The launch as shoal-stepd reads it: NUL-terminated fields, each list led by its
+        length. ValueError when a string holds a NUL (it would shift every later field)."""
+        fields: list[str | int] = [BIN_MAGIC, len(self.argv), *self.argv, len(self.env),
+                                   *(f"{k}={v}" for k, v in self.env.items()),
+                                   self.cwd or "", self.cwd_fallback or "", len(self.files)]
+        for f in self.files:
+            fields += [f.fd, f.flags, -1 if f.same_as is None else f.same_as, f.path]
+        if self.identity is None:
+            fields.append(0)
+        else:
+            ident = self.identity
+            fields += [1, ident.uid, ident.gid, len(ident.groups), *ident.groups]
+        encoded = [os.fsencode(f) if isinstance(f, str) else b"%d" % f for f in fields]
+        if any(b"\0" in f for f in encoded):
+            raise ValueError("a NUL in the launch")
+        return b"\0".join(encoded) + b"\0"
+
     @classmethod
     def from_json(cls, d: dict) -> Launch:
         ident = d.get("identity")
@@ -88,20 +114,23 @@ class Launch:
 
 def write_json_atomic(path: Path, doc: dict) -> None:
     """Write ``doc`` so that ``path`` holds either its old content or all of the new (temp file,
-    fsync, rename, fsync of the directory), never a part."""
+    rename), never a part.
+
+    No fsync: the file only has to outlive the agent process, which the page cache does; a
+    machine crash ends the task as well, and its run is then reported lost either way.
+    """
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    _write_private(tmp, json.dumps(doc).encode())
+    os.replace(tmp, path)
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    """Write ``path`` readable by the agent's user alone (a launch holds the job's token)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        os.write(fd, json.dumps(doc).encode())
-        os.fsync(fd)
+        os.write(fd, data)
     finally:
         os.close(fd)
-    os.replace(tmp, path)
-    dfd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
 
 
 def read_status(jobdir: Path) -> Status | None:
@@ -134,23 +163,37 @@ def supervisor_alive(jobdir: Path) -> bool:
         os.close(fd)
 
 
+def stepd() -> str | None:
+    """The compiled supervisor when it is installed next to this Python and the agent's
+    environment does not ask for the Python one (``SHOAL_STEPD=python``)."""
+    if os.environ.get("SHOAL_STEPD") == "python":
+        return None
+    path = Path(sys.executable).parent / STEPD
+    return str(path) if os.access(path, os.X_OK) else None
+
+
 def start(jobdir: Path, launch: Launch) -> subprocess.Popen:
     """Write the launch into ``jobdir`` and start its supervisor in a session of its own.
 
     The lock is taken here and its open file handed to the supervisor, so the run has a
     live holder from this moment on, even if this agent dies before the child has run a line.
     """
-    launch_file = jobdir / LAUNCH
-    fd = os.open(launch_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # the environment holds the job token
-    with os.fdopen(fd, "w") as f:
-        json.dump(launch.to_json(), f)
+    command = [sys.executable, "-P", "-m", "shoal.agent.supervise"]
+    binary = stepd()
+    if binary is not None:
+        command = [binary]
+        try:
+            _write_private(jobdir / LAUNCH_BIN, launch.to_bin())
+        except ValueError:
+            pass  # no launch.bin: shoal-stepd fails the run as "unreadable launch file", never half-read
+    _write_private(jobdir / LAUNCH, json.dumps(launch.to_json()).encode())  # last: it says "launched"
     lock = os.open(jobdir / LOCK, os.O_RDWR | os.O_CREAT, 0o600)
     # Blocked until the supervisor has its handlers: a kill sent at once is passed on, not lost.
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)
         with open(jobdir / LOG, "ab") as log:
-            return subprocess.Popen([sys.executable, "-P", "-m", "shoal.agent.supervise", str(jobdir), str(lock)],
+            return subprocess.Popen([*command, str(jobdir), str(lock)],
                                     cwd="/", stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
                                     start_new_session=True, close_fds=True, pass_fds=(lock,))
     finally:

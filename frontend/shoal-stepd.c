@@ -1,0 +1,372 @@
+/* shoal-stepd: the per-run supervisor of a batch script, compiled.
+ *
+ * A drop-in for `python -m shoal.agent.supervise JOBDIR LOCKFD` (src/shoal/agent/supervise.py,
+ * which documents the protocol): on a busy node the Python start-up alone (~70 ms of CPU per
+ * job) capped batch throughput, as slurmstepd, also C, does not. Same files, same meaning:
+ *
+ * - LOCKFD, the open `supervisor.lock` the agent flocked, stays open all our life (never
+ *   passed to the task): while we live the run is seen alive.
+ * - supervise.FORWARDED arrive blocked; handlers queue them until the task has started and
+ *   then pass them on to its process group. The task starts with none blocked, default
+ *   dispositions.
+ * - The task starts as identity.spawn starts it: a session of its own, then
+ *   setgroups/setgid/setuid, then (as the user) the working directory (or the fallback,
+ *   with slurmstepd's note) and the output files, then execve with the environment as
+ *   given, no shell; argv[0] without a slash is looked up in the environment's PATH.
+ * - `task` ({"pid": N}) once it runs, `status.json` once it has ended (or the reason it
+ *   never ran, worded as the Python supervisor words it), each written to a temp file and
+ *   renamed.
+ *
+ * The launch comes from `launch.bin`, written by supervise.start next to launch.json:
+ * NUL-terminated fields, each list led by its length (Launch.to_bin says the order).
+ * libc only: cc -O2 -Wall -o shoal-stepd shoal-stepd.c
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define LAUNCH_BIN "launch.bin"
+#define LAUNCH_MAGIC "shoal-launch 1"
+#define MAX_QUEUED 64
+
+static const int FORWARDED[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, SIGCONT};
+#define N_FORWARDED (int)(sizeof FORWARDED / sizeof FORWARDED[0])
+
+typedef struct { int fd, flags, same_as; const char *path; } OpenAs;
+
+typedef struct {
+    char **argv, **env;
+    const char *cwd, *cwd_fallback; /* NULL: none */
+    long nfiles;
+    OpenAs *files;
+    int has_identity;
+    uid_t uid;
+    gid_t gid;
+    long ngroups;
+    gid_t *groups;
+} Launch;
+
+static int jobdir_fd = -1;
+
+/* ------------------------------------------------------------------ signals */
+
+static volatile sig_atomic_t task_pid; /* 0 until the task runs */
+static volatile sig_atomic_t n_queued;
+static int queued[MAX_QUEUED];
+
+static void forward(int sig) {
+    int saved = errno;
+    if (task_pid > 0)
+        killpg(task_pid, sig);
+    else if (n_queued < MAX_QUEUED)
+        queued[n_queued++] = sig;
+    errno = saved;
+}
+
+static void forwarded_set(sigset_t *set) {
+    sigemptyset(set);
+    for (int i = 0; i < N_FORWARDED; i++) sigaddset(set, FORWARDED[i]);
+}
+
+/* ------------------------------------------------------------------ the run's files */
+
+static int write_atomic(const char *name, const char *text) {
+    char tmp[64];
+    snprintf(tmp, sizeof tmp, ".%s.%d.tmp", name, (int)getpid());
+    int fd = openat(jobdir_fd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) return -1;
+    size_t n = strlen(text), done = 0;
+    while (done < n) {
+        ssize_t k = write(fd, text + done, n - done);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) { close(fd); unlinkat(jobdir_fd, tmp, 0); return -1; }
+        done += (size_t)k;
+    }
+    /* No fsync, as in supervise.write_json_atomic: the file has to outlive the agent, which
+     * the page cache does; a machine crash ends the task too. */
+    if (close(fd) < 0 || renameat(jobdir_fd, tmp, jobdir_fd, name) < 0) { unlinkat(jobdir_fd, tmp, 0); return -1; }
+    return 0;
+}
+
+/* Length of the valid UTF-8 sequence at s (as Python's strict decoder takes it), 0 if none. */
+static int utf8_len(const unsigned char *s) {
+    unsigned char c = s[0];
+    int n;
+    unsigned char lo = 0x80, hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) n = 2;
+    else if (c >= 0xE0 && c <= 0xEF) { n = 3; if (c == 0xE0) lo = 0xA0; if (c == 0xED) hi = 0x9F; }
+    else if (c >= 0xF0 && c <= 0xF4) { n = 4; if (c == 0xF0) lo = 0x90; if (c == 0xF4) hi = 0x8F; }
+    else return 0;
+    if (s[1] < lo || s[1] > hi) return 0;
+    for (int i = 2; i < n; i++)
+        if (s[i] < 0x80 || s[i] > 0xBF) return 0;
+    return n;
+}
+
+/* s as a JSON string; bytes that are not UTF-8 as Python's surrogateescape writes them. */
+static char *json_string(const char *s) {
+    char *out = malloc(strlen(s) * 6 + 3), *o = out;
+    if (!out) return NULL;
+    *o++ = '"';
+    for (const unsigned char *p = (const unsigned char *)s; *p;) {
+        int n;
+        if (*p == '"' || *p == '\\') { *o++ = '\\'; *o++ = (char)*p++; }
+        else if (*p < 0x20) o += sprintf(o, "\\u%04x", *p++);
+        else if (*p < 0x80) *o++ = (char)*p++;
+        else if ((n = utf8_len(p)) > 0) { memcpy(o, p, (size_t)n); o += n; p += n; }
+        else o += sprintf(o, "\\udc%02x", *p++);
+    }
+    *o++ = '"';
+    *o = 0;
+    return out;
+}
+
+static int write_status(int exit_code, int sig, const char *reason) {
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    char *quoted = reason ? json_string(reason) : NULL;
+    size_t cap = 128 + (quoted ? strlen(quoted) : 0);
+    char *doc = malloc(cap);
+    if (!doc || (reason && !quoted)) { fputs("shoal-stepd: out of memory\n", stderr); return -1; }
+    int n = snprintf(doc, cap, "{\"exit_code\": %d, \"signal\": %d, \"end_time\": %lld.%06ld",
+                     exit_code, sig, (long long)now.tv_sec, now.tv_nsec / 1000);
+    snprintf(doc + n, cap - (size_t)n, quoted ? ", \"reason\": %s}" : "}", quoted);
+    int rc = write_atomic("status.json", doc);
+    if (rc < 0) perror("shoal-stepd: status.json");
+    free(doc);
+    free(quoted);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ launch.bin */
+
+typedef struct { char *p, *end; int ok; } Reader;
+
+static char *field(Reader *r) {
+    char *z = r->ok && r->p < r->end ? memchr(r->p, 0, (size_t)(r->end - r->p)) : NULL;
+    if (!z) { r->ok = 0; return ""; }
+    char *s = r->p;
+    r->p = z + 1;
+    return s;
+}
+
+static long number(Reader *r, long min, long max) {
+    char *s = field(r), *e;
+    errno = 0;
+    long v = strtol(s, &e, 10);
+    if (!*s || *e || errno || v < min || v > max) { r->ok = 0; return min; }
+    return v;
+}
+
+static char **strings(Reader *r) {
+    long n = number(r, 0, r->end - r->p);
+    char **v = calloc((size_t)n + 1, sizeof *v);
+    if (!v) { r->ok = 0; return NULL; }
+    for (long i = 0; i < n; i++) v[i] = field(r);
+    return v;
+}
+
+static const char *optional(Reader *r) {
+    char *s = field(r);
+    return *s ? s : NULL;
+}
+
+static int read_launch(Launch *l) {
+    int fd = openat(jobdir_fd, LAUNCH_BIN, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0) return 0;
+    char *data = fstat(fd, &st) == 0 ? malloc((size_t)st.st_size + 1) : NULL;
+    ssize_t got = data ? read(fd, data, (size_t)st.st_size) : -1;
+    close(fd);
+    if (got != st.st_size) return 0;
+    Reader r = {data, data + got, 1};
+    if (strcmp(field(&r), LAUNCH_MAGIC) != 0) return 0;
+    l->argv = strings(&r);
+    l->env = strings(&r);
+    l->cwd = optional(&r);
+    l->cwd_fallback = optional(&r);
+    l->nfiles = number(&r, 0, 16);
+    l->files = calloc((size_t)l->nfiles + 1, sizeof *l->files);
+    for (long i = 0; r.ok && i < l->nfiles; i++) {
+        l->files[i].fd = (int)number(&r, 0, 2);
+        l->files[i].flags = (int)number(&r, INT_MIN, INT_MAX);
+        l->files[i].same_as = (int)number(&r, -1, 2);
+        l->files[i].path = field(&r);
+    }
+    l->has_identity = (int)number(&r, 0, 1);
+    if (l->has_identity) {
+        l->uid = (uid_t)number(&r, 0, UINT_MAX - 1);
+        l->gid = (gid_t)number(&r, 0, UINT_MAX - 1);
+        l->ngroups = number(&r, 0, 65536);
+        l->groups = calloc((size_t)l->ngroups + 1, sizeof *l->groups);
+        for (long i = 0; r.ok && i < l->ngroups; i++) l->groups[i] = (gid_t)number(&r, 0, UINT_MAX - 1);
+    }
+    return r.ok && r.p == r.end && l->argv && l->argv[0] && l->files && (!l->has_identity || l->groups);
+}
+
+/* ------------------------------------------------------------------ the task */
+
+/* What the child tells us through the close-on-exec pipe when it gives up: 'P' (preparing
+ * as the user failed: errno and the path, identity.LaunchError) or 'E' (any other OSError
+ * Popen raises: errno only). Nothing at all: the exec succeeded. */
+static void give_up(int pipe_w, char kind, int err, const char *where) {
+    char msg[32 + PATH_MAX];
+    int n = snprintf(msg, sizeof msg, "%c%d", kind, err) + 1;
+    if (where) n += snprintf(msg + n, sizeof msg - (size_t)n, "%s", where);
+    if (n > (int)sizeof msg) n = sizeof msg;
+    if (write(pipe_w, msg, (size_t)n) < 0) { /* the parent then reports a failed exec */ }
+    _exit(255);
+}
+
+static const char *env_get(char **env, const char *name) {
+    size_t n = strlen(name);
+    for (; *env; env++)
+        if (strncmp(*env, name, n) == 0 && (*env)[n] == '=') return *env + n + 1;
+    return NULL;
+}
+
+/* execve, looking argv[0] up in PATH as subprocess does; returns only on failure (errno). */
+static void exec_task(char **argv, char **env) {
+    const char *file = argv[0];
+    if (strchr(file, '/')) { execve(file, argv, env); return; }
+    const char *path = env_get(env, "PATH");
+    if (!path) path = "/bin:/usr/bin";
+    int first = 0; /* the first error that is not "no such file": what subprocess reports */
+    char full[PATH_MAX];
+    for (const char *dir = path;; dir++) {
+        const char *colon = strchrnul(dir, ':');
+        int len = (int)(colon - dir);
+        if (snprintf(full, sizeof full, "%.*s%s%s", len, dir, len ? "/" : "", file) < (int)sizeof full) {
+            execve(full, argv, env);
+            if (errno != ENOENT && errno != ENOTDIR && !first) first = errno;
+        }
+        if (!*colon) break;
+        dir = colon;
+    }
+    errno = first ? first : ENOENT;
+}
+
+/* In the child: become the task (see the comment at the top), or report why not. */
+static void child(const Launch *l, int pipe_w) {
+    for (int s = 1; s < NSIG; s++) signal(s, SIG_DFL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    setsid();
+    if (l->has_identity && (setgroups((size_t)l->ngroups, l->groups) < 0 || setregid(l->gid, l->gid) < 0
+                            || setreuid(l->uid, l->uid) < 0))
+        give_up(pipe_w, 'E', errno, NULL);
+    if (!l->has_identity && l->nfiles == 0) {
+        if (l->cwd && chdir(l->cwd) < 0) give_up(pipe_w, 'E', errno, NULL);
+    } else {
+        /* As the user from here on: identity.spawn's prepare(). */
+        const char *where = l->cwd;
+        char note[2 * PATH_MAX];
+        note[0] = 0;
+        if (l->cwd && chdir(l->cwd) < 0) {
+            if (!l->cwd_fallback) give_up(pipe_w, 'P', errno, where);
+            snprintf(note, sizeof note, "slurmstepd: error: couldn't chdir to `%s': %s: going to /tmp instead\n",
+                     l->cwd, strerror(errno));
+            if (chdir(l->cwd_fallback) < 0) give_up(pipe_w, 'P', errno, where);
+        }
+        for (long i = 0; i < l->nfiles; i++) {
+            const OpenAs *f = &l->files[i];
+            if (f->same_as >= 0) {
+                if (dup2(f->same_as, f->fd) < 0) give_up(pipe_w, 'P', errno, where);
+                continue;
+            }
+            where = f->path;
+            int fd = open(f->path, f->flags, 0644);
+            if (fd < 0) give_up(pipe_w, 'P', errno, where);
+            if (fd != f->fd) {
+                if (dup2(fd, f->fd) < 0) give_up(pipe_w, 'P', errno, where);
+                close(fd);
+            }
+        }
+        if (note[0] && write(1, note, strlen(note)) < 0) give_up(pipe_w, 'P', errno, where);
+    }
+    exec_task(l->argv, l->env);
+    give_up(pipe_w, 'E', errno, NULL);
+}
+
+/* Start the task; its pid, or 0 with *reason set (as supervise.supervise words it). */
+static pid_t start_task(const Launch *l, char *reason, size_t cap) {
+    int p[2];
+    pid_t pid = -1;
+    if (pipe2(p, O_CLOEXEC) == 0) {
+        pid = fork();
+        if (pid == 0) child(l, p[1]);
+        close(p[1]);
+    }
+    if (pid < 0) {
+        snprintf(reason, cap, "launch failed: execve(): %s", strerror(errno));
+        return 0;
+    }
+    char msg[32 + PATH_MAX + 1];
+    size_t n = 0;
+    ssize_t k;
+    while (n < sizeof msg - 1 && ((k = read(p[0], msg + n, sizeof msg - 1 - n)) > 0 || (k < 0 && errno == EINTR)))
+        if (k > 0) n += (size_t)k;
+    close(p[0]);
+    if (n == 0) return pid;
+    msg[n] = 0;
+    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {}
+    int err = atoi(msg + 1);
+    const char *where = msg + strlen(msg) + 1;
+    if (msg[0] == 'P')
+        snprintf(reason, cap, "launch failed: %s: %s", strerror(err),
+                 where < msg + n && *where ? where : "None");
+    else
+        snprintf(reason, cap, "launch failed: execve(): %s", strerror(err));
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 3) {
+        fputs("usage: shoal-stepd JOBDIR LOCK_FD (started by the agent)\n", stderr);
+        return 2;
+    }
+    /* The lock's descriptor is only kept open (closing it would say "ended"), never inherited. */
+    fcntl(atoi(argv[2]), F_SETFD, FD_CLOEXEC);
+    jobdir_fd = open(argv[1], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (jobdir_fd < 0) { perror(argv[1]); return 1; }
+
+    sigset_t fwd;
+    forwarded_set(&fwd);
+    struct sigaction sa = {.sa_handler = forward, .sa_mask = fwd, .sa_flags = SA_RESTART};
+    for (int i = 0; i < N_FORWARDED; i++) sigaction(FORWARDED[i], &sa, NULL);
+    sigprocmask(SIG_UNBLOCK, &fwd, NULL); /* those sent already are queued now, in order */
+
+    Launch launch = {0};
+    if (!read_launch(&launch)) {
+        write_status(1, 0, "launch failed: unreadable launch file");
+        return 1;
+    }
+    /* Blocked again from the fork until the task runs in its own group: none is lost between. */
+    sigprocmask(SIG_BLOCK, &fwd, NULL);
+    char reason[64 + 2 * PATH_MAX];
+    pid_t pid = start_task(&launch, reason, sizeof reason);
+    if (!pid) return write_status(1, 0, reason) < 0;
+    task_pid = pid;
+    char doc[64];
+    snprintf(doc, sizeof doc, "{\"pid\": %d}", (int)pid);
+    if (write_atomic("task", doc) < 0) perror("shoal-stepd: task");
+    for (int i = 0; i < n_queued; i++) killpg(pid, queued[i]);
+    sigprocmask(SIG_UNBLOCK, &fwd, NULL);
+
+    int st;
+    while (waitpid(pid, &st, 0) < 0)
+        if (errno != EINTR) { perror("shoal-stepd: waitpid"); return 1; }
+    if (WIFSIGNALED(st)) return write_status(0, WTERMSIG(st), NULL) < 0;
+    return write_status(WEXITSTATUS(st), 0, NULL) < 0;
+}
