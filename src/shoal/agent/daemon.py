@@ -150,6 +150,9 @@ class Agent:
         adopted = self.runtime.adopt()  # before registering: they are alive here
         if adopted:
             log.warning("re-adopted %d run(s) an earlier agent launched here: %s", len(adopted), " ".join(adopted))
+        adopted = self.pods.adopt()  # they run on; the first work says which the server still lists
+        if adopted:
+            log.warning("re-adopted %d pod(s) an earlier agent started here: %s", len(adopted), " ".join(adopted))
         threading.Thread(target=self.step_server.serve_forever, name="steps", daemon=True).start()
         delay = 0.2
         while not self.stop.is_set():

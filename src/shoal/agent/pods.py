@@ -6,13 +6,20 @@ back-off), sleep out the back-off, start again. While a container runs, one work
 per probe checks it. Every process starts in its own session, so TERM and KILL reach all
 it forked. The PodStatus is computed from this bookkeeping on demand; a notifier thread
 hands each change to ``on_change`` at once, so readiness reaches the gateway quickly.
+
+The container process runs under a per-run supervisor (``agent/supervise.py``, as a batch
+script does; conmon's role), in ``run.N`` beside the container's ``N.log``, and the pod's
+run entry is kept in ``entry.json``: an agent that starts again re-adopts the pods it finds
+there (``adopt``) instead of starting their containers again.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -23,18 +30,23 @@ from pathlib import Path
 
 import psutil
 
+from shoal.agent import supervise
 from shoal.agent.containers import (ContainerError, ContainerPaths, ContainerRuntime,
                                     CreateContainerConfigError, Launch, Step, container_env, get_runtime)
+from shoal.agent.identity import Identity, JobUsers, OpenAs, UnknownUser, output_flags
 from shoal.agent.probes import (KINDS, Probe, ProbeConfigError, ProbeState, ProbeTarget, run_command,
                                 run_probe)
-from shoal.agent.identity import Identity, JobUsers, UnknownUser, spawn
-from shoal.agent.runtime import _killpg
+from shoal.agent.runtime import Supervised, _killpg
 
 log = logging.getLogger("shoal.agent")
 
 OnChange = Callable[[str, dict, list], None]
 _EVENTS_KEPT = 500  # pending events per pod; the oldest go first when nobody collects them
 _TAIL_BYTES = 8192  # how much of a log's end is searched for a runtime's pull error
+_ENTRY = "entry.json"  # a pod's run entry, in its directory: what a restarted agent adopts
+# How long an adopted pod's status is held back for its first readiness probe, so a
+# restarted agent does not report a serving pod unready only because it has not probed yet.
+_ADOPT_HOLD_S = 5.0
 
 
 class ContainerNotRunning(RuntimeError):
@@ -93,10 +105,10 @@ class Backoff:
 class _Run:
     """One start of a container: its main process and how it ended."""
 
-    number: int  # the restartCount it started as; names its log
+    number: int  # the restartCount it started as; names its log and its supervisor's directory
     launch: Launch
     log: Path
-    popen: subprocess.Popen | None
+    popen: Supervised | None  # the container process under its supervisor
     started_at: float
     started_mono: float
     finished_at: float | None = None
@@ -135,7 +147,7 @@ class _Container:
     run: _Run | None = None  # the current or the last run
     last_state: dict = field(default_factory=dict)  # the run before ``run``
     waiting: tuple[str, str] | None = ("ContainerCreating", "")
-    proc: subprocess.Popen | None = None  # what runs now: a launch step or the main process
+    proc: subprocess.Popen | Supervised | None = None  # what runs now: a launch step or the main process
     started: bool = False
     ready: bool = False
     ended: bool = False  # will not start again
@@ -165,6 +177,10 @@ class _Pod:
     stopping: bool = False
     kill_at: float | None = None  # monotonic: KILL whatever is left after this
     wake: threading.Event = field(default_factory=threading.Event)
+    # Set once the server lists the pod: an adopted pod starts no container until then, as
+    # it may have been deleted while no agent watched.
+    listed: threading.Event = field(default_factory=threading.Event)
+    held: set[str] = field(default_factory=set)  # adopted containers awaiting their first readiness probe
 
     @property
     def pod(self) -> dict:
@@ -212,25 +228,55 @@ class PodManager:
     # ---------------------------------------------------------------- the daemon's interface
 
     def ensure(self, entry: dict) -> None:
-        """Start the pod of a run entry (one carrying "pod") unless this run key is known."""
+        """Start the pod of a run entry (one carrying "pod") unless this run key is known
+        (an adopted pod is then let start containers again)."""
         with self.lock:
-            if self._closed or entry["key"] in self.pods:
+            if self._closed:
                 return
-            p = entry["pod"]
-            podir = self.workdir / "pods" / f"{p['namespace']}_{p['name']}_{p.get('uid', '')}"
-            containers = [_Container(dict(spec), Backoff(self.backoff_base_s, self.backoff_max_s),
-                                     Backoff(self.backoff_base_s, self.backoff_max_s))
-                          for spec in p.get("spec", {}).get("containers", [])]
-            pod = self.pods[entry["key"]] = _Pod(entry["key"], entry, podir, containers, time.time())
-            for c in containers:
-                cdir = podir / c.name
-                cdir.mkdir(parents=True, exist_ok=True)
-                c.runs_started = self._left_behind(cdir)
-                c.thread = threading.Thread(target=self._supervise, args=(pod, c), daemon=True,
-                                            name=f"pod-{entry['key']}-{c.name}")
-            self._changed(pod)
-            for c in containers:
-                c.thread.start()
+            known = self.pods.get(entry["key"])
+            if known is not None:
+                known.listed.set()
+                return
+            pod = self._new_pod(entry)
+            pod.dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(pod.dir / _ENTRY, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # env may hold secrets
+            with os.fdopen(fd, "w") as f:
+                json.dump(entry, f)
+            for c in pod.containers:
+                c.runs_started = self._left_behind(pod.dir / c.name)
+            self._begin(pod, {})
+
+    def adopt(self) -> list[str]:
+        """Take over the pods an earlier agent left on this node (its containers' supervisors
+        live on, or have left their exit status): each container is watched and probed again,
+        not started again. Returns their run keys. Call before the first ``ensure``."""
+        adopted = []
+        for path in sorted((self.workdir / "pods").glob(f"*/{_ENTRY}")):
+            try:
+                entry = json.loads(path.read_text())
+                key = entry["key"]
+                names = [str(c["name"]) for c in entry["pod"].get("spec", {}).get("containers", [])]
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
+                continue
+            runs = {name: found for name in names if (found := _last_run(path.parent / name, key)) is not None}
+            with self.lock:
+                if not runs or self._closed or key in self.pods:
+                    continue
+                pod = self._new_pod(entry)
+                pod.listed.clear()
+                watched = {}
+                for c in pod.containers:
+                    found = runs.get(c.name)
+                    adopted_run = None if found is None else self._adopted_run(pod, c, *found)
+                    if adopted_run is None:
+                        c.runs_started = self._left_behind(pod.dir / c.name)
+                    else:
+                        watched[c.name] = adopted_run
+                self._begin(pod, watched)
+                if pod.held:
+                    _timer(_ADOPT_HOLD_S, self._unhold, pod, None)
+            adopted.append(key)
+        return adopted
 
     def stop(self, key: str, grace_s: float | None = None) -> bool:
         """Begin (or continue) ending a pod: TERM at once, KILL after its grace period
@@ -244,6 +290,7 @@ class PodManager:
             if not pod.stopping:
                 pod.stopping = True
                 pod.wake.set()
+                pod.listed.set()  # an adopted pod's containers stop waiting to be listed, and end
                 for c in pod.containers:
                     if c.proc is not None and c.proc.poll() is None:
                         self._event(pod, "Normal", "Killing", f"Stopping container {c.name}")
@@ -264,16 +311,18 @@ class PodManager:
     def container_pids(self) -> dict[str, list[int]]:
         """The main process of each running container, by run key (for CPU accounting)."""
         with self.lock:
-            running = {k: [c.run.popen.pid for c in pod.containers if c.running() and c.run.popen is not None]
+            running = {k: [c.run.popen.pid for c in pod.containers
+                           if c.running() and c.run.popen is not None and c.run.popen.pid is not None]
                        for k, pod in self.pods.items()}
         return {k: pids for k, pids in running.items() if pids}
 
     def status(self, key: str) -> dict | None:
         """The pod's PodStatus, as docs/SERVING.md shows it; None once the pod is forgotten
-        (``forget_dead`` may run between a caller's listing and this call)."""
+        (``forget_dead`` may run between a caller's listing and this call), and while an
+        adopted pod awaits its first readiness probe (the server keeps what it last heard)."""
         with self.lock:
             pod = self.pods.get(key)
-            return None if pod is None else self._status(pod)
+            return None if pod is None or pod.held else self._status(pod)
 
     def log_path(self, pod: str | tuple[str, str], container: str, previous: bool = False) -> Path:
         """The log of a container's current (or, with ``previous``, prior) run, by run key or
@@ -323,8 +372,9 @@ class PodManager:
         with self.lock:
             for k in [k for k, pod in self.pods.items() if k not in keep and self._finished(pod)
                       and self._gone(pod)]:
-                del self.pods[k]
+                pod = self.pods.pop(k)
                 self._sent.pop(k, None)
+                (pod.dir / _ENTRY).unlink(missing_ok=True)  # no later agent is to adopt it
 
     def shutdown(self) -> None:
         """Kill every container at once (as Runtime.kill_all does) and stop the threads."""
@@ -343,24 +393,30 @@ class PodManager:
 
     # ---------------------------------------------------------------- one container's life
 
-    def _supervise(self, pod: _Pod, c: _Container) -> None:
+    def _supervise(self, pod: _Pod, c: _Container, adopted: _Run | None = None) -> None:
         next_start = 0.0
         backoff_shown_at: float | None = None  # when ErrImagePull turns into ImagePullBackOff
-        launch: Launch | None = None
+        launch: Launch | None = adopted.launch if adopted is not None else None
         try:
             while True:
-                with self.lock:
-                    if pod.stopping:
-                        break
-                    now = time.monotonic()
-                    if backoff_shown_at is not None and now >= backoff_shown_at:
-                        backoff_shown_at = None
-                        self._pull_backoff(pod, c)
-                    wake_at = min(next_start, backoff_shown_at or math.inf)
-                if now < wake_at:
-                    pod.wake.wait(wake_at - now)
-                    continue
-                outcome, launch = self._attempt(pod, c)
+                if adopted is not None:
+                    outcome, adopted = self._follow(pod, c, adopted, None, {}), None
+                else:
+                    with self.lock:
+                        if pod.stopping:
+                            break
+                        now = time.monotonic()
+                        if backoff_shown_at is not None and now >= backoff_shown_at:
+                            backoff_shown_at = None
+                            self._pull_backoff(pod, c)
+                        wake_at = min(next_start, backoff_shown_at or math.inf)
+                    if not pod.listed.is_set():
+                        pod.listed.wait()
+                        continue
+                    if now < wake_at:
+                        pod.wake.wait(wake_at - now)
+                        continue
+                    outcome, launch = self._attempt(pod, c)
                 with self.lock:
                     if outcome == "stopped" or pod.stopping:
                         break
@@ -414,7 +470,9 @@ class PodManager:
             return "start-failed", None
         number = c.runs_started
         path = cdir / f"{number}.log"
-        with open(path, "wb") as out:
+        with open(path, "ab") as out:
+            if ident is not None:
+                os.chown(path, ident.uid, ident.gid)  # the container's process opens it as the owner
             for step in launch.steps:
                 failed = self._run_step(pod, c, step, out)
                 if failed is not None:
@@ -422,54 +480,91 @@ class PodManager:
             with self.lock:
                 if pod.stopping:
                     return "stopped", launch
+                task, reason = self._start_supervised(pod, c, number, launch, ident, path)
+            if task is not None and task.pid is None:
+                # The supervisor starts the task in a moment; its pid is what probes, exec and kills use.
+                while task.pid is None and task.popen.poll() is None:
+                    time.sleep(0.005)
+                if task.pid is None:
+                    reason = task.wait().reason or "the container's supervisor ended before starting it"
+            with self.lock:
                 prev, prev_last = c.run, c.last_state
-                error: OSError | None = None
-                try:
-                    popen = spawn(launch.argv, identity=ident, env=_as(ident, launch.env), cwd=launch.cwd,
-                                  stdout=out, stderr=subprocess.STDOUT)
-                except OSError as e:
-                    popen, error = None, e
-                run = _Run(number, launch, path, popen, time.time(), time.monotonic(), identity=ident)
+                run = _Run(number, launch, path, None if reason else task, time.time(), time.monotonic(),
+                           identity=ident)
                 c.runs_started = number + 1
                 c.last_state = {"terminated": prev.terminated()} if prev is not None else {}
                 c.run, c.waiting = run, None
-                if popen is None:
-                    message = f"exec: {error.filename or launch.argv[0]!s}: {error.strerror}"
-                    out.write(f"shoal: {message}\n".encode())
-                    run.finish(128, 0, "StartError", message)
-                    self._event(pod, "Warning", "Failed", f"Error: {message}")
+                if reason is not None:
+                    if task is not None:
+                        shutil.rmtree(task.jobdir, ignore_errors=True)
+                    out.write(f"shoal: {reason}\n".encode())
+                    run.finish(128, 0, "StartError", reason)
+                    self._event(pod, "Warning", "Failed", f"Error: {reason}")
                     self._changed(pod)
                     return "exited", launch
-                c.proc = popen
+                c.proc = task
                 c.start_backoff.reset()
-                _write_pid(cdir / "pid", popen.pid)
+                _write_pid(cdir / "pid", task.pid)
                 self._event(pod, "Normal", "Created", f"Created container {c.name}")
                 self._event(pod, "Normal", "Started", f"Started container {c.name}")
                 self._start_probes(pod, c, run, probes)
                 self._changed(pod)
-        rc = popen.wait()
+                if pod.stopping:  # stop() came while the supervisor was starting it
+                    _terminate(task)
+        return self._follow(pod, c, run, prev, prev_last), launch
+
+    def _start_supervised(self, pod: _Pod, c: _Container, number: int, launch: Launch, ident: Identity | None,
+                          log_file: Path) -> tuple[Supervised | None, str | None]:
+        """Start run ``number`` of the container under its own supervisor: (its handle, or
+        None and why it could not start)."""
+        jobdir = pod.dir / c.name / f"run.{number}"
+        shutil.rmtree(jobdir, ignore_errors=True)
+        try:
+            jobdir.mkdir()
+            spec = supervise.Launch(
+                key=f"{pod.key}/{c.name}/{number}", job_id=int(pod.entry.get("job_id", 0)),
+                run=int(pod.entry.get("run", 0)), user=pod.entry.get("user", ""), argv=list(launch.argv),
+                env=_as(ident, launch.env), cwd=launch.cwd or os.getcwd(), cwd_fallback=None,
+                files=[OpenAs(1, str(log_file), output_flags(append=True)), OpenAs(2, same_as=1)], identity=ident)
+            return Supervised(jobdir, supervise.start(jobdir, spec)), None
+        except (OSError, ValueError) as e:
+            shutil.rmtree(jobdir, ignore_errors=True)
+            return None, f"cannot start the container's supervisor: {getattr(e, 'strerror', None) or e}"
+
+    def _follow(self, pod: _Pod, c: _Container, run: _Run, prev: _Run | None, prev_last: dict) -> str:
+        """Wait for a started (or adopted) run to end and record how: "exited" or
+        "start-failed" (the runtime could not pull the image or create the container)."""
+        status = run.popen.wait()
+        rc = -status.signal if status.signal else status.exit_code
         pull_error = engine_error = None
-        if run.kill_reason is None:
-            tail = _tail(path)
+        if run.kill_reason is None and not status.reason:
+            tail = _tail(run.log)
             pull_error = self._runtime(pod).pull_failure(rc, tail)
             engine_error = None if pull_error else self._runtime(pod).engine_failure(rc, tail)
+        if status.reason:
+            log.error("pod %s: container %s: %s", pod.key, c.name, status.reason)
+        shutil.rmtree(run.popen.jobdir, ignore_errors=True)  # its end is read: no later agent adopts it
         with self.lock:
             c.proc = None
-            if rc < 0:
+            if status.reason:
+                run.finish(128, 0, "StartError" if status.reason.startswith("launch failed") else "Error",
+                           status.reason)
+            elif rc < 0:
                 run.finish(128 - rc, -rc, "Error")
             else:
                 run.finish(rc, 0, "Completed" if rc == 0 else "Error")
             _kill_all(run.probe_procs)
             c.started = c.ready = False
+            pod.held.discard(c.name)
             if (pull_error or engine_error) and not pod.stopping:
-                c.run, c.last_state, c.runs_started = prev, prev_last, number  # it never ran
+                c.run, c.last_state, c.runs_started = prev, prev_last, run.number  # it never ran
                 if pull_error:
                     self._start_failed(pod, c, "ErrImagePull", pull_error)
                 else:
                     self._start_failed(pod, c, "CreateContainerError", engine_error)
-                return "start-failed", launch
+                return "start-failed"
             self._changed(pod)
-        return "exited", launch
+        return "exited"
 
     def _run_step(self, pod: _Pod, c: _Container, step: Step, out) -> str | None:
         """Run a launch step to completion; None when the container may go on."""
@@ -576,6 +671,8 @@ class PodManager:
                 if run.done.is_set() or run.kill_reason is not None or pod.stopping:
                     return
                 flip = state.record(result.ok, time.monotonic())
+                if kind == "readiness":
+                    self._unhold(pod, c.name)
                 if not result.ok:
                     self._event(pod, "Warning", "Unhealthy", f"{kind.capitalize()} probe failed: {result.message}")
                 if flip is None:
@@ -602,7 +699,7 @@ class PodManager:
                     return
 
     def _exec(self, pod: _Pod, run: _Run, argv: list[str], timeout_s: float) -> tuple[int | None, str]:
-        if run.popen is None:
+        if run.popen is None or run.popen.pid is None:
             return 1, "the container is not running"
         full = self._runtime(pod).exec_argv(run.launch, argv, run.popen.pid)
         return run_command(full, timeout_s, env=_as(run.identity, run.launch.env), cwd=run.launch.cwd,
@@ -620,7 +717,7 @@ class PodManager:
             if c is None:
                 raise LogNotFound(f"container {container} is not valid for pod {pod.pod['name']}")
             run = c.run
-            if run is None or run.popen is None or not c.running() or pod.stopping:
+            if run is None or run.popen is None or run.popen.pid is None or not c.running() or pod.stopping:
                 raise ContainerNotRunning(f'container "{container}" in pod "{pod.pod["name"]}" is not running')
         full = self._runtime(pod).exec_argv(run.launch, argv, run.popen.pid)
         return ExecTarget(full, _as(run.identity, run.launch.env), run.launch.cwd, run.probe_procs, run.identity)
@@ -636,7 +733,7 @@ class PodManager:
         def hard() -> None:
             with self.lock:
                 if p.poll() is None:
-                    _killpg(p.pid, signal.SIGKILL)
+                    p.send(signal.SIGKILL)
                     run.killed_hard = True
 
         _timer(grace_s, hard)
@@ -645,7 +742,7 @@ class PodManager:
         with self.lock:
             for c in pod.containers:
                 if c.proc is not None and c.proc.poll() is None:
-                    _killpg(c.proc.pid, signal.SIGKILL)
+                    _send(c.proc, signal.SIGKILL)
                     if c.run is not None and c.run.popen is c.proc:
                         c.run.killed_hard = True
                 if c.run is not None:
@@ -700,7 +797,7 @@ class PodManager:
         status = {"name": c.name, "image": c.spec.get("image", ""), "ready": c.ready and c.running(),
                   "started": c.started and c.running(), "restartCount": c.restart_count,
                   "state": state, "lastState": last}
-        if run is not None and run.popen is not None:
+        if run is not None and run.popen is not None and run.popen.pid is not None:
             status["containerID"] = f"{run.launch.runtime}://{run.popen.pid}"
         return status
 
@@ -734,7 +831,7 @@ class PodManager:
                 batch = []
                 for key in sorted(self._dirty):
                     pod = self.pods.get(key)
-                    if pod is not None:
+                    if pod is not None and not pod.held:  # a held pod is sent once released
                         batch.append((key, self._status(pod), pod.events))
                         pod.events = []
                 self._dirty.clear()
@@ -780,9 +877,16 @@ class PodManager:
         return max(dirs, key=lambda d: d.stat().st_mtime) / container
 
     def _left_behind(self, cdir: Path) -> int:
-        """An earlier agent ran this container here: kill what is left of it, and continue its
-        restart numbering so its logs are kept. Returns the runs started so far."""
-        pidfile = cdir / "pid"
+        """An earlier agent ran this container here and it was not adopted: kill what is left
+        of it, and continue its restart numbering so its logs are kept. Returns the runs
+        started so far."""
+        cdir.mkdir(parents=True, exist_ok=True)
+        for jobdir in cdir.glob("run.*"):
+            pid = supervise.read_task_pid(jobdir)
+            if pid is not None and supervise.supervisor_alive(jobdir):
+                _killpg(pid, signal.SIGKILL)
+            shutil.rmtree(jobdir, ignore_errors=True)
+        pidfile = cdir / "pid"  # an agent from before supervisors ran it directly
         try:
             pid, created = pidfile.read_text().split()
             if abs(psutil.Process(int(pid)).create_time() - float(created)) < 0.01:
@@ -792,15 +896,83 @@ class PodManager:
         numbers = [int(f.stem) for f in cdir.glob("*.log") if f.stem.isdigit()]
         return max(numbers) + 1 if numbers else 0
 
+    def _new_pod(self, entry: dict) -> _Pod:
+        p = entry["pod"]
+        podir = self.workdir / "pods" / f"{p['namespace']}_{p['name']}_{p.get('uid', '')}"
+        containers = [_Container(dict(spec), Backoff(self.backoff_base_s, self.backoff_max_s),
+                                 Backoff(self.backoff_base_s, self.backoff_max_s))
+                      for spec in p.get("spec", {}).get("containers", [])]
+        pod = _Pod(entry["key"], entry, podir, containers, time.time())
+        pod.listed.set()
+        return pod
+
+    def _begin(self, pod: _Pod, adopted: dict[str, _Run]) -> None:
+        """Register the pod and start its containers' supervisor threads (under the lock)."""
+        self.pods[pod.key] = pod
+        for c in pod.containers:
+            c.thread = threading.Thread(target=self._supervise, args=(pod, c, adopted.get(c.name)), daemon=True,
+                                        name=f"pod-{pod.key}-{c.name}")
+        self._changed(pod)
+        for c in pod.containers:
+            c.thread.start()
+
+    def _adopted_run(self, pod: _Pod, c: _Container, number: int, jobdir: Path) -> _Run | None:
+        """Take over run ``number`` of a container from an earlier agent, probes and all
+        (under the lock); None when it cannot be (its launch no longer resolves here)."""
+        try:
+            ident = self._owner(pod)
+            probes = {k: Probe.from_spec(c.spec[f"{k}Probe"]) for k in KINDS if c.spec.get(f"{k}Probe")}
+            launch = self._runtime(pod).launch(pod.pod, c.spec, list(pod.entry.get("gpus", [])),
+                                               container_env(pod.pod, c.spec),
+                                               ContainerPaths(pod.dir / c.name, self.workdir / "images"))
+            started_at = (jobdir / supervise.LAUNCH).stat().st_mtime
+        except (ContainerError, ValueError, OSError) as e:
+            log.warning("pod %s: container %s cannot be adopted (%s): starting it again", pod.key, c.name, e)
+            return None
+        task = Supervised(jobdir)
+        run = _Run(number, launch, pod.dir / c.name / f"{number}.log", task, started_at,
+                   time.monotonic() - max(0.0, time.time() - started_at), identity=ident)
+        c.runs_started, c.run, c.waiting, c.proc = number + 1, run, None, task
+        if supervise.supervisor_alive(jobdir):
+            log.warning("pod %s: container %s (pid %s) adopted from an earlier agent", pod.key, c.name, task.pid)
+            if "readiness" in probes:
+                pod.held.add(c.name)
+            self._start_probes(pod, c, run, probes)
+        else:
+            log.warning("pod %s: container %s ended while no agent watched", pod.key, c.name)
+        return run
+
+    def _unhold(self, pod: _Pod, container: str | None) -> None:
+        """An adopted container has its first readiness result (None: waited long enough):
+        once none is awaited, the pod's status is reported again."""
+        with self.lock:
+            if not pod.held:
+                return
+            if container is None:
+                pod.held.clear()
+            else:
+                pod.held.discard(container)
+            if not pod.held:
+                self._changed(pod)
+
 
 def _as(ident: Identity | None, env: dict) -> dict:
     """A container's host-side environment, with the owner's USER, LOGNAME and HOME."""
     return {**env, **ident.environment()} if ident is not None else dict(env)
 
 
-def _terminate(p: subprocess.Popen) -> None:
-    _killpg(p.pid, signal.SIGCONT)
-    _killpg(p.pid, signal.SIGTERM)
+def _send(p: subprocess.Popen | Supervised, sig: int) -> None:
+    """Signal a process's group: a launch step's, or a container's (through its supervisor
+    if the task has not started yet)."""
+    if isinstance(p, Supervised):
+        p.send(sig)
+    else:
+        _killpg(p.pid, sig)
+
+
+def _terminate(p: subprocess.Popen | Supervised) -> None:
+    _send(p, signal.SIGCONT)
+    _send(p, signal.SIGTERM)
 
 
 def _kill_all(procs: set) -> None:
@@ -813,6 +985,18 @@ def _timer(delay_s: float, fn, *args) -> None:
     t = threading.Timer(max(0.0, delay_s), fn, args)
     t.daemon = True
     t.start()
+
+
+def _last_run(cdir: Path, key: str) -> tuple[int, Path] | None:
+    """The latest run of a container that an earlier agent started for run key ``key`` and
+    whose end no agent has read: (its number, its supervisor's directory)."""
+    runs = []
+    for jobdir in cdir.glob("run.*"):
+        launch = supervise.read_launch(jobdir)
+        number = jobdir.name.removeprefix("run.")
+        if launch is not None and number.isdigit() and launch.key == f"{key}/{cdir.name}/{number}":
+            runs.append((int(number), jobdir))
+    return max(runs, default=None)
 
 
 def _write_pid(path: Path, pid: int) -> None:
