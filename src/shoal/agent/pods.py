@@ -932,8 +932,9 @@ class PodManager:
         task = Supervised(jobdir)
         run = _Run(number, launch, pod.dir / c.name / f"{number}.log", task, started_at,
                    time.monotonic() - max(0.0, time.time() - started_at), identity=ident)
-        c.runs_started, c.run, c.waiting, c.proc = number + 1, run, None, task
+        c.runs_started, c.run, c.waiting = number + 1, run, None
         if supervise.supervisor_alive(jobdir):
+            c.proc = task
             log.warning("pod %s: container %s (pid %s) adopted from an earlier agent", pod.key, c.name, task.pid)
             if "readiness" in probes:
                 pod.held.add(c.name)
