@@ -1,11 +1,17 @@
 """A cluster served over HTTPS (as off loopback by default; `--tls on` here, since 127.x is
 loopback): the agents join and the commands and jobs work through the cluster CA, and a
-client without the CA is refused with a message that says what to do. The same hardened
+client without the CA is refused with a message that says what to do. The agents serve
+HTTPS too (srun's task I/O, pod logs and exec), with certificates the cluster CA issued them
+for their node names, and refuse plain HTTP and clients that trust another CA. The same hardened
 cluster closes the default namespace and keeps jobs private (PrivateData=jobs)."""
 
 from __future__ import annotations
 
+import datetime
 import json
+import socket
+import ssl
+import urllib.error
 import urllib.request
 
 import pytest
@@ -20,6 +26,12 @@ WEB = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"
        "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "web"}},
                 "template": {"metadata": {"labels": {"app": "web"}},
                              "spec": {"containers": [{"name": "app", "image": "example/web:v1"}]}}}}
+SHELL = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "shell", "namespace": "default"},
+         "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "shell"}},
+                  "template": {"metadata": {"labels": {"app": "shell"}},
+                               "spec": {"terminationGracePeriodSeconds": 1, "containers": [
+                                   {"name": "main", "image": "busybox",
+                                    "command": ["sh", "-c", "echo ready over tls; exec sleep 600"]}]}}}}
 
 
 class TLSCluster(LocalCluster):
@@ -119,3 +131,43 @@ def test_the_gateway_follows_the_routes_over_https_with_the_cluster_ca(cluster):
 
     assert wait_until(health, 30, "the gateway's first routes from the HTTPS server")["ok"]
 
+
+
+def _agent_get(node: dict, context: ssl.SSLContext, path: str = "/healthz") -> bytes:
+    with socket.create_connection((node["address"], node["port"]), timeout=10) as raw, \
+            context.wrap_socket(raw, server_hostname=node["name"]) as conn:
+        conn.sendall(f"GET {path} HTTP/1.0\r\n\r\n".encode())
+        return b"".join(iter(lambda: conn.recv(65536), b""))
+
+
+def test_the_agents_serve_https_only_with_certificates_for_their_node_names(cluster):
+    from shoal.server.tls import _new_ca
+
+    pem = _new_ca(datetime.datetime.now(datetime.timezone.utc))  # another cluster's CA (key, then certificate)
+    other = ssl.create_default_context(cadata=pem[pem.index(b"-----BEGIN CERTIFICATE"):].decode())
+    for node in cluster.nodes_json():
+        with pytest.raises(urllib.error.HTTPError) as plain:
+            urllib.request.urlopen(f"http://{node['address']}:{node['port']}/healthz", timeout=10)
+        assert plain.value.code == 400 and "serves HTTPS only" in plain.value.read().decode()
+        answer = _agent_get(node, ssl.create_default_context(cafile=cluster.ca_file))
+        assert answer.startswith(b"HTTP/1.0 200") and f'"node": "{node["name"]}"'.encode() in answer, answer
+        with pytest.raises(ssl.SSLCertVerificationError):
+            _agent_get(node, other)  # a certificate the cluster CA issued, but this client trusts another
+        with pytest.raises(ssl.SSLCertVerificationError):
+            wrong_name = {**node, "name": "some-other-node"}  # issued for its node name only
+            _agent_get(wrong_name, ssl.create_default_context(cafile=cluster.ca_file))
+
+
+def test_pod_logs_and_exec_are_relayed_from_the_agents_over_https(cluster):
+    cluster.run(["shoal", "apply", "-f", "-"], input=json.dumps(SHELL))
+
+    def running_pod():
+        items = json.loads(cluster.run(["shoal", "get", "pods", "-o", "json"]).stdout)["items"]
+        return next((p["metadata"]["name"] for p in items
+                     if p["metadata"]["name"].startswith("shell-") and p["status"].get("phase") == "Running"), None)
+
+    pod = wait_until(running_pod, 30, "the shell pod running")
+    logs = wait_until(lambda: cluster.run(["shoal", "logs", pod]).stdout, 10, "the pod's first log line")
+    assert logs == "ready over tls\n", logs
+    out = cluster.run(["shoal", "exec", pod, "--", "sh", "-c", "echo from inside; exit 4"], check=False)
+    assert out.returncode == 4 and out.stdout == "from inside\n", out

@@ -58,3 +58,22 @@ def test_servers_sharing_a_store_share_the_ca_but_not_their_certificates(session
     b = tls.prepare(sessions, tmp_path / "b", ["head2"])
     assert a.ca.read_bytes() == b.ca.read_bytes()
     assert "head1" in sans(a.cert) and "head2" in sans(b.cert) and "head2" not in sans(a.cert)
+
+
+def test_an_agent_gets_a_certificate_for_its_key_its_node_name_and_its_address(sessions, tmp_path):
+    from shoal.agent.certs import AgentCertificate
+
+    files = tls.prepare(sessions, tmp_path, ["localhost"])
+    mine = AgentCertificate(tmp_path / "node", "gpu07")
+    pem = tls.ClusterCA(sessions).issue_agent("gpu07", "10.0.0.7", mine.request())
+    context = mine.accept(pem, files.ca.read_text())  # the key it kept matches the certificate
+    assert context is not None and mine.ca_file.read_bytes() == files.ca.read_bytes()
+    assert (tmp_path / "node" / "tls" / "agent.key").stat().st_mode & 0o077 == 0
+    assert sans(tmp_path / "node" / "tls" / "agent.crt") == {"gpu07", "10.0.0.7"}
+    cert = x509.load_pem_x509_certificate(pem.encode())
+    cert.verify_directly_issued_by(x509.load_pem_x509_certificate(files.ca.read_bytes()))
+    wildcard = tmp_path / "wildcard.crt"  # an agent listening on every address: its node name alone
+    wildcard.write_text(tls.ClusterCA(sessions).issue_agent("gpu08", "0.0.0.0", AgentCertificate(tmp_path, "x").request()))
+    assert sans(wildcard) == {"gpu08"}
+    with pytest.raises(tls.TLSError, match="not a PEM CSR"):
+        tls.ClusterCA(sessions).issue_agent("gpu07", "10.0.0.7", "junk")

@@ -11,6 +11,11 @@ ends later than the server's view of it. An agent whose lease runs out kills eve
 runs (at once: a grace period would let two copies overlap), never reports those runs again,
 and registers anew, naming them, once it reaches the server; it then runs only what the
 server gives it.
+
+Revocation: an administrator may revoke the node's credential (``shoal token revoke-node``).
+The agent then stops talking to the server (it does not register again on its own: that
+would undo the revocation), fences its work when its lease runs out, and waits to be started
+again with a join token.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from shoal.agent.certs import AgentCertificate
 from shoal.agent.gpus import (
     FakeNVML,
     GPUDiscoveryError,
@@ -41,6 +47,7 @@ from shoal.agent.usage import UsageSampler, prometheus_text
 from shoal.cli.client import Client, ClientError
 
 log = logging.getLogger("shoal.agent")
+REVOKED = "credential revoked"  # how the server's refusal of a revoked node credential begins (server.auth)
 
 
 @dataclass
@@ -61,6 +68,7 @@ class AgentConfig:
     fake_nvml: FakeNVML | None = None  # the fake driver behind ``inventory``, if it is fake
     run_as_submitter: bool | None = None  # jobs run as their users; None: when the agent is root
     ca_file: str | None = None  # the cluster CA, to verify an https:// server (jobs get it as $SHOAL_CA)
+    tls: bool = False  # serve the step server over HTTPS with a certificate the cluster CA issues
 
 
 class Agent:
@@ -88,7 +96,11 @@ class Agent:
         self._signal_ids: collections.deque = collections.deque(maxlen=1024)
         self._server = Client(cfg.server, cfg.join_token, timeout=40, ca_file=cfg.ca_file)
         self._server.job_token = None
-        self.step_server = StepServer((cfg.address, cfg.port), self)
+        self.step_server = StepServer((cfg.address, cfg.port), self, tls_only=cfg.tls)
+        self.certificate = AgentCertificate(cfg.workdir, cfg.name) if cfg.tls else None
+        if self.certificate is not None:
+            self.step_server.tls = self.certificate.context()  # the last one issued, until registration
+        self.revoked = threading.Event()  # an administrator revoked this node's credential
         self._desired: set[str] = set()
         self.usage = UsageSampler(self._open_nvml(), cfg.inventory.gpus)
         self._pod_names: dict[str, tuple[str, str]] = {}  # run key -> (namespace, pod), for /metrics
@@ -126,9 +138,17 @@ class Agent:
         fenced = self._unannounced
         if fenced:
             body["fenced"] = fenced
+        if self.certificate is not None:
+            body["csr"] = self.certificate.request()
         self._server.token = self.cfg.join_token
         sent = time.monotonic()
         reply = self._server.post("/api/v1/agents/register", body)
+        if self.certificate is not None:
+            if not reply.get("certificate"):
+                raise ClientError("the server issued no certificate for this agent's HTTPS (is it older than "
+                                  "the agent?); start the agent with --tls off to serve plain HTTP")
+            self.step_server.tls = self.certificate.accept(reply["certificate"], reply["ca"])
+        self.revoked.clear()
         self.credential = reply["credential"]
         self.step_key = reply["step_key"]
         self.heartbeat_interval = float(reply["heartbeat_interval_s"])
@@ -191,6 +211,9 @@ class Agent:
                 failures = 0
             except ClientError as e:
                 failures += 1
+                if self._refused_as_revoked(e):
+                    self.stop.wait()  # until the process ends: see the module's docstring
+                    continue
                 if e.status in (401, 403, 404):
                     log.warning("server does not know this node any more (%s): registering again", e)
                     try:
@@ -232,8 +255,8 @@ class Agent:
                 continue
             self.runtime.ensure(entry["key"], entry["job_id"], entry["run"], entry.get("user", ""))
             if "batch" in entry:
-                self.runtime.start_batch(entry, {"SHOAL_SERVER": self.cfg.server,
-                                                 **({"SHOAL_CA": self.cfg.ca_file} if self.cfg.ca_file else {})})
+                ca = self.cfg.ca_file or (str(self.certificate.ca_file) if self.certificate is not None else None)
+                self.runtime.start_batch(entry, {"SHOAL_SERVER": self.cfg.server, **({"SHOAL_CA": ca} if ca else {})})
         pod_keys = set(self.pods.alive_keys())
         for k in work["kill"]:
             if k["key"] in pod_keys:
@@ -319,6 +342,9 @@ class Agent:
             killing = any(r.killing_since is not None and r.alive() for r in list(self.runtime.runs.values()))
             woken = self._report_now.wait(timeout=0.1 if killing else self.heartbeat_interval)
             self._report_now.clear()
+            if self.revoked.is_set():
+                self._advance_kills()  # the fence's kills still finish
+                continue
             if self._unannounced is not None:
                 try:
                     self.register()
@@ -362,6 +388,8 @@ class Agent:
                 with self._health_lock:
                     del self._xids[:len(xids)]
             except ClientError as e:
+                if self._refused_as_revoked(e):
+                    continue
                 log.warning("report failed (will retry): %s", e)
                 self.stop.wait(0.5)
                 self._report_now.set()
@@ -369,6 +397,16 @@ class Agent:
                 log.exception("report failed unexpectedly (will retry)")
                 self.stop.wait(0.5)
                 self._report_now.set()
+
+    def _refused_as_revoked(self, e: ClientError) -> bool:
+        """Whether the server refused this node's credential as revoked (said once in the log)."""
+        if e.status != 403 or REVOKED not in str(e):
+            return False
+        if not self.revoked.is_set():
+            self.revoked.set()
+            log.error("%s; this agent stops reporting (its work is fenced when its lease runs out) "
+                      "until it is started again", e)
+        return True
 
     def _advance_kills(self) -> None:
         now = time.time()

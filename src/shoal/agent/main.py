@@ -22,8 +22,9 @@ def parse_labels(items: list[str]) -> dict[str, str]:
     return out
 
 
-AGENT_DEFAULTS = {"address": "0.0.0.0", "port": 6818, "gpu_model": "A100-SXM4-80GB"}
-_CONFIG_KEYS = {"server", "join_token", "join_token_file", "ca_file", "name", "address", "port", "workdir", "fake_gpus",
+AGENT_DEFAULTS = {"address": "0.0.0.0", "port": 6818, "gpu_model": "A100-SXM4-80GB", "tls": "auto"}
+_CONFIG_KEYS = {"server", "join_token", "join_token_file", "ca_file", "name", "address", "tls", "port", "workdir",
+                "fake_gpus",
                 "gpu_model", "fake_gpus_file", "cpus", "memory", "labels", "features", "taints", "runtime",
                 "images", "run_jobs_as"}
 RUNTIMES = ("process", "podman", "docker", "enroot", "apptainer")
@@ -108,6 +109,8 @@ def apply_config_file(args) -> None:
         raise ValueError(f"unknown runtime {args.runtime!r} (one of {', '.join(RUNTIMES)})")
     if not args.server:
         raise ValueError("the server URL is required: --server or 'server:' in --config")
+    if args.tls not in ("auto", "on", "off"):
+        raise ValueError(f"tls must be auto, on or off, not {args.tls!r}")
     if args.run_jobs_as not in (None, "submitter", "agent"):
         raise ValueError(f"run_jobs_as must be submitter or agent, not {args.run_jobs_as!r}")
     if args.run_jobs_as == "submitter" and os.geteuid() != 0:
@@ -119,6 +122,7 @@ def run(args) -> int:
     from shoal.agent.gpus import (FAKE_FAULTS_FILE, FakeGPUConfigError, GPUDiscoveryError, discover_gpus_or_none,
                                   fake_nvml_from_file, fake_nvml_from_flags)
     from shoal.agent.host import discover_host
+    from shoal.cli.tls import serves_tls
     from shoal.agent.labels import LabelError, gpu_labels, merge_labels
     from shoal.agent.gpus import GPUInventory
 
@@ -164,7 +168,8 @@ def run(args) -> int:
     cfg = AgentConfig(name=name, server=args.server, join_token=join, address=args.address, port=args.port,
                       workdir=workdir, host=host, inventory=inventory, labels=labels, features=features,
                       taints=args.taint, runtime=args.runtime, images=args.images,
-                      fake_nvml=fake, ca_file=ca_file, run_as_submitter=None if args.run_jobs_as is None
+                      fake_nvml=fake, ca_file=ca_file, tls=serves_tls(args.tls, args.address),
+                      run_as_submitter=None if args.run_jobs_as is None
                       else args.run_jobs_as == "submitter")
     try:
         agent = Agent(cfg)

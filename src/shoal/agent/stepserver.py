@@ -6,6 +6,10 @@ launch (an HMAC with this node's step key), so output streams node-to-client wit
 passing through the control plane. The reply is NDJSON, one object per output chunk:
 ``{"t": procid, "o": text}`` (stdout) or ``{"t": procid, "e": text}`` (stderr), then
 ``{"exit": {procid: [exit_code, signal]}}``.
+
+Off loopback (``--tls``) it serves HTTPS only, with the certificate the cluster CA issued the
+agent (``agent.certs``): a plain HTTP request is answered 400, and nothing is served until
+the agent holds a certificate.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import logging
 import os
 import selectors
 import socket
+import ssl
 import subprocess
 import threading
 import time
@@ -33,13 +38,55 @@ log = logging.getLogger("shoal.agent.steps")
 MAX_BODY = 8 * 1024 * 1024
 
 
+PLAIN_REFUSED = json.dumps({"detail": "this agent serves HTTPS only: connect with https:// and the cluster CA"})
+
+
 class StepServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, address: tuple[str, int], agent) -> None:
+    def __init__(self, address: tuple[str, int], agent, tls_only: bool = False) -> None:
         self.agent = agent
+        self.tls_only = tls_only
+        self.tls: ssl.SSLContext | None = None  # the agent's certificate, once it has one
         super().__init__(address, _Handler)
+
+    def finish_request(self, request, client_address) -> None:
+        if not self.tls_only:
+            return super().finish_request(request, client_address)
+        conn = self._handshake(request)
+        if conn is None:
+            return
+        try:
+            super().finish_request(conn, client_address)
+        finally:
+            try:
+                conn.settimeout(1.0)
+                conn.unwrap()  # close_notify: the answer ended here, it was not cut
+            except (OSError, ValueError):
+                pass
+            conn.close()
+
+    def _handshake(self, sock: socket.socket) -> ssl.SSLSocket | None:
+        """The connection's TLS side; None when it was a plain HTTP request (answered 400),
+        a failed handshake, or the agent has no certificate yet."""
+        sock.settimeout(10)
+        try:
+            first = sock.recv(1, socket.MSG_PEEK)
+            if first and first != b"\x16":  # not a TLS handshake record
+                sock.recv(65536)  # the request: unread, closing would reset the answer
+                body = PLAIN_REFUSED.encode()
+                sock.sendall(b"HTTP/1.0 400 Bad Request\r\nContent-Type: application/json\r\n"
+                             b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+                return None
+            if self.tls is None:
+                return None
+            conn = self.tls.wrap_socket(sock, server_side=True)
+        except OSError as e:  # ssl.SSLError included: the client does not trust us, or is no TLS client
+            log.debug("TLS connection refused: %s", e)
+            return None
+        conn.settimeout(None)
+        return conn
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -247,6 +294,21 @@ def _check(agent, req: dict) -> str | None:
     return None
 
 
+def _client_gone(conn: socket.socket) -> bool:
+    """The client's end is readable: has it gone away? Over TLS (which cannot peek) the record
+    is read: the end of the stream, or the client's close_notify."""
+    try:
+        if isinstance(conn, ssl.SSLSocket):
+            conn.settimeout(1.0)
+            try:
+                return conn.recv(1) == b""
+            finally:
+                conn.settimeout(None)
+        return conn.recv(1, socket.MSG_PEEK) == b""
+    except OSError:
+        return True
+
+
 def _run_step(runtime: Runtime, run, req: dict, conn: socket.socket, wfile, node: str) -> None:
     procs: dict[int, subprocess.Popen] = {}
     exits: dict[int, list[int]] = {}
@@ -303,11 +365,7 @@ def _stream_tasks(procs: dict[int, subprocess.Popen], conn: socket.socket, emit,
     while open_pipes > 0:
         for key, _ in sel.select(timeout=1.0):
             if key.data is None:
-                try:
-                    gone = conn.recv(1, socket.MSG_PEEK) == b""
-                except OSError:
-                    gone = True
-                if gone:
+                if _client_gone(conn):
                     client_gone = True
                     sel.unregister(conn)
                     for p in procs.values():

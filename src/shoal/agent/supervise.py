@@ -120,11 +120,11 @@ def write_json_atomic(path: Path, doc: dict) -> None:
     machine crash ends the task as well, and its run is then reported lost either way.
     """
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    _write_private(tmp, json.dumps(doc).encode())
+    write_private(tmp, json.dumps(doc).encode())
     os.replace(tmp, path)
 
 
-def _write_private(path: Path, data: bytes) -> None:
+def write_private(path: Path, data: bytes) -> None:
     """Write ``path`` readable by the agent's user alone (a launch holds the job's token)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
@@ -183,10 +183,10 @@ def start(jobdir: Path, launch: Launch) -> subprocess.Popen:
     if binary is not None:
         command = [binary]
         try:
-            _write_private(jobdir / LAUNCH_BIN, launch.to_bin())
+            write_private(jobdir / LAUNCH_BIN, launch.to_bin())
         except ValueError:
             pass  # no launch.bin: shoal-stepd fails the run as "unreadable launch file", never half-read
-    _write_private(jobdir / LAUNCH, json.dumps(launch.to_json()).encode())  # last: it says "launched"
+    write_private(jobdir / LAUNCH, json.dumps(launch.to_json()).encode())  # last: it says "launched"
     lock = os.open(jobdir / LOCK, os.O_RDWR | os.O_CREAT, 0o600)
     # Blocked until the supervisor has its handlers: a kill sent at once is passed on, not lost.
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)

@@ -254,15 +254,26 @@ class Client:
             sock = self._tls(sock)
         return sock
 
-    def _tls(self, sock: socket.socket) -> socket.socket:
+    def tls_context(self):
+        """An ``ssl.SSLContext`` that trusts the cluster CA: for the server, and for srun the agents."""
         import ssl  # only for https: it costs start-up time
 
+        from shoal.cli.tls import cluster_context
+
         try:
-            context = ssl.create_default_context(cafile=self.ca_file, cadata=self.ca_data)
+            return cluster_context(self.ca_file, self.ca_data)
         except (OSError, ssl.SSLError) as e:
-            sock.close()
             raise ClientError(f"cannot load the cluster CA certificate {self.ca_file or '(ca_data)'}: "
                               f"{getattr(e, 'strerror', None) or e}") from None
+
+    def _tls(self, sock: socket.socket) -> socket.socket:
+        import ssl
+
+        try:
+            context = self.tls_context()
+        except ClientError:
+            sock.close()
+            raise
         try:
             return context.wrap_socket(sock, server_hostname=self.host)
         except ssl.SSLCertVerificationError as e:

@@ -142,7 +142,7 @@ def up(args) -> int:
                "--workdir", str(sdir / "nodes" / name), "--cpus", str(args.cpus_per_node),
                "--memory", args.memory_per_node]
         if ca_file:
-            cmd += ["--ca-file", ca_file]
+            cmd += ["--ca-file", ca_file, "--tls", "on"]
         if args.gpus_per_node:
             cmd += ["--fake-gpus", str(args.gpus_per_node), "--gpu-model", args.gpu_model]
         for label in args.label:

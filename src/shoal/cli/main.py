@@ -37,6 +37,9 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--join-token-file")
     a.add_argument("--name", help="node name (default: short hostname)")
     a.add_argument("--address", help="address to serve srun launches on and to advertise (default 0.0.0.0)")
+    a.add_argument("--tls", choices=("on", "off", "auto"),
+                   help="serve srun, logs, exec and /metrics over HTTPS with a certificate the cluster CA issues "
+                        "at registration; auto (default): on unless --address is a loopback address")
     a.add_argument("--port", type=int, help="default 6818")
     a.add_argument("--workdir", help="agent state (default /var/lib/shoal/NAME)")
     a.add_argument("--fake-gpus", type=int, metavar="N", help="pretend to have N GPUs (no NVIDIA driver needed); "
@@ -72,7 +75,8 @@ def _parser() -> argparse.ArgumentParser:
     u.add_argument("--config", help="cluster configuration (default: one partition named after the GPU model)")
     u.add_argument("--db", help="SQLAlchemy URL (default: SQLite in the state dir)")
     u.add_argument("--tls", choices=("on", "off"), default="off",
-                   help="serve HTTPS (the nodes and the client configuration get the cluster CA); default off: "
+                   help="serve HTTPS, the server and the agents (the nodes and the client configuration get the "
+                        "cluster CA); default off: "
                         "a local cluster listens on loopback only")
     u.add_argument("--state-dir", help="default: $SHOAL_STATE_DIR or ~/.local/state/shoal/local")
     u.add_argument("--label", action="append", default=[], metavar="KEY=VALUE", help="label for every node")

@@ -2,7 +2,8 @@
 
 Inside a batch job, srun asks the server to lay the step out over the job's nodes, then
 connects to each node's agent directly to launch the tasks and stream their output, as
-srun talks to slurmd. It returns the highest exit code of its tasks.
+srun talks to slurmd (over TLS where the agent serves it, checked against the cluster CA
+with the node name as the host name). It returns the highest exit code of its tasks.
 """
 
 from __future__ import annotations
@@ -51,7 +52,11 @@ def main(argv: list[str] | None = None) -> int:
         env.update({k: v for k, v in step["env"].items() if k.startswith("SLURM_STEP") or k in (
             "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_TASKS_PER_NODE", "SLURM_CPUS_PER_TASK")})
     env["SLURM_JOB_ID"] = str(job_id)
-    rc, sig = Launcher(step, req.command, opts, env).run()
+    try:
+        tls = client.tls_context() if any(n.get("tls") for n in step["nodes"]) else None
+    except ClientError as e:
+        fail(str(e))
+    rc, sig = Launcher(step, req.command, opts, env, tls).run()
     try:
         client.post(f"/api/v1/jobs/{job_id}/steps/{step['step_id']}/complete", {"exit_code": rc, "signal": sig})
         if own_allocation is not None:
@@ -125,8 +130,9 @@ def _complete(client, job_id: int, rc: int, sig: int) -> None:
 class Launcher:
     """Connects to every node of the step at once and relays the tasks' output."""
 
-    def __init__(self, step: dict, command: list[str], opts: dict, env: dict[str, str]) -> None:
+    def __init__(self, step: dict, command: list[str], opts: dict, env: dict[str, str], tls=None) -> None:
         self.step = step
+        self.tls = tls  # an ssl.SSLContext trusting the cluster CA, for agents that serve HTTPS
         self.command = command
         self.label = bool(opts.get("label"))
         # As Slurm's srun, whole lines per task unless --unbuffered, so tasks never interleave mid-line.
@@ -182,8 +188,11 @@ class Launcher:
                 f"Content-Length: {len(body)}\r\n\r\n").encode()
         try:
             sock = socket.create_connection((node["address"], node["port"]), timeout=30)
-        except OSError as e:
-            self._fail(node, f"cannot connect to {node['name']} ({node['address']}:{node['port']}): {e}")
+            if node.get("tls"):
+                sock = self.tls.wrap_socket(sock, server_hostname=node["name"])
+        except OSError as e:  # ssl.SSLError too: an agent whose certificate the cluster CA did not issue
+            hint = " (is $SHOAL_CA the cluster's CA certificate?)" if "CERTIFICATE_VERIFY_FAILED" in str(e) else ""
+            self._fail(node, f"cannot connect to {node['name']} ({node['address']}:{node['port']}): {e}{hint}")
             return
         self.socks.append(sock)
         sock.settimeout(None)

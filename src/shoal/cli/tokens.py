@@ -3,6 +3,8 @@
 A token's value is printed once, by ``create``; ``list`` names tokens by their public id (the
 first hex digits of the token's SHA-256, so a holder can work out their own: ``printf %s
 "$TOKEN" | sha256sum | cut -c1-8``) and ``revoke ID`` ends one at once, on every server.
+``revoke-node NODE`` does the same to a node's agent credential, which its agent holds until
+it joins again with a join token.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ COLUMNS = ("ID", "USER", "ROLE", "GROUPS", "CREATED", "EXPIRES", "CREATED BY")
 
 
 def add_parser(sub) -> None:
-    """``shoal token`` and its three actions; each sets ``args.token_command``."""
+    """``shoal token`` and its actions; each sets ``args.token_command``."""
     t = sub.add_parser("token", help="create, list and revoke API tokens")
     actions = t.add_subparsers(dest="action", metavar="ACTION", required=True)
 
@@ -42,6 +44,11 @@ def add_parser(sub) -> None:
     r = actions.add_parser("revoke", help="revoke tokens by id (admin: any; others: their own): refused from the next request on")
     r.add_argument("ids", nargs="+", metavar="ID", help="a token's id, as shoal token list shows it")
     r.set_defaults(token_command=run_revoke)
+
+    n = actions.add_parser("revoke-node", help="revoke nodes' agent credentials (admin): each agent is refused "
+                                               "from its next request on, until it joins again with a join token")
+    n.add_argument("nodes", nargs="+", metavar="NODE")
+    n.set_defaults(token_command=run_revoke_node)
 
 
 def run_create(args) -> int:
@@ -87,16 +94,28 @@ def row(t: dict, now: float) -> list[str]:
 
 
 def run_revoke(args) -> int:
+    return _each(args.ids, lambda client, tid: client.delete(f"/api/v1/tokens/{quote(tid)}"),
+                 lambda out: f"token {out['id']} revoked (user {out['user']}, role {out['role']})")
+
+
+def run_revoke_node(args) -> int:
+    return _each(args.nodes, lambda client, node: client.post(f"/api/v1/tokens/nodes/{quote(node)}/revoke"),
+                 lambda out: f"node {out['node']}: agent credential revoked; "
+                             "start its agent again (with a join token) to rejoin")
+
+
+def _each(names: list[str], call, said) -> int:
+    """One request per name; an error is printed and the rest still tried (exit 1 if any failed)."""
     try:
         client = Client.from_config()
     except ClientError as e:
         fail(str(e))
     failed = 0
-    for tid in args.ids:
+    for name in names:
         try:
-            out = client.delete(f"/api/v1/tokens/{quote(tid)}")
+            out = call(client, name)
         except ClientError as e:
             failed = print_error(sys.stderr, program_name(), str(e))
             continue
-        print(f"token {out['id']} revoked (user {out['user']}, role {out['role']})")
+        print(said(out))
     return failed

@@ -579,6 +579,10 @@ def create_app(server: Server) -> FastAPI:
         p = server.auth.resolve(authorization, None, None)
         if p.role != "join":
             raise AuthError(403, "registering a node needs the cluster's join token")
+        try:
+            certificate = server.ca.issue_agent(body.name, body.address, body.csr) if body.csr else None
+        except ValueError as e:  # tls.TLSError: not a valid CSR
+            raise jobsvc.JobError(str(e), 400) from None
         now = server.clock()
         with server.sessions() as s, s.begin():
             row = s.get(NodeRow, body.name)
@@ -592,6 +596,8 @@ def create_app(server: Server) -> FastAPI:
             row.address, row.port, row.cpus, row.memory_mb = body.address, body.port, body.cpus, body.memory_mb
             row.gpus, row.labels, row.features = gpus, body.labels, body.features
             row.boot_time, row.last_heartbeat = body.boot_time, now
+            row.tls = certificate is not None
+            generation = row.credential_gen or 0
             fenced = nodesvc.fail_fenced_runs(s, server.controller, body.name, body.fenced, now) \
                 if body.fenced else set()
         server.forget_address(body.name)
@@ -600,8 +606,9 @@ def create_app(server: Server) -> FastAPI:
         if fenced:
             server.kube.wake()
         return {
-            "credential": agent_credential(server.secret, body.name),
-            "step_key": node_step_key(server.secret, body.name),
+            "credential": agent_credential(server.secret, body.name, generation),
+            "step_key": node_step_key(server.secret, body.name, generation),
+            **({"certificate": certificate, "ca": server.ca.pem()} if certificate else {}),
             "epoch": server.hub.epoch,
             "heartbeat_interval_s": server.config.nodes.heartbeat_interval_s,
             # The agent's lease: silent this long, the node is DOWN and its work restarted

@@ -15,8 +15,10 @@ revoking one (``forget``) drops it from this server's cache at once and, through
 feed, from the other servers' within milliseconds; the bound holds even if the feed is down.
 
 Agent and job credentials are HMACs of the cluster secret, so the server verifies them
-without storing them: an agent's credential is bound to its node name, a job's to the job
-id and its run (restart count), so a requeued run's credential stops working for the old one.
+without storing them: an agent's credential is bound to its node name and the node's
+credential generation (``NodeRow.credential_gen``, bumped by ``shoal token revoke-node``,
+cached per server and dropped through the change feed like a revoked token), a job's to the
+job id and its run (restart count), so a requeued run's credential stops working for the old one.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from shoal.model.timefmt import format_timestamp
-from shoal.store.models import TokenRow
+from shoal.store.models import NodeRow, TokenRow
 
 
 class AuthError(Exception):
@@ -43,6 +45,7 @@ class AuthError(Exception):
 
 
 ROLES = ("admin", "operator", "user", "read-only")  # the roles a person's token may hold
+REVOKED = "credential revoked"  # how a refusal of a revoked node credential begins (the agent looks for it)
 CACHE_S = 1.0  # how long a server trusts a token it looked up (a revocation's worst case)
 ID_CHARS = 8  # a token's public id: this many hex characters of its hash
 
@@ -92,21 +95,27 @@ def sign(secret: bytes, message: str) -> str:
     return hmac.new(secret, message.encode(), hashlib.sha256).hexdigest()
 
 
-def agent_credential(secret: bytes, node: str) -> str:
-    return "node_" + sign(secret, f"node:{node}")
+def _node_message(what: str, node: str, generation: int) -> str:
+    # Generation 0 signs as before generations existed: agents joined then keep working.
+    return f"{what}:{node}:{generation}" if generation else f"{what}:{node}"
+
+
+def agent_credential(secret: bytes, node: str, generation: int = 0) -> str:
+    return "node_" + sign(secret, _node_message("node", node, generation))
 
 
 def job_credential(secret: bytes, job_id: int, run: int) -> str:
     return f"job_{job_id}.{run}.{sign(secret, f'job:{job_id}:{run}')}"
 
 
-def node_step_key(secret: bytes, node: str) -> str:
-    """The key an agent uses to check srun's step credentials (it learns it at registration)."""
-    return sign(secret, f"stepkey:{node}")
+def node_step_key(secret: bytes, node: str, generation: int = 0) -> str:
+    """The key an agent uses to check srun's step credentials and the server's signed log and
+    exec requests (it learns it at registration; revoking the node's credential changes it)."""
+    return sign(secret, _node_message("stepkey", node, generation))
 
 
-def step_credential(secret: bytes, node: str, job_id: int, run: int, step_id: int) -> str:
-    return sign(node_step_key(secret, node).encode(), f"{job_id}.{run}.{step_id}")
+def step_credential(secret: bytes, node: str, job_id: int, run: int, step_id: int, generation: int = 0) -> str:
+    return sign(node_step_key(secret, node, generation).encode(), f"{job_id}.{run}.{step_id}")
 
 
 class Authenticator:
@@ -119,6 +128,7 @@ class Authenticator:
         # token hash -> (principal, expires or None, monotonic time it was looked up)
         self._cache: dict[str, tuple[Principal, float | None, float]] = {}
         self._forgotten = 0  # bumped by forget: a lookup that raced a revocation is not cached
+        self._generations: dict[str, int] = {}  # node -> its credential generation (see verify_agent)
 
     def create_token(self, session: Session, user: str, role: str, description: str | None = None,
                      groups: list[str] | tuple[str, ...] = (), created_by: str | None = None,
@@ -139,6 +149,26 @@ class Authenticator:
         """The change feed lost notifications: any cached token may have been revoked meanwhile."""
         self._forgotten += 1
         self._cache.clear()
+        self._generations.clear()
+
+    def forget_node(self, node: str) -> None:
+        """The node's credential was revoked: read its generation again on its next request."""
+        self._forgotten += 1
+        self._generations.pop(node, None)
+
+    def node_generation(self, node: str) -> int:
+        """The node's credential generation: read once, then kept until a revocation drops it."""
+        gen = self._generations.get(node)
+        if gen is not None:
+            return gen
+        forgotten = self._forgotten
+        with self.sessions() as s:
+            gen = s.scalar(select(NodeRow.credential_gen).where(NodeRow.name == node))
+        if gen is None:
+            return 0  # not registered (yet): nothing to cache
+        if forgotten == self._forgotten:
+            self._generations[node] = gen
+        return gen
 
     def resolve(self, authorization: str | None, job_token: str | None, acting_user: str | None) -> Principal:
         if job_token:
@@ -178,7 +208,11 @@ class Authenticator:
     def verify_agent(self, authorization: str | None, node: str) -> Principal:
         """Agent endpoints: the credential must be the one issued to the node named in the path."""
         token = (authorization or "")[7:].strip()
-        if not hmac.compare_digest(token, agent_credential(self.secret, node)):
+        gen = self.node_generation(node)
+        if not hmac.compare_digest(token, agent_credential(self.secret, node, gen)):
+            if any(hmac.compare_digest(token, agent_credential(self.secret, node, g)) for g in range(gen)):
+                raise AuthError(403, f"{REVOKED}: node {node}'s credential was revoked by an administrator "
+                                     "(shoal token revoke-node); start its agent again with a join token to rejoin")
             raise AuthError(403, f"this credential does not belong to node {node}")
         return Principal(user="agent", role="agent", node=node)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import secrets
@@ -135,6 +136,13 @@ class Server:
     def forget_address(self, node: str) -> None:
         self._addresses.pop(node, None)
 
+    @functools.cached_property
+    def ca(self):
+        """The cluster CA (``server.tls.ClusterCA``), for agents' certificates; read at first use."""
+        from shoal.server.tls import ClusterCA
+
+        return ClusterCA(self.sessions)
+
     def start(self) -> None:
         self.controller.start()
         self.kube.start()
@@ -162,6 +170,8 @@ class Server:
             self._elected()
         elif "revoked" in event:
             self.auth.forget(event["revoked"])
+        elif "revoked_node" in event:
+            self.auth.forget_node(event["revoked_node"])
         elif "wake" in event:
             loop = {self.controller.name: self.controller, self.kube.name: self.kube}.get(event["wake"])
             if loop is not None and self.leader.is_leader:

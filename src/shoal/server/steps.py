@@ -78,8 +78,10 @@ def create_step(session: Session, server, job: JobRow, body: StepCreate, nodes: 
         node = nodes.get(name)
         layout.append({
             "name": name, "address": node.address if node else name, "port": node.port if node else 0,
+            "tls": bool(node and node.tls),  # srun verifies the agent against the cluster CA, as `name`
             "nodeid": nodeid,
-            "credential": step_credential(server.secret, name, job.id, job.restart_count, step_id),
+            "credential": step_credential(server.secret, name, job.id, job.restart_count, step_id,
+                                          node.credential_gen if node else 0),
             "tasks": tasks,
         })
     step_nodelist = compress(names)

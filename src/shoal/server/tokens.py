@@ -6,16 +6,20 @@ the cluster's join token included; anyone else lists and revokes only their own.
 token's row is deleted, and every server drops it from its cache (``Authenticator.forget``):
 this one before answering, the others when they hear the change feed's notification, which
 PostgreSQL sends as the deletion commits; ``auth.CACHE_S`` bounds it should the feed be down.
+
+A node's credential (and step key) is revoked by bumping its generation
+(``POST /api/v1/tokens/nodes/NODE/revoke``, admin): its agent is refused from its next
+request on, on every server alike, until it joins again with a join token.
 """
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
 from shoal.server.auth import ID_CHARS, ROLES, AuthError, Principal, hash_token, token_id
 from shoal.server.schemas import TokenCreate
-from shoal.store.models import TokenRow
+from shoal.store.models import NodeRow, TokenRow
 
 HEX = "0123456789abcdef"
 
@@ -85,5 +89,20 @@ def router(server, principal, admin) -> APIRouter:
                 server.feed.publish_with(s, {"revoked": [row.token_hash]})
         server.auth.forget([row.token_hash])
         return out
+
+    @r.post("/nodes/{node}/revoke")
+    def revoke_node(node: str, p: Principal = Depends(admin)):
+        """A node's agent credential and step key: refused from the agent's next request on."""
+        with server.sessions() as s, s.begin():
+            # One UPDATE, version included: a report writing the row meanwhile retries.
+            done = s.execute(update(NodeRow).where(NodeRow.name == node).values(
+                credential_gen=NodeRow.credential_gen + 1, version=NodeRow.version + 1))
+            if done.rowcount != 1:
+                raise TokenError(404, f"no node {node} (see sinfo -N)")
+            gen = s.scalar(select(NodeRow.credential_gen).where(NodeRow.name == node))
+            if server.feed is not None:
+                server.feed.publish_with(s, {"revoked_node": node})
+        server.auth.forget_node(node)
+        return {"node": node, "generation": gen, "revoked": True}
 
     return r

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import JSON, Boolean, Float, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Integer, String, Text, UniqueConstraint, false
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -50,6 +50,11 @@ class NodeRow(Base):
     registered_at: Mapped[float] = mapped_column(Float)
     last_heartbeat: Mapped[float] = mapped_column(Float)
     boot_time: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # Mixed into the node's agent credential and step key; revoking them bumps it, so the
+    # agent holding the old ones is refused until it joins again with a join token.
+    credential_gen: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # The agent serves HTTPS with a certificate the cluster CA issued it at registration.
+    tls: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     version: Mapped[int] = mapped_column(Integer, default=1)
 
     __mapper_args__ = {"version_id_col": version}

@@ -16,6 +16,7 @@ from shoal.server.auth import Principal
 from shoal.server.kube import objects as objs
 from shoal.server.kube import pods as podsvc
 from shoal.server.kube import service as svc
+from shoal.server.kube.logs import AgentEndpoint
 from shoal.server.kube.objects import ObjectError
 from shoal.server.kube.rbac import Access
 from shoal.server.kube.routes import routes_table
@@ -141,7 +142,7 @@ def router(server, principal, admin, retry_on_conflict) -> APIRouter:
         return out
 
     def locate(p: Principal, namespace: str, name: str, container: str | None, verb: str):
-        """The node (name, address, port), run key and container of a pod the caller may
+        """The node's agent, run key and container of a pod the caller may
         read the log of (``get``) or exec into (``create``, as pods/exec in Kubernetes)."""
         with server.sessions() as s:
             row = podsvc.find(s, namespace, name)
@@ -163,14 +164,14 @@ def router(server, principal, admin, retry_on_conflict) -> APIRouter:
             cname = container or names[0]
             if cname not in names:
                 raise ObjectError(f"container {cname} is not valid for pod {name}", 400)
-            return node.name, node.address, node.port, podsvc.job_key(row), cname
+            return AgentEndpoint.of(node), podsvc.job_key(row), cname
 
     @r.get("/pods/{namespace}/{name}/log")
     async def pod_log(namespace: str, name: str, container: str | None = None, previous: bool = False,
                       follow: bool = False, tail: int | None = Query(default=None, ge=0),
                       p: Principal = Depends(principal)):
-        node, address, port, key, cname = await run_in_threadpool(locate, p, namespace, name, container, "get")
-        chunks = server.logs.stream(node, address, port, key=key, container=cname, previous=previous,
+        agent, key, cname = await run_in_threadpool(locate, p, namespace, name, container, "get")
+        chunks = server.logs.stream(agent, key=key, container=cname, previous=previous,
                                     follow=follow, tail=tail)
         first = await chunks.__anext__()  # errors (unreachable agent, no such log) before the 200
         return StreamingResponse(_prepend(first, chunks), media_type="text/plain; charset=utf-8")
@@ -178,8 +179,8 @@ def router(server, principal, admin, retry_on_conflict) -> APIRouter:
     @r.post("/pods/{namespace}/{name}/exec")
     async def pod_exec(namespace: str, name: str, body: ExecRequest, p: Principal = Depends(principal)):
         """Run a command in a running container; NDJSON output as srun's steps stream it."""
-        node, address, port, key, cname = await run_in_threadpool(locate, p, namespace, name, body.container, "create")
-        chunks = server.logs.exec(node, address, port, key=key, container=cname, argv=body.command,
+        agent, key, cname = await run_in_threadpool(locate, p, namespace, name, body.container, "create")
+        chunks = server.logs.exec(agent, key=key, container=cname, argv=body.command,
                                   stdin=body.stdin)
         first = await chunks.__anext__()  # errors (not running, no such command) before the 200
         return StreamingResponse(_prepend(first, chunks), media_type="application/x-ndjson")

@@ -3,60 +3,87 @@
 The agent keeps logs on the node (as the kubelet does), serves them on its step server and
 runs exec commands there; the server signs each request with the node's step key (an HMAC
 over the query or the request body, with a timestamp the agent checks), so nothing but the
-control plane can read logs or run commands in containers.
+control plane can read logs or run commands in containers. An agent that serves HTTPS is
+verified against the cluster CA, its node name being the host name its certificate names.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from urllib.parse import urlencode
 
 import aiohttp
 
 from shoal.server.auth import node_step_key, sign
 from shoal.server.kube.objects import ObjectError
+from shoal.store.models import NodeRow
 
 
-def log_query(secret: bytes, node: str, key: str, container: str, previous: bool, follow: bool,
+@dataclass(frozen=True)
+class AgentEndpoint:
+    """Where and how the server reaches a node's agent, and the step key generation it signs with."""
+    node: str
+    address: str
+    port: int
+    tls: bool = False
+    generation: int = 0
+
+    @classmethod
+    def of(cls, row: NodeRow) -> AgentEndpoint:
+        return cls(row.name, row.address, row.port, bool(row.tls), row.credential_gen or 0)
+
+    def url(self, path: str) -> str:
+        return f"{'https' if self.tls else 'http'}://{self.address}:{self.port}{path}"
+
+
+def log_query(secret: bytes, agent: AgentEndpoint, key: str, container: str, previous: bool, follow: bool,
               tail: int | None, now: float) -> str:
     params = {"key": key, "container": container, "previous": int(previous), "follow": int(follow),
               "t": f"{now:.0f}"}
     if tail is not None:
         params["tail"] = tail
     query = urlencode(params)
-    return f"{query}&sig={sign(node_step_key(secret, node).encode(), query)}"
+    return f"{query}&sig={sign(_step_key(secret, agent), query)}"
 
 
-def exec_request(secret: bytes, node: str, key: str, container: str, argv: list[str], stdin: str,
+def exec_request(secret: bytes, agent: AgentEndpoint, key: str, container: str, argv: list[str], stdin: str,
                  now: float) -> dict:
     req = {"key": key, "container": container, "argv": argv, "stdin": stdin, "t": f"{now:.0f}"}
-    return {**req, "sig": sign(node_step_key(secret, node).encode(), json.dumps(req, sort_keys=True))}
+    return {**req, "sig": sign(_step_key(secret, agent), json.dumps(req, sort_keys=True))}
+
+
+def _step_key(secret: bytes, agent: AgentEndpoint) -> bytes:
+    return node_step_key(secret, agent.node, agent.generation).encode()
 
 
 class PodLogs:
     def __init__(self, server) -> None:
         self.server = server
 
-    def stream(self, node: str, address: str, port: int, *, key: str, container: str, previous: bool,
+    def stream(self, agent: AgentEndpoint, *, key: str, container: str, previous: bool,
                follow: bool, tail: int | None):
         """The log's bytes as the agent sends them (the first chunk is empty: the agent said yes)."""
-        query = log_query(self.server.secret, node, key, container, previous, follow, tail, time.time())
-        return _from_agent(node, address, port, "GET", f"/v1/pods/log?{query}", None, 60 if not follow else None)
+        query = log_query(self.server.secret, agent, key, container, previous, follow, tail, time.time())
+        return self._from_agent(agent, "GET", f"/v1/pods/log?{query}", None, 60 if not follow else None)
 
-    def exec(self, node: str, address: str, port: int, *, key: str, container: str, argv: list[str],
-             stdin: str):
+    def exec(self, agent: AgentEndpoint, *, key: str, container: str, argv: list[str], stdin: str):
         """The command's NDJSON output lines as srun reads them (the first chunk is empty)."""
-        body = exec_request(self.server.secret, node, key, container, argv, stdin, time.time())
-        return _from_agent(node, address, port, "POST", "/v1/pods/exec", body, None)
+        body = exec_request(self.server.secret, agent, key, container, argv, stdin, time.time())
+        return self._from_agent(agent, "POST", "/v1/pods/exec", body, None)
+
+    def _from_agent(self, agent: AgentEndpoint, method: str, path: str, body: dict | None, total: float | None):
+        tls = {"ssl": self.server.ca.client_context(), "server_hostname": agent.node} if agent.tls else {}
+        return _from_agent(agent, method, path, body, total, tls)
 
 
-async def _from_agent(node: str, address: str, port: int, method: str, path: str, body: dict | None,
-                      total: float | None):
+async def _from_agent(agent: AgentEndpoint, method: str, path: str, body: dict | None, total: float | None,
+                      tls: dict):
     timeout = aiohttp.ClientTimeout(total=total, sock_connect=5)
     try:
         async with aiohttp.ClientSession(timeout=timeout) as session:
-            async with session.request(method, f"http://{address}:{port}{path}", json=body) as resp:
+            async with session.request(method, agent.url(path), json=body, **tls) as resp:
                 if resp.status != 200:
                     text = await resp.text()
                     raise ObjectError(_detail(text) or f"the node's agent answered {resp.status}",
@@ -65,7 +92,8 @@ async def _from_agent(node: str, address: str, port: int, method: str, path: str
                 async for chunk in resp.content.iter_any():
                     yield chunk
     except aiohttp.ClientError as e:
-        raise ObjectError(f"cannot reach the agent of node {node} at {address}:{port}: {e}", 502) from None
+        raise ObjectError(f"cannot reach the agent of node {agent.node} at {agent.address}:{agent.port}: {e}",
+                          502) from None
 
 
 def _detail(text: str) -> str:
