@@ -274,6 +274,39 @@ def test_a_token_revoked_through_either_server_is_refused_by_the_other(tmp_path,
         ha.stop()
 
 
+def test_a_node_credential_revoked_through_either_server_is_refused_by_the_other(tmp_path, postgres_url):
+    """Each server keeps the node credential generations it has read; a revocation reaches the
+    other server's through the change feed, so the agent is refused there too (403)."""
+    ha = TwoServers(tmp_path / "ha", postgres_url)
+    try:
+        ha.start_server(0)
+        ha.write_client_config()
+        ha.start_server(1)
+        joiner = Client(ha.urls[0], ha.join.read_text(), timeout=10)
+        joiner.job_token = None
+        facts = {"address": "127.0.0.1", "port": 1, "cpus": 1, "memory_mb": 1024}
+        for via, other in ((0, 1), (1, 0)):
+            node = f"rev{via}"
+            agent = Client(ha.urls[other], joiner.post("/api/v1/agents/register", {"name": node, **facts})["credential"],
+                           timeout=10)
+            agent.job_token = None
+            agent.post(f"/api/v1/agents/{node}/report", {})  # its generation is now in the other's cache
+            ha.client(via).post(f"/api/v1/tokens/nodes/{node}/revoke")
+
+            def refused() -> bool:
+                try:
+                    agent.post(f"/api/v1/agents/{node}/report", {})
+                    return False
+                except ClientError as e:
+                    assert e.status == 403 and "credential revoked" in str(e), e
+                    return True
+
+            wait_until(refused, 2, f"server {other} to refuse node {node}'s credential revoked through server {via}",
+                       interval=0.005)
+    finally:
+        ha.stop()
+
+
 # ---------------------------------------------------------------- fencing, in process
 
 
