@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
+import signal
 import socket
 import ssl
+import subprocess
 import urllib.error
 import urllib.request
 
@@ -70,7 +73,7 @@ def test_agents_commands_and_jobs_speak_https_with_the_cluster_ca(cluster):
     job = cluster.sbatch("-N2", "--wrap", "srun hostname; echo server=$SHOAL_SERVER")
     done = cluster.wait_for(job, timeout=60)
     text = (cluster.workdir / f"slurm-{job}.out").read_text()
-    assert done["state"] == "COMPLETED", (done, text)  # srun inside the job verified the server too
+    assert done["state"] == "COMPLETED", (done, text)  # srun verified the server and both agents (HTTPS only)
     assert f"server={cluster.server}" in text and len(text.splitlines()) == 3, text
     out = cluster.run(["squeue", "-h", "-t", "all", "-j", str(job), "-o", "%i %T"])  # the compiled front end hands https to Python
     assert out.stdout.split() == [str(job), "COMPLETED"], out
@@ -171,3 +174,28 @@ def test_pod_logs_and_exec_are_relayed_from_the_agents_over_https(cluster):
     assert logs == "ready over tls\n", logs
     out = cluster.run(["shoal", "exec", pod, "--", "sh", "-c", "echo from inside; exit 4"], check=False)
     assert out.returncode == 4 and out.stdout == "from inside\n", out
+
+
+def test_a_step_whose_srun_goes_away_is_killed_over_https_as_over_http(cluster, tmp_path):
+    pidfile = tmp_path / "task.pid"
+    srun = subprocess.Popen(["srun", "-N1", "sh", "-c", f"echo $$ > {pidfile}; exec sleep 300"], env=cluster.env,
+                            cwd=cluster.workdir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        pid = int(wait_until(lambda: pidfile.exists() and pidfile.read_text().strip(), 30, "the task to start"))
+        srun.send_signal(signal.SIGKILL)
+        srun.wait(10)
+
+        def gone() -> bool:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return True
+            return "zombie" in open(f"/proc/{pid}/status").read().lower()
+
+        wait_until(gone, 10, "the agent to kill the task of an srun that went away")
+    finally:
+        srun.kill()
+        srun.wait(10)
+        for job in cluster.api("GET", "/api/v1/jobs?all=true")["jobs"]:
+            if job["state"] == "RUNNING" and job["name"] == "sh":  # srun's own allocation, left by the kill
+                cluster.api("POST", f"/api/v1/jobs/{job['job_id']}/cancel", {})
