@@ -72,6 +72,8 @@ def test_an_agent_gets_a_certificate_for_its_key_its_node_name_and_its_address(s
     assert sans(tmp_path / "node" / "tls" / "agent.crt") == {"gpu07", "10.0.0.7"}
     cert = x509.load_pem_x509_certificate(pem.encode())
     cert.verify_directly_issued_by(x509.load_pem_x509_certificate(files.ca.read_bytes()))
+    assert not mine.renewal_due(cert.not_valid_after_utc.timestamp() - 31 * 86400)
+    assert mine.renewal_due(cert.not_valid_after_utc.timestamp() - 29 * 86400)  # the agent registers again
     wildcard = tmp_path / "wildcard.crt"  # an agent listening on every address: its node name alone
     wildcard.write_text(tls.ClusterCA(sessions).issue_agent("gpu08", "0.0.0.0", AgentCertificate(tmp_path, "x").request()))
     assert sans(wildcard) == {"gpu08"}

@@ -2,6 +2,8 @@
 agent sends a CSR when it registers and the server's cluster CA issues the certificate (for
 the node name, which callers check, and the advertised address). Key, certificate and CA
 are kept in WORKDIR/tls, so a restarted agent serves HTTPS at once, before it registers again.
+Every registration brings a new certificate; an agent that runs on registers again when its
+certificate has a month left (as the kubelet rotates its serving certificate).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from pathlib import Path
 from shoal.agent.supervise import write_private
 
 KEY, CERT, CA = "agent.key", "agent.crt", "ca.crt"
+RENEW_S = 30 * 86400  # a certificate this close to its end is renewed
 
 
 class AgentCertificate:
@@ -20,6 +23,7 @@ class AgentCertificate:
         self.dir = workdir / "tls"
         self.node = node
         self._pending: bytes | None = None  # the key of the CSR sent last, until its certificate comes
+        self.not_after: float | None = None  # when the certificate served now ends (epoch seconds)
 
     @property
     def ca_file(self) -> Path:
@@ -69,4 +73,12 @@ class AgentCertificate:
             ctx.load_cert_chain(self.dir / CERT, self.dir / KEY)
         except (OSError, ssl.SSLError):
             return None
+        from cryptography import x509
+
+        cert = x509.load_pem_x509_certificate((self.dir / CERT).read_bytes())
+        self.not_after = cert.not_valid_after_utc.timestamp()
         return ctx
+
+    def renewal_due(self, now: float) -> bool:
+        """Whether the certificate served now is within a month of its end (or past it)."""
+        return self.not_after is not None and now >= self.not_after - RENEW_S

@@ -387,6 +387,7 @@ class Agent:
                     self._renewed = max(self._renewed, sent)
                 with self._health_lock:
                     del self._xids[:len(xids)]
+                self._renew_certificate()
             except ClientError as e:
                 if self._refused_as_revoked(e):
                     continue
@@ -397,6 +398,16 @@ class Agent:
                 log.exception("report failed unexpectedly (will retry)")
                 self.stop.wait(0.5)
                 self._report_now.set()
+
+    def _renew_certificate(self) -> None:
+        """Register again for a new serving certificate when this one has a month left."""
+        if self.certificate is None or not self.certificate.renewal_due(time.time()):
+            return
+        log.info("this agent's certificate ends within a month: registering again for a new one")
+        try:
+            self.register()
+        except ClientError as e:
+            log.warning("renewing the agent's certificate failed (will retry): %s", e)
 
     def _refused_as_revoked(self, e: ClientError) -> bool:
         """Whether the server refused this node's credential as revoked (said once in the log)."""
