@@ -10,6 +10,7 @@ from shoal.sched.placement import (
     ClusterState,
     check_feasible,
     gpu_type_matches,
+    headroom,
     natural_key,
     place,
 )
@@ -243,3 +244,17 @@ def test_running_ends_and_backfill_plans_kept_between_passes_equal_fresh_ones():
                               for j in active if j.time_limit_s is not None)
         assert (starts, reasons, estimates) == (plan.starts, plan.reasons, plan.estimates)
     assert any(estimates for _, _, _, estimates in kept)  # some pass reserved (looked ahead)
+
+
+def test_headroom_is_the_most_any_taking_node_has_free_after_the_plan():
+    cluster = (*nodes("gpu", 2, cpus=16), gpu_node("gpu3", state=NodeState.DRAIN))
+    busy = running(9, {"gpu1": (16, 1000, (0, 1, 2, 3, 4, 5, 6, 7)), "gpu2": (4, 1000, (0, 1, 2, 3, 4, 5))})
+    snap = snapshot(cluster, (partition("gpu", cluster),), active=(busy,))
+    room = headroom(snap)
+    assert (room.gpus, room.cpus) == (2, 12)  # gpu2's; the drained gpu3 takes no work
+    assert room.may_fit(ResourceRequest(gpus_per_node=2, ntasks=12))
+    assert not room.may_fit(ResourceRequest(gpus_per_node=3))
+    assert not room.may_fit(ResourceRequest(ntasks=13))
+    # A start the pass planned holds its share too.
+    later = running(10, {"gpu2": (1, 10, (6, 7))}).allocation
+    assert headroom(snap, [later]).gpus == 0

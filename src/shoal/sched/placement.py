@@ -633,3 +633,32 @@ def check_feasible(
         return (f"requested time limit {format_duration(time_limit_s)} exceeds partition "
                 f"{partition.name}'s MaxTime {format_duration(partition.max_time_s)}")
     return place(d, ClusterState(nodes), "ever", partition=partition).reason
+
+
+@dataclass(frozen=True)
+class Headroom:
+    """The most free GPUs and CPUs any one node has: a job needing more on each of its nodes
+    cannot start until something ends (or preemption frees room for it).
+
+    The controller keeps the headroom left by its last pass, so a submission that cannot
+    start now does not cost a pass over the whole queue; its reason is set by the next
+    periodic pass, as Slurm's is.
+    """
+
+    gpus: int
+    cpus: int
+
+    def may_fit(self, request: ResourceRequest) -> bool:
+        """False only when no node could hold one of the request's gangs now (cheap checks
+        only: anything finer is the pass's to decide)."""
+        return request.gpus_per_node <= self.gpus and request.cpus_per_node <= self.cpus
+
+
+def headroom(snapshot: Snapshot, starts: Iterable[Allocation] = ()) -> Headroom:
+    """What the nodes that take work (not DOWN or DRAIN) have free once ``starts`` hold theirs."""
+    state = ClusterState.from_snapshot(snapshot)
+    for allocation in starts:
+        state.commit(allocation)
+    taking = [nf for nf in state.nodes if nf.info.state is NodeState.UP]
+    return Headroom(gpus=max((len(nf.gpus_free) for nf in taking), default=0),
+                    cpus=max((nf.cpus_free for nf in taking), default=0))

@@ -6,10 +6,12 @@ import asyncio
 import functools
 import time
 from contextlib import asynccontextmanager
+from urllib.parse import parse_qs, unquote
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
+from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm.exc import StaleDataError
 
@@ -21,7 +23,7 @@ from shoal.model.node import NodeState, display_state
 from shoal.model.gpu import gpu_gres
 from shoal.model.resources import GPU, Allocation
 from shoal.sched.placement import check_feasible
-from shoal.server import commands
+from shoal.server import commands, fastpath
 from shoal.server import jobs as jobsvc
 from shoal.server import nodes as nodesvc
 from shoal.server import priority as priosvc
@@ -40,7 +42,7 @@ from shoal.server.schemas import (AgentRegister, AgentReport, BulkCancelRequest,
                                   ReservationCreate, ReservationUpdate, StepComplete, StepCreate)
 from shoal.model.timefmt import format_timestamp
 from shoal.sched.schedule import schedule
-from shoal.server.snapshot import node_info
+from shoal.server.snapshot import NODE_INFO, node_info
 from shoal.server.work import node_work
 from shoal.store.lease import current_leader
 from shoal.store.models import CleanupRow, JobRow, NodeRow, StepRow
@@ -99,27 +101,32 @@ def create_app(server: Server) -> FastAPI:
         return JSONResponse({"detail": "the object was changed concurrently; retry the request"},
                             status_code=409)
 
-    def principal(authorization: str | None = Header(default=None),
-                  x_shoal_job_token: str | None = Header(default=None),
-                  x_shoal_user: str | None = Header(default=None)) -> Principal:
+    # Async: a synchronous dependency costs a thread hand-off per request, and these only
+    # read the token cache (a miss is one indexed lookup, then cached).
+    async def principal(authorization: str | None = Header(default=None),
+                        x_shoal_job_token: str | None = Header(default=None),
+                        x_shoal_user: str | None = Header(default=None)) -> Principal:
         return server.auth.resolve(authorization, x_shoal_job_token, x_shoal_user)
 
-    def admin(p: Principal = Depends(principal)) -> Principal:
+    async def admin(p: Principal = Depends(principal)) -> Principal:
         if not p.is_admin:
             raise AuthError(403, "Access/permission denied: this needs an admin token")
         return p
 
-    def operator(p: Principal = Depends(principal)) -> Principal:
+    async def operator(p: Principal = Depends(principal)) -> Principal:
         if not p.is_operator:
             raise AuthError(403, "Access/permission denied: this needs an operator or admin token")
         return p
 
-    def user_or_admin(p: Principal = Depends(principal)) -> Principal:
+    def may_change(p: Principal) -> Principal:
         if not p.may_change:
             raise AuthError(403, "Access/permission denied: a read-only token cannot do this"
                             if p.role == "read-only" else
                             "Access/permission denied: a job or node credential cannot do this")
         return p
+
+    async def user_or_admin(p: Principal = Depends(principal)) -> Principal:
+        return may_change(p)
 
     app.include_router(kube_api.router(server, principal, admin, retry_on_conflict))
     app.include_router(tokens.router(server, principal, admin))
@@ -147,7 +154,7 @@ def create_app(server: Server) -> FastAPI:
 
     def _submit(s, p: Principal, body: JobSubmit, now: float) -> dict:
         """Validate and store a submission in the caller's transaction (submit and --test-only)."""
-        nodes = [node_info(n) for n in s.scalars(select(NodeRow))]
+        nodes = [node_info(n) for n in s.execute(select(*NODE_INFO))]
         return jobsvc.submit(s, p, body, partitions=server.partitions, nodes=nodes, now=now,
                              max_array_size=server.config.scheduler.max_array_size,
                              def_mem_per_cpu_mb=server.config.scheduler.def_mem_per_cpu_mb,
@@ -161,7 +168,8 @@ def create_app(server: Server) -> FastAPI:
     def submit(body: JobSubmit, p: Principal = Depends(user_or_admin)):
         now = server.clock()
         out = submits.run(lambda s: _submit(s, p, body, now))
-        server.controller.wake()
+        if not body.hold:  # a held job cannot start: no pass for it
+            server.controller.submitted()
         return out
 
     @app.post("/api/v1/jobs/test")
@@ -195,6 +203,8 @@ def create_app(server: Server) -> FastAPI:
         jobs = _list_jobs(job_id, user, partition, state, name, all, since, view, viewer=p)
         return JSONResponse({"jobs": jobs})  # already plain JSON: skip re-encoding
 
+    queue_cache: dict[tuple, list[dict]] = {}  # _list_jobs' queue views at the current job_changes
+
     def _private_jobs(p: Principal):
         """With PrivateData=jobs, the condition limiting a caller to its own jobs (None: sees all)."""
         if "jobs" not in server.config.auth.private_data or p.is_operator:
@@ -209,9 +219,19 @@ def create_app(server: Server) -> FastAPI:
         default table reads (jobsvc.QUEUE_VIEW), read from their columns alone."""
         if view not in (None, "queue"):
             raise jobsvc.JobError(f"unknown view {view!r} (expected queue)")
+        own = _private_jobs(viewer)
+        key = None
+        if view == "queue" and server.job_changes.enabled:
+            # squeue in a loop asks the same again and again: answered from the last listing
+            # until a job changes (ChangeCount), with the count read before the rows are.
+            key = (tuple(job_id), user, partition, tuple(state), name, all, since,
+                   None if own is None else (viewer.role, viewer.user, viewer.job_id), server.job_changes.value)
+            hit = queue_cache.get(key)
+            if hit is not None:
+                return hit
         with server.sessions() as s:
             q = select(JobRow) if view is None else select(*jobsvc.QUEUE_VIEW.values())
-            if (own := _private_jobs(viewer)) is not None:
+            if own is not None:
                 q = q.where(own)
             ids, arrays = _parse_job_ids(job_id)
             if ids or arrays:
@@ -236,7 +256,12 @@ def create_app(server: Server) -> FastAPI:
             if since is not None:
                 q = q.where((JobRow.end_time.is_(None)) | (JobRow.end_time >= since))
             if view == "queue":
-                return jobsvc.queue_view(s, s.execute(q.order_by(JobRow.id)).all())
+                jobs = jobsvc.queue_view(s, s.execute(q.order_by(JobRow.id)).all())
+                if key is not None:
+                    if len(queue_cache) >= 64 or any(k[-1] != key[-1] for k in queue_cache):
+                        queue_cache.clear()
+                    queue_cache[key] = jobs
+                return jobs
             rows = list(s.scalars(q.order_by(JobRow.id)))
             return _jobs_json(s, rows)
 
@@ -621,6 +646,10 @@ def create_app(server: Server) -> FastAPI:
     async def work(node: str, epoch: str | None = None, gen: int | None = None,
                    wait: float = Query(default=0, ge=0, le=60),
                    authorization: str | None = Header(default=None)):
+        return JSONResponse(await agent_work(node, epoch, gen, wait, authorization))
+
+    async def agent_work(node: str, epoch: str | None, gen: int | None, wait: float,
+                         authorization: str | None) -> dict:
         server.auth.verify_agent(authorization, node)
         if wait:
             await server.hub.wait(node, epoch, gen, wait)
@@ -635,8 +664,11 @@ def create_app(server: Server) -> FastAPI:
         return out
 
     @app.post("/api/v1/agents/{node}/report")
-    @retry_on_conflict
     def report(node: str, body: AgentReport, authorization: str | None = Header(default=None)):
+        return agent_report(node, body, authorization)
+
+    @retry_on_conflict
+    def agent_report(node: str, body: AgentReport, authorization: str | None) -> dict:
         server.auth.verify_agent(authorization, node)
         now = server.clock()
         touched: set[str] = set()
@@ -662,7 +694,7 @@ def create_app(server: Server) -> FastAPI:
         if touched:
             server.hub.bump(touched)
             server.controller.wake()
-        if routes_changed or touched or body.pods:
+        if routes_changed or body.pods:  # batch jobs' ends are the scheduler's alone
             server.kube.wake()
         if routes_changed or touched:
             server.hub.bump([kube_api.ROUTES_KEY])
@@ -753,16 +785,48 @@ def create_app(server: Server) -> FastAPI:
             })
         return out
 
-    app.include_router(commands.router(commands.LocalRoutes(
-        submit=lambda body, p: submit(JobSubmit.model_validate(body), user_or_admin(p)),
-        test_only=lambda body, p: test_only(JobSubmit.model_validate(body), user_or_admin(p)),
+    command_routes = commands.LocalRoutes(
+        submit=lambda body, p: submit(JobSubmit.model_validate(body), may_change(p)),
+        test_only=lambda body, p: test_only(JobSubmit.model_validate(body), may_change(p)),
         list_jobs=lambda params, p: {"jobs": _list_jobs(
             params.get("job_id") or [], params.get("user"), params.get("partition"), name=params.get("name"),
             all=params.get("all") == "true", view=params.get("view"), viewer=p)},
         bulk_cancel=lambda body, p: bulk_cancel(BulkCancelRequest.model_validate(body), p),
         cancel=lambda job_id, body, p: cancel(job_id, CancelRequest.model_validate(body), p),
-    ), server.auth.resolve))
+    )
+    app.include_router(commands.router(command_routes, server.auth.resolve))
 
+    # The requests every job costs, answered without FastAPI's layers (shoal.server.fastpath).
+    fast = fastpath.Routes()
+
+    async def fast_command(scope, match, headers, body):
+        return await commands.answer(command_routes, server.auth.resolve, match["name"], body, headers)
+
+    async def fast_work(scope, match, headers, body):
+        query = parse_qs(scope["query_string"].decode("latin-1"))
+        try:
+            gen = int(query["gen"][-1]) if "gen" in query else None
+            wait = float(query["wait"][-1]) if "wait" in query else 0.0
+        except ValueError:
+            return None
+        if not 0 <= wait <= 60:
+            return None  # the app's 422
+        epoch = query["epoch"][-1] if "epoch" in query else None
+        return fastpath.json_answer(await agent_work(unquote(match["node"]), epoch, gen, wait,
+                                                     headers.get("authorization")))
+
+    async def fast_report(scope, match, headers, body):
+        try:
+            report = AgentReport.model_validate_json(body)
+        except ValidationError:
+            return None  # the app's 422
+        return fastpath.json_answer(await run_in_threadpool(agent_report, unquote(match["node"]), report,
+                                                            headers.get("authorization")))
+
+    fast.add("POST", r"/api/v1/commands/(?P<name>[^/]+)", fast_command)
+    fast.add("GET", r"/api/v1/agents/(?P<node>[^/]+)/work", fast_work)
+    fast.add("POST", r"/api/v1/agents/(?P<node>[^/]+)/report", fast_report)
+    app.add_middleware(fastpath.FastPaths, routes=fast)
     return app
 
 

@@ -181,28 +181,39 @@ def _sbatch(argv: list[str], inv: Invocation, api: InProcessApi, out: io.StringI
                       connect=lambda: api, out=out, err=err, prog=inv.prog, may_wait=False)
 
 
+async def answer(routes: LocalRoutes, resolve: Callable[[str | None, str | None, str | None], Principal],
+                 name: str, body: bytes, headers: dict[str, str]) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    """One command run for the front end: (status, headers, body), as the route answers it.
+    ``headers`` by lower-case name; the server's fast path calls this directly."""
+    if name not in COMMANDS:
+        return 404, [], f"no command {name}; commands: {', '.join(COMMANDS)}".encode()
+    try:
+        inv = decode_invocation(body)
+    except InvocationError as e:
+        return 400, [], str(e).encode()
+    api = InProcessApi(routes, lambda: resolve(headers.get("authorization"), headers.get("x-shoal-job-token"),
+                                              headers.get("x-shoal-user")))
+    try:
+        rc, out, err = await run_in_threadpool(run_command, name, inv, api)
+    except RunLocally:
+        return 200, [(b"x-shoal-exit", b"local")], b""
+    stdout = out.encode("utf-8", "surrogateescape")
+    return 200, [(b"content-type", b"application/octet-stream"), (b"x-shoal-exit", str(rc).encode()),
+                 (b"x-shoal-stdout", str(len(stdout)).encode())], stdout + err.encode("utf-8", "surrogateescape")
+
+
 def router(routes: LocalRoutes, resolve: Callable[[str | None, str | None, str | None], Principal]) -> APIRouter:
-    """POST /api/v1/commands/{sbatch,squeue,scancel}."""
+    """POST /api/v1/commands/{sbatch,squeue,scancel} (in the OpenAPI schema; the server's
+    fast path answers it the same way, without FastAPI's layers)."""
     r = APIRouter(prefix="/api/v1/commands")
 
     @r.post("/{name}")
     async def command(name: str, request: Request, authorization: str | None = Header(default=None),
                       x_shoal_job_token: str | None = Header(default=None),
                       x_shoal_user: str | None = Header(default=None)):
-        if name not in COMMANDS:
-            return Response(status_code=404, content=f"no command {name}; commands: {', '.join(COMMANDS)}")
-        try:
-            inv = decode_invocation(await request.body())
-        except InvocationError as e:
-            return Response(status_code=400, content=str(e))
-        api = InProcessApi(routes, lambda: resolve(authorization, x_shoal_job_token, x_shoal_user))
-        try:
-            rc, out, err = await run_in_threadpool(run_command, name, inv, api)
-        except RunLocally:
-            return Response(headers={"X-Shoal-Exit": "local"})
-        stdout = out.encode("utf-8", "surrogateescape")
-        return Response(stdout + err.encode("utf-8", "surrogateescape"),
-                        headers={"X-Shoal-Exit": str(rc), "X-Shoal-Stdout": str(len(stdout))},
-                        media_type="application/octet-stream")
+        headers = {"authorization": authorization, "x-shoal-job-token": x_shoal_job_token,
+                   "x-shoal-user": x_shoal_user}
+        status, extra, content = await answer(routes, resolve, name, await request.body(), headers)
+        return Response(content, status_code=status, headers={k.decode(): v.decode() for k, v in extra})
 
     return r

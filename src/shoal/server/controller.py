@@ -17,6 +17,7 @@ from sqlalchemy.orm.exc import StaleDataError
 from shoal.model.job import JobState
 from shoal.model.node import NodeState
 from shoal.model.resources import Allocation
+from shoal.sched.placement import Headroom, headroom
 from shoal.sched.schedule import schedule
 from shoal.server import jobs as jobsvc
 from shoal.server.loop import KickedLoop
@@ -37,14 +38,55 @@ class Controller(KickedLoop):
         self._last_full = float("-inf")  # when the last full backfill pass ran
         self._last_pass_s = 0.0
         self._rows = JobRowCache()  # live job rows kept between passes
+        # Why the loop was woken since its last step: a change that needs a pass (wake), or
+        # only new submissions (submitted), which need one only if one of them may start.
+        self._pass_asked = False
+        self._submit_asked = False
+        self._headroom: Headroom | None = None  # what the last pass left free
+        self._seen_id = 0  # the newest job that pass saw
+        self._last_run = float("-inf")  # when the last pass ran
+        self._last_checks = float("-inf")  # when heartbeats, time limits and grace were last checked
+        self.skipped = 0  # wake-ups answered without a pass
 
     def interval_s(self) -> float:
         return self.server.config.scheduler.interval_s
 
+    def wake(self) -> None:
+        self._pass_asked = True
+        super().wake()
+
+    def submitted(self) -> None:
+        """Jobs were queued. A pass follows at once if one of them may start now; else the
+        next periodic pass (``interval_s``) gives them their reasons, as Slurm's does: with a
+        full cluster and a long queue, a pass per submission was most of the server's time."""
+        self._submit_asked = True
+        super().wake()
+
     def step(self) -> None:
         t0 = time.perf_counter()
+        # Woken by the interval, or by another server's relay, neither flag is set: a pass.
+        only_submits = self._submit_asked and not self._pass_asked
+        self._pass_asked = self._submit_asked = False
+        if only_submits and self._none_may_start():
+            self.skipped += 1
+            self._last_pass_s = 0.0
+            return
+        self._last_run = self.server.clock()
         self.run_pass()
         self._last_pass_s = time.perf_counter() - t0
+
+    def _none_may_start(self) -> bool:
+        """Whether no job queued since the last pass can start on what that pass left free
+        (nothing has ended since: an end wakes the loop for a pass). Preemption may make
+        room for any job, so with a preempting QOS every submission gets its pass."""
+        s = self.server
+        room = self._headroom
+        if room is None or s.clock() - self._last_run >= self.interval_s() or any(q.preempt for q in s.qos):
+            return False
+        with s.sessions() as session:
+            fresh = session.scalars(select(JobRow.request).where(
+                JobRow.id > self._seen_id, JobRow.state == JobState.PENDING.value, JobRow.held.is_(False)))
+            return not any(room.may_fit(jobsvc.request_from_json(r)) for r in fresh)
 
     def rest_s(self) -> float:
         # As long as the pass took (at most one interval): under a stream of submissions,
@@ -59,9 +101,13 @@ class Controller(KickedLoop):
     def run_pass(self) -> None:
         now = self.server.clock()
         touched: set[str] = set()
-        touched |= self._check_heartbeats(now)
-        touched |= self._enforce_time_limits(now)
-        touched |= self._end_preemption_grace(now)
+        # The clock's checks once an interval: a pass for a start or an end need not scan
+        # the running jobs for time limits and grace, nor the nodes for heartbeats, again.
+        if now - self._last_checks >= self.interval_s() or now < self._last_checks:
+            self._last_checks = now
+            touched |= self._check_heartbeats(now)
+            touched |= self._enforce_time_limits(now)
+            touched |= self._end_preemption_grace(now)
         for _attempt in range(3):
             try:
                 touched |= self._schedule(now)
@@ -76,9 +122,14 @@ class Controller(KickedLoop):
 
     def _schedule(self, now: float) -> set[str]:
         s = self.server
+        self._headroom = None  # unknown until this pass's plan is applied
         with s.sessions() as session:
+            if session.scalar(select(JobRow.id).where(JobRow.state == JobState.PENDING.value).limit(1)) is None:
+                return set()  # nothing to start (a job's end with an empty queue): no snapshot
             snap = s.snapshot(session, now, cache=self._rows)
+        seen = max((j.id for j in (*snap.pending, *snap.active)), default=0)
         if not snap.pending:
+            self._headroom, self._seen_id = headroom(snap), seen
             return set()
         # Full backfill passes at most every bf_interval_s; quick ones (in queue order up to
         # the first job that cannot start, which delays no reservation) in between. Only a
@@ -96,7 +147,7 @@ class Controller(KickedLoop):
             # Whole rows only for the jobs this pass changes: with a long queue most reasons
             # stay as they were, and loading every pending row (its JSON decoded) each pass
             # cost as much as the pass itself.
-            changed = self._changed_reasons(session, reasons, plan.estimates if full else None)
+            changed = self._changed_reasons(reasons, plan.estimates if full else None)
             ids = list({st.job_id for st in plan.starts} | changed | victims)
             rows = {r.id: r for r in session.scalars(select(JobRow).where(JobRow.id.in_(ids)))} if ids else {}
             touched: set[str] = set()
@@ -126,17 +177,20 @@ class Controller(KickedLoop):
                 touched |= self._preempt(session, rows, preemption, now, signals)
         for node, key, signum, target in signals:  # only once the preemption is committed
             s.hub.signal(node, key, signum, target)
+        self._headroom, self._seen_id = headroom(snap, [st.allocation for st in plan.starts]), seen
         return touched
 
-    @staticmethod
-    def _changed_reasons(session, reasons: dict[int, str], estimates: dict[int, float] | None) -> set[int]:
-        """The pending jobs whose reason (or, in a full pass, start estimate) the plan changes."""
-        if not reasons:
-            return set()
-        current = session.execute(select(JobRow.id, JobRow.reason, JobRow.expected_start)
-                                  .where(JobRow.state == JobState.PENDING.value))
-        return {jid for jid, reason, expected in current if jid in reasons and (
-            reason != reasons[jid] or (estimates is not None and expected != estimates.get(jid)))}
+    def _changed_reasons(self, reasons: dict[int, str], estimates: dict[int, float] | None) -> set[int]:
+        """The pending jobs whose reason (or, in a full pass, start estimate) the plan changes,
+        judged by the rows the snapshot read (their version was current then; a row changed
+        since is re-read by the apply and re-checked there)."""
+        changed = set()
+        for jid, reason in reasons.items():
+            row = self._rows.row(jid)
+            if row is None or row.state != JobState.PENDING.value or row.reason != reason or (
+                    estimates is not None and row.expected_start != estimates.get(jid)):
+                changed.add(jid)
+        return changed
 
     # -------------------------------------------------------------- preemption
 

@@ -19,7 +19,13 @@ from shoal.model.topology import Topology
 from shoal.store.models import CleanupRow, JobRow, NodeRow, ReservationRow
 
 
-def node_info(row: NodeRow) -> NodeInfo:
+NODE_INFO = (NodeRow.name, NodeRow.state, NodeRow.cpus, NodeRow.memory_mb, NodeRow.gpus, NodeRow.features,
+             NodeRow.labels, NodeRow.taints)
+"""The columns node_info reads: selected alone, not as whole rows, each pass."""
+
+
+def node_info(row) -> NodeInfo:
+    """A NodeRow, or a row of the NODE_INFO columns, as the scheduler's NodeInfo."""
     return NodeInfo(
         name=row.name,
         state=NodeState(row.state),
@@ -133,6 +139,11 @@ class JobRowCache:
     def __init__(self) -> None:
         self._rows: dict[int, tuple[int, JobRow, PendingJob | None]] = {}
 
+    def row(self, job_id: int) -> JobRow | None:
+        """The row as the last ``read`` found it (detached: read its columns, never write them)."""
+        kept = self._rows.get(job_id)
+        return None if kept is None else kept[1]
+
     def read(self, session: Session) -> tuple[list[JobRow], tuple[PendingJob, ...]]:
         """Live (pending and running) rows by id, and the pending ones' views."""
         versions = session.execute(select(JobRow.id, JobRow.version).where(JobRow.state.in_(LIVE))
@@ -177,7 +188,7 @@ def build(session: Session, partitions, now: float, *, accounts: tuple[Account, 
           topology: Topology | None = None, cache: JobRowCache | None = None) -> Snapshot:
     """The Snapshot as of ``now``. ``usage_half_life_s`` None: no fair-share usage is read.
     ``cache``: job rows kept from the last pass, for the controller's passes."""
-    nodes = tuple(node_info(n) for n in session.scalars(select(NodeRow).order_by(NodeRow.name)))
+    nodes = tuple(node_info(n) for n in session.execute(select(*NODE_INFO).order_by(NodeRow.name)))
     if cache is not None:
         live, pending = cache.read(session)
     else:

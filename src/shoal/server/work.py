@@ -103,7 +103,12 @@ def pod_entry(row: JobRow, node: str, server) -> dict:
 
 def node_work(session: Session, server, node: str) -> dict:
     runs = []
-    for row in session.scalars(select(JobRow).where(JobRow.state == JobState.RUNNING.value)):
+    # Whole rows (the spec's script and environment) only for the runs on this node.
+    running = session.execute(select(JobRow.id, JobRow.allocation).where(JobRow.state == JobState.RUNNING.value))
+    mine_ids = [jid for jid, alloc in running if alloc and any(n["name"] == node for n in alloc["nodes"])]
+    rows = session.scalars(select(JobRow).where(JobRow.id.in_(mine_ids), JobRow.state == JobState.RUNNING.value)
+                           .order_by(JobRow.id)) if mine_ids else ()
+    for row in rows:
         alloc = row.allocation or {"nodes": []}
         mine = next((n for n in alloc["nodes"] if n["name"] == node), None)
         if mine is None:
