@@ -287,3 +287,34 @@ def test_a_submitted_job_survives_the_server_being_killed(server_process, tmp_pa
     # The restarted server keeps counting: no job id is handed out twice.
     again = server.client().request("POST", "/api/v1/jobs", {**body, "name": "after-restart"})["job_id"]
     assert again > job_id
+
+
+def test_the_change_count_goes_up_once_a_job_write_is_committed_and_only_then(engine):
+    from sqlalchemy import update
+
+    from shoal.store.changes import ChangeCount
+    from shoal.store.models import CleanupRow
+
+    migrate(engine)
+    sessions = session_factory(engine)
+    changes = ChangeCount(sessions, (JobRow, CleanupRow))
+    with sessions() as s, s.begin():
+        s.add(_job())
+        s.flush()
+        assert changes.value == 0, "counted before the commit: a reader could cache the old rows under it"
+    assert changes.value == 1
+    with sessions() as s, s.begin():
+        s.add(_node("n01"))  # not a watched table
+    assert changes.value == 1
+    with sessions() as s:
+        s.begin()
+        s.scalar(select(JobRow)).state = "RUNNING"
+        s.flush()
+        s.rollback()
+    assert changes.value == 1, "a rolled-back write changed nothing"
+    with sessions() as s, s.begin():
+        s.execute(update(JobRow).values(reason="Priority"))  # a bulk statement, not the unit of work
+    assert changes.value == 2
+    with sessions() as s, s.begin():
+        s.scalar(select(JobRow)).state = "RUNNING"
+    assert changes.value == 3
