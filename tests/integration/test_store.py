@@ -292,17 +292,18 @@ def test_a_submitted_job_survives_the_server_being_killed(server_process, tmp_pa
 def test_the_change_count_goes_up_once_a_job_write_is_committed_and_only_then(engine):
     from sqlalchemy import update
 
-    from shoal.store.changes import ChangeCount
+    from shoal.store.changes import ALL, ChangeCount
     from shoal.store.models import CleanupRow
 
     migrate(engine)
     sessions = session_factory(engine)
-    changes = ChangeCount(sessions, (JobRow, CleanupRow))
+    changes = ChangeCount(sessions, {JobRow: "id", CleanupRow: "job_id"})
     with sessions() as s, s.begin():
-        s.add(_job())
+        job = _job()
+        s.add(job)
         s.flush()
         assert changes.value == 0, "counted before the commit: a reader could cache the old rows under it"
-    assert changes.value == 1
+    assert changes.value == 1 and changes.take() == {job.id} and changes.take() == set()
     with sessions() as s, s.begin():
         s.add(_node("n01"))  # not a watched table
     assert changes.value == 1
@@ -312,9 +313,51 @@ def test_the_change_count_goes_up_once_a_job_write_is_committed_and_only_then(en
         s.flush()
         s.rollback()
     assert changes.value == 1, "a rolled-back write changed nothing"
+    assert changes.take() == set()
     with sessions() as s, s.begin():
         s.execute(update(JobRow).values(reason="Priority"))  # a bulk statement, not the unit of work
-    assert changes.value == 2
+    assert changes.value == 2 and changes.take() == {ALL}
     with sessions() as s, s.begin():
-        s.scalar(select(JobRow)).state = "RUNNING"
-    assert changes.value == 3
+        s.add(CleanupRow(job_id=job.id, run=0, node="n01", cpus=1, memory_mb=1, since=time.time()))
+    assert changes.value == 3 and changes.take() == {job.id}
+
+
+def test_the_queue_view_kept_in_memory_lists_what_the_store_says(engine):
+    """squeue's view (server.queueview) after each kind of change, against a read of the store."""
+    from sqlalchemy import update
+
+    from shoal.server.queueview import QueueView
+    from shoal.store.changes import ChangeCount
+    from shoal.store.models import CleanupRow
+
+    migrate(engine)
+    sessions = session_factory(engine)
+    view = QueueView(sessions, ChangeCount(sessions, {JobRow: "id", CleanupRow: "job_id"}))
+
+    def listed() -> list[tuple]:
+        return [(j["job_id"], j["state"], j["reason"], j["completing"]) for j in view.jobs()]
+
+    with sessions() as s, s.begin():
+        jobs = [_job(name=f"j{i}") for i in range(5)]
+        s.add_all(jobs)
+    ids = [j.id for j in jobs]
+    assert listed() == [(i, "PENDING", "None", False) for i in ids]
+    with sessions() as s, s.begin():
+        s.get(JobRow, ids[0]).state = "RUNNING"
+        s.get(JobRow, ids[1]).state = "COMPLETED"  # ended: gone from the queue
+        row = s.get(JobRow, ids[2])
+        row.state = "COMPLETED"
+        s.add(CleanupRow(job_id=row.id, run=0, node="n01", cpus=1, memory_mb=1, since=time.time()))
+    assert listed() == [(ids[0], "RUNNING", "None", False), (ids[2], "COMPLETED", "None", True),
+                        (ids[3], "PENDING", "None", False), (ids[4], "PENDING", "None", False)]
+    with sessions() as s, s.begin():
+        s.delete(s.get(CleanupRow, (ids[2], 0, "n01")))  # its clean-up done: no longer completing
+        s.execute(update(JobRow).where(JobRow.id == ids[3]).values(reason="Priority"))
+    assert listed() == [(ids[0], "RUNNING", "None", False), (ids[3], "PENDING", "Priority", False),
+                        (ids[4], "PENDING", "None", False)]
+    with sessions() as s:  # rolled back: nothing to see
+        s.begin()
+        s.get(JobRow, ids[4]).state = "RUNNING"
+        s.flush()
+        s.rollback()
+    assert listed()[-1] == (ids[4], "PENDING", "None", False)

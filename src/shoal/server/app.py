@@ -10,7 +10,7 @@ from urllib.parse import parse_qs, unquote
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm.exc import StaleDataError
@@ -201,9 +201,13 @@ def create_app(server: Server) -> FastAPI:
                   since: float | None = Query(default=None, allow_inf_nan=False),
                   view: str | None = None, p: Principal = Depends(principal)):
         jobs = _list_jobs(job_id, user, partition, state, name, all, since, view, viewer=p)
+        if _from_queue_view(job_id, all, view):
+            return Response(server.queue.encoded(jobs), media_type="application/json")
         return JSONResponse({"jobs": jobs})  # already plain JSON: skip re-encoding
 
-    queue_cache: dict[tuple, list[dict]] = {}  # _list_jobs' queue views at the current job_changes
+    def _from_queue_view(job_id: list[str], all: bool, view: str | None) -> bool:
+        """Whether _list_jobs answers from squeue's view kept in memory."""
+        return view == "queue" and not job_id and not all and server.queue.available
 
     def _private_jobs(p: Principal):
         """With PrivateData=jobs, the condition limiting a caller to its own jobs (None: sees all)."""
@@ -220,15 +224,10 @@ def create_app(server: Server) -> FastAPI:
         if view not in (None, "queue"):
             raise jobsvc.JobError(f"unknown view {view!r} (expected queue)")
         own = _private_jobs(viewer)
-        key = None
-        if view == "queue" and server.job_changes.enabled:
-            # squeue in a loop asks the same again and again: answered from the last listing
-            # until a job changes (ChangeCount), with the count read before the rows are.
-            key = (tuple(job_id), user, partition, tuple(state), name, all, since,
-                   None if own is None else (viewer.role, viewer.user, viewer.job_id), server.job_changes.value)
-            hit = queue_cache.get(key)
-            if hit is not None:
-                return hit
+        if _from_queue_view(job_id, all, view):
+            # squeue's default call, in users' loops: from the view kept in memory.
+            return _queue_listing(server.queue.jobs(), user, partition, state, name, since,
+                                  None if own is None else viewer)
         with server.sessions() as s:
             q = select(JobRow) if view is None else select(*jobsvc.QUEUE_VIEW.values())
             if own is not None:
@@ -244,7 +243,11 @@ def create_app(server: Server) -> FastAPI:
 
                 q = q.where(or_(*conds))
             elif not all:
-                q = q.where(JobRow.state.in_(ACTIVE) | JobRow.id.in_(select(CleanupRow.job_id)))
+                # Active jobs by the state index, and the few completing ones by id: an OR
+                # with a sub-select made SQLite scan every job ever run.
+                completing = list(s.scalars(select(CleanupRow.job_id).distinct()))
+                q = q.where(JobRow.state.in_(ACTIVE) | JobRow.id.in_(completing) if completing
+                            else JobRow.state.in_(ACTIVE))
             if user:
                 q = q.where(JobRow.user.in_(user.split(",")))
             if partition:
@@ -256,12 +259,7 @@ def create_app(server: Server) -> FastAPI:
             if since is not None:
                 q = q.where((JobRow.end_time.is_(None)) | (JobRow.end_time >= since))
             if view == "queue":
-                jobs = jobsvc.queue_view(s, s.execute(q.order_by(JobRow.id)).all())
-                if key is not None:
-                    if len(queue_cache) >= 64 or any(k[-1] != key[-1] for k in queue_cache):
-                        queue_cache.clear()
-                    queue_cache[key] = jobs
-                return jobs
+                return jobsvc.queue_view(s, s.execute(q.order_by(JobRow.id)).all())
             rows = list(s.scalars(q.order_by(JobRow.id)))
             return _jobs_json(s, rows)
 
@@ -749,14 +747,15 @@ def create_app(server: Server) -> FastAPI:
         return out
 
     def _nodes_json(s, rows: list[NodeRow]) -> list[dict]:
-        running = list(s.scalars(select(JobRow).where(JobRow.state == JobState.RUNNING.value)))
+        # The running jobs' allocations alone: whole rows (their scripts) cost most of sinfo.
+        running = s.execute(select(JobRow.id, JobRow.allocation).where(JobRow.state == JobState.RUNNING.value))
         cleanups = list(s.scalars(select(CleanupRow)))
         use: dict[str, list] = {r.name: [0, 0, 0, []] for r in rows}
-        for j in running:
-            for n in (j.allocation or {"nodes": []})["nodes"]:
+        for jid, allocation in running:
+            for n in (allocation or {"nodes": []})["nodes"]:
                 if n["name"] in use:
                     u = use[n["name"]]
-                    u[0] += n["cpus"]; u[1] += n["memory_mb"]; u[2] += len(n["gpus"]); u[3].append(j.id)
+                    u[0] += n["cpus"]; u[1] += n["memory_mb"]; u[2] += len(n["gpus"]); u[3].append(jid)
         for c in cleanups:
             if c.node in use:
                 u = use[c.node]
@@ -828,6 +827,21 @@ def create_app(server: Server) -> FastAPI:
     fast.add("POST", r"/api/v1/agents/(?P<node>[^/]+)/report", fast_report)
     app.add_middleware(fastpath.FastPaths, routes=fast)
     return app
+
+
+def _queue_listing(jobs: list[dict], user: str | None, partition: str | None, state: list[str],
+                   name: str | None, since: float | None, only: Principal | None) -> list[dict]:
+    """_list_jobs' filters over queue-view dicts (``only``: PrivateData limits the caller to
+    its own jobs)."""
+    users = set(user.split(",")) if user else None
+    parts = set(partition.split(",")) if partition else None
+    states = {x.upper() for x in state} if state else None
+    names = set(name.split(",")) if name else None
+    return [j for j in jobs
+            if (users is None or j["user"] in users) and (parts is None or j["partition"] in parts)
+            and (states is None or j["state"] in states) and (names is None or j["name"] in names)
+            and (since is None or j["end_time"] is None or j["end_time"] >= since)
+            and (only is None or (j["job_id"] == only.job_id if only.role == "job" else j["user"] == only.user))]
 
 
 def _parse_job_ids(values: list[str]) -> tuple[list[int], list[tuple[int, int]]]:

@@ -78,7 +78,9 @@ class Controller(KickedLoop):
     def _none_may_start(self) -> bool:
         """Whether no job queued since the last pass can start on what that pass left free
         (nothing has ended since: an end wakes the loop for a pass). Preemption may make
-        room for any job, so with a preempting QOS every submission gets its pass."""
+        room for any job, so with a preempting QOS every submission gets its pass. (On
+        PostgreSQL a lower id may commit after a pass saw a higher one: that job waits for the
+        periodic pass, at most ``interval_s``.)"""
         s = self.server
         room = self._headroom
         if room is None or s.clock() - self._last_run >= self.interval_s() or any(q.preempt for q in s.qos):

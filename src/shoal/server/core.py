@@ -24,6 +24,7 @@ from shoal.server.hub import WorkHub
 from shoal.server.kube.controller import KubeController
 from shoal.server.kube.logs import PodLogs
 from shoal.server.leader import Leadership
+from shoal.server.queueview import QueueView
 from shoal.store.engine import make_engine, migrate, session_factory
 from shoal.store.changes import ChangeCount
 from shoal.store.feed import ChangeFeed
@@ -73,9 +74,11 @@ class Server:
         # controllers), all serve the API, and the change feed carries wake-ups between them.
         self.leader = Leadership(lease_for(self.engine), url, clock, on_elected=self._elected)
         self.feed = ChangeFeed(self.engine, self._heard) if self.leader.shared else None
-        # Bumped by each commit that changes a job or its clean-up: cached queue listings
-        # stay good until then (one server only: a second one's commits are not seen).
-        self.job_changes = ChangeCount(self.sessions, (JobRow, CleanupRow), enabled=not self.leader.shared)
+        # Which jobs each commit changed (a job or its clean-up), for squeue's view kept in
+        # memory (one server only: a second one's commits are not seen).
+        self.job_changes = ChangeCount(self.sessions, {JobRow: "id", CleanupRow: "job_id"},
+                                       enabled=not self.leader.shared)
+        self.queue = QueueView(self.sessions, self.job_changes)
         if self.feed is not None:
             self.hub.relay = self.feed.publish
             self.controller.relay = self.kube.relay = lambda name: self.feed.publish({"wake": name})

@@ -525,11 +525,13 @@ QUEUE_VIEW = {
 }
 
 
-def queue_view(session: Session, rows: list) -> list[dict]:
-    """QUEUE_VIEW rows as Job dicts with those keys, plus ``completing`` and ``nodelist``."""
+def queue_view(session: Session, rows: list, completing: set[int] | None = None) -> list[dict]:
+    """QUEUE_VIEW rows as Job dicts with those keys, plus ``completing`` and ``nodelist``
+    (``completing``: the ids of jobs with clean-ups left, when the caller has read them)."""
     if not rows:
         return []
-    completing = set(session.scalars(select(CleanupRow.job_id)))
+    if completing is None:
+        completing = set(session.scalars(select(CleanupRow.job_id)))
     keys = tuple(QUEUE_VIEW)
     out = []
     for values in rows:

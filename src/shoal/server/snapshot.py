@@ -126,6 +126,11 @@ def mark_preemptors(session: Session, pending: tuple[PendingJob, ...]) -> tuple[
 LIVE = (JobState.PENDING.value, JobState.RUNNING.value)
 
 
+def job_record(row: JobRow) -> JobRecord:
+    return JobRecord(id=row.id, state=JobState(row.state), user=row.user, name=row.name, exit_code=row.exit_code,
+                     start_time=row.start_time)
+
+
 class JobRowCache:
     """The controller's live job rows and their PendingJob views, kept between passes by id
     and version: a pass reads whole rows (and decodes their JSON) only for jobs that changed
@@ -138,6 +143,14 @@ class JobRowCache:
 
     def __init__(self) -> None:
         self._rows: dict[int, tuple[int, JobRow, PendingJob | None]] = {}
+        self._records: dict[int, tuple[int, JobRecord]] = {}
+
+    def record(self, row: JobRow) -> JobRecord:
+        """``job_record(row)``, made once per version of the row."""
+        kept = self._records.get(row.id)
+        if kept is None or kept[0] != row.version:
+            kept = self._records[row.id] = (row.version, job_record(row))
+        return kept[1]
 
     def row(self, job_id: int) -> JobRow | None:
         """The row as the last ``read`` found it (detached: read its columns, never write them)."""
@@ -159,6 +172,8 @@ class JobRowCache:
             if r.state in LIVE:  # PostgreSQL: it may have ended between the two reads
                 rows[r.id] = (r.version, r, pending_job(r) if r.state == JobState.PENDING.value else None)
         self._rows = rows
+        if len(self._records) > 2 * len(rows) + 1000:  # ended jobs' records, now and then
+            self._records = {jid: kept for jid, kept in self._records.items() if jid in rows}
         live = sorted(rows)
         return ([rows[jid][1] for jid in live],
                 tuple(rows[jid][2] for jid in live if rows[jid][2] is not None))
@@ -205,12 +220,9 @@ def build(session: Session, partitions, now: float, *, accounts: tuple[Account, 
     extra = {j.id: j for j in session.scalars(select(JobRow).where(JobRow.id.in_(fetch)))} if fetch else {}
     all_rows = {**extra, **by_id}
     active = tuple([active_job(j) for j in running] + cleanup_jobs(cleanups, all_rows))
-    records = {
-        jid: JobRecord(id=jid, state=JobState(r.state), user=r.user, name=r.name, exit_code=r.exit_code,
-                       start_time=r.start_time)
-        for jid, r in all_rows.items()
-        if jid in wanted or r.state == JobState.RUNNING.value or r.state == JobState.PENDING.value
-    }
+    record = cache.record if cache is not None else job_record
+    records = {jid: record(r) for jid, r in all_rows.items()
+               if jid in wanted or r.state == JobState.RUNNING.value or r.state == JobState.PENDING.value}
     usage = usage_records(session, now, usage_half_life_s) if usage_half_life_s is not None else ()
     return Snapshot(now=now, nodes=nodes, partitions=tuple(partitions), pending=pending, active=active,
                     jobs=records, accounts=accounts, usage=usage, qos=qos,

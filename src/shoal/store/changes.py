@@ -1,50 +1,70 @@
-"""A count of committed changes to some tables, kept by this process's sessions.
+"""What this process's sessions committed to some tables: a count, and which keys.
 
 Read-mostly answers (``squeue``'s queue view, polled in tight loops by users' scripts) are
-cached under the count they were computed at: the same count, the same rows. The count
-goes up *after* a commit that wrote one of the watched tables, so a reader that saw the
-new count also sees the new rows; a reader that raced a commit caches its answer under
-the old count, which nobody asks for again.
+kept in memory and brought up to date from the keys that changed. The count goes up
+*after* a commit that wrote one of the watched tables, and its keys are recorded before
+the count moves, so a reader that saw the new count finds those keys, and then reads the
+new rows; a reader that raced a commit sees the count move again and looks again.
 
 It sees only this process's writes: with several servers on one store (HA), the others'
-commits are invisible, and ``enabled`` is False so nothing is cached.
+commits are invisible, and ``enabled`` is False so nothing is kept.
 """
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Mapping
+
 from sqlalchemy import event
 from sqlalchemy.orm import Session, sessionmaker
 
-_DIRTY = "shoal.changed"
+_KEYS = "shoal.changed"
+ALL = None
+"""Recorded for a statement that may have changed any row (a bulk UPDATE or DELETE)."""
 
 
 class ChangeCount:
-    def __init__(self, sessions: sessionmaker[Session], tables: tuple[type, ...], enabled: bool = True) -> None:
+    """``watched``: each table's model, and the attribute that is the key kept (a job's id,
+    a clean-up's job id)."""
+
+    def __init__(self, sessions: sessionmaker[Session], watched: Mapping[type, str], enabled: bool = True) -> None:
         self.value = 0
         self.enabled = enabled
-        self._tables = tables
-        self._names = {t.__table__.name for t in tables}
+        self._watched = dict(watched)
+        self._tables = tuple(watched)
+        self._names = {t.__table__.name for t in watched}
+        self._lock = threading.Lock()
+        self._keys: set = set()
         event.listen(sessions, "after_flush", self._flushed)
         event.listen(sessions, "do_orm_execute", self._executed)
         event.listen(sessions, "after_commit", self._committed)
         event.listen(sessions, "after_soft_rollback", self._rolled_back)
 
+    def take(self) -> set:
+        """The keys changed since the last take (``ALL`` among them: any may have)."""
+        with self._lock:
+            keys, self._keys = self._keys, set()
+        return keys
+
     def _flushed(self, session: Session, _context) -> None:
-        if not session.info.get(_DIRTY) and any(
-                isinstance(obj, self._tables) for objs in (session.new, session.dirty, session.deleted)
-                for obj in objs):
-            session.info[_DIRTY] = True
+        for objs in (session.new, session.dirty, session.deleted):
+            for obj in objs:
+                if isinstance(obj, self._tables):
+                    session.info.setdefault(_KEYS, set()).add(getattr(obj, self._watched[type(obj)]))
 
     def _executed(self, state) -> None:
         # UPDATE and DELETE statements run through the session (not the unit of work).
         if (state.is_update or state.is_delete) and any(
                 getattr(m, "local_table", None) is not None and m.local_table.name in self._names
                 for m in state.all_mappers):
-            state.session.info[_DIRTY] = True
+            state.session.info.setdefault(_KEYS, set()).add(ALL)
 
     def _committed(self, session: Session) -> None:
-        if session.info.pop(_DIRTY, False):
+        keys = session.info.pop(_KEYS, None)
+        if keys:
+            with self._lock:
+                self._keys |= keys
             self.value += 1
 
     def _rolled_back(self, session: Session, _previous) -> None:
-        session.info.pop(_DIRTY, None)
+        session.info.pop(_KEYS, None)
