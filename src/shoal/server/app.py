@@ -688,7 +688,7 @@ def create_app(server: Server) -> FastAPI:
                     s.delete(c)
                     touched.add(node)
         if body.gpu_util or body.pod_cpu:
-            server.kube.metrics.agent_report(node, body.gpu_util, body.pod_cpu, now)
+            server.record_metrics({"agent": node}, {"gpu_util": body.gpu_util, "pod_cpu": body.pod_cpu}, now)
         if touched:
             server.hub.bump(touched)
             server.controller.wake()

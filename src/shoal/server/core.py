@@ -165,6 +165,25 @@ class Server:
         self.leader.stop()
         self.engine.dispose()
 
+    def record_metrics(self, source: dict, sample: dict, now: float) -> None:
+        """Metric samples an agent (``{"agent": node}``: gpu_util, pod_cpu) or the gateway
+        (``{"gateway": True}``: pods, held) reported to this server. The HPA runs on the
+        leader, so a follower passes them on through the change feed, in pieces the feed can
+        carry."""
+        self._apply_metrics(source, sample, now)
+        if self.feed is not None and not self.leader.is_leader:
+            for piece in _pieces(sample):
+                self.feed.publish({"metrics": {"source": source, "sample": piece, "time": now}})
+
+    def _apply_metrics(self, source: dict, sample: dict, now: float) -> None:
+        metrics = self.kube.metrics
+        if "agent" in source:
+            metrics.agent_report(source["agent"], sample.get("gpu_util") or {}, sample.get("pod_cpu") or {}, now)
+        else:
+            metrics.gateway_report(sample.get("pods") or {}, sample.get("held") or {}, now)
+            if sample.get("held"):
+                self.kube.wake()  # a request held for a scaled-to-zero Deployment
+
     def _elected(self) -> None:
         self.controller.wake()
         self.kube.wake()
@@ -175,6 +194,9 @@ class Server:
             self.hub.heard({"resync": True})
             self.auth.forget_all()
             self._elected()
+        elif "metrics" in event:
+            m = event["metrics"]
+            self._apply_metrics(m["source"], m["sample"], m["time"])
         elif "revoked" in event:
             self.auth.forget(event["revoked"])
         elif "revoked_node" in event:
@@ -185,6 +207,17 @@ class Server:
                 loop.kick.set()
         else:
             self.hub.heard(event)
+
+
+def _pieces(sample: dict, per_piece: int = 32) -> list[dict]:
+    """``sample``'s maps cut into pieces of at most ``per_piece`` entries each (a change-feed
+    notification carries 7,000 bytes)."""
+    pieces: list[dict] = []
+    for key, value in sample.items():
+        items = list(value.items()) if isinstance(value, dict) else []
+        for i in range(0, len(items), per_piece):
+            pieces.append({key: dict(items[i:i + per_piece])})
+    return pieces
 
 
 def write_private(path: Path, data: bytes) -> None:

@@ -207,9 +207,7 @@ def router(server, principal, admin, retry_on_conflict) -> APIRouter:
 
     @r.post("/metrics")
     def metrics(body: GatewayMetrics, p: Principal = Depends(admin)):
-        server.kube.metrics.gateway_report(body.pods, body.held, server.clock())
-        if body.held:
-            server.kube.wake()
+        server.record_metrics({"gateway": True}, {"pods": body.pods, "held": body.held}, server.clock())
         return {"ok": True}
 
     return r
