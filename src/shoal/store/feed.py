@@ -7,7 +7,8 @@ server publishes its wake-ups (nodes whose work changed, signals, "scheduler: lo
 again") on one channel and every other server applies them to its own hub. The feed only
 wakes; the truth is in the tables, so a notification lost while a connection was down is
 made good by waking everything once the listener is back (``{"resync": true}``).
-It also carries revoked tokens (``{"revoked": [hash]}``) and node credentials
+It also carries the metric samples agents and the gateway report to a follower
+(``{"metrics": ...}``: the leader's HPA reads them), revoked tokens (``{"revoked": [hash]}``) and node credentials
 (``{"revoked_node": name}``), which every server drops from its caches of looked-up tokens and
 node credential generations; after a resync each drops them all.
 """
