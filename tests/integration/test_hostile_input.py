@@ -249,3 +249,34 @@ def test_node_labels_are_refused_as_kubernetes_refuses_them(api, labels, message
     assert status == 422, doc
     assert doc["detail"][0]["loc"] == ["body", "labels"]
     assert doc["detail"][0]["msg"].startswith(message), doc
+
+
+# ---------------------------------------------------------------- the fast path (server/fastpath.py)
+# The requests every job costs skip FastAPI's layers; what they do not take as is must get
+# the app's own answers all the same.
+
+FAST_POSTS = ("/api/v1/commands/sbatch", "/api/v1/agents/node01/report")
+
+
+@pytest.mark.parametrize("path", FAST_POSTS)
+def test_the_fast_paths_refuse_a_body_over_the_limit_as_the_app_does(api, path):
+    from shoal.server.limits import MAX_BODY_BYTES
+
+    status, doc = api.post(path, b"", headers=(f"Content-Length: {MAX_BODY_BYTES + 1}",))
+    assert (status, doc["detail"]) == (413, f"request body too large: the API accepts at most {MAX_BODY_BYTES} "
+                                            f"bytes (16 MiB)")
+    chunk = b"x" * (1024 * 1024)
+    body = b"".join(b"%x\r\n%s\r\n" % (len(chunk), chunk) for _ in range(MAX_BODY_BYTES // len(chunk) + 1))
+    status, doc = api.post(path, body + b"0\r\n\r\n", headers=("Transfer-Encoding: chunked",))
+    assert status == 413 and doc["detail"].startswith("request body too large"), doc
+
+
+def test_the_agents_fast_paths_check_the_node_credential_then_the_input(api):
+    status, doc = api.post("/api/v1/agents/node01/report", b"{}")  # the admin token is no node credential
+    assert (status, doc["detail"]) == (403, "this credential does not belong to node node01"), doc
+    status, doc = api.post("/api/v1/agents/node01/report", b'{"events": "none"}')
+    assert status == 422 and doc["detail"][0]["loc"] == ["body", "events"], doc
+    status, doc = get(api, "/api/v1/agents/node01/work?wait=99")
+    assert status == 422 and doc["detail"][0]["loc"] == ["query", "wait"], doc
+    status, doc = get(api, "/api/v1/agents/node01/work?wait=nan")
+    assert status == 422, doc
