@@ -361,3 +361,21 @@ def test_the_queue_view_kept_in_memory_lists_what_the_store_says(engine):
         s.flush()
         s.rollback()
     assert listed()[-1] == (ids[4], "PENDING", "None", False)
+
+
+def test_a_savepoints_rollback_keeps_the_change_keys_of_the_transaction_around_it(engine):
+    from shoal.store.changes import ChangeCount
+    from shoal.store.models import CleanupRow
+
+    migrate(engine)
+    sessions = session_factory(engine)
+    changes = ChangeCount(sessions, {JobRow: "id", CleanupRow: "job_id"})
+    with sessions() as s, s.begin():
+        kept = _job(name="kept")
+        s.add(kept)
+        s.flush()
+        savepoint = s.begin_nested()
+        s.add(_job(name="undone"))
+        s.flush()
+        savepoint.rollback()
+    assert changes.value == 1 and kept.id in changes.take()

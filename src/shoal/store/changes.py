@@ -66,5 +66,8 @@ class ChangeCount:
                 self._keys |= keys
             self.value += 1
 
-    def _rolled_back(self, session: Session, _previous) -> None:
-        session.info.pop(_KEYS, None)
+    def _rolled_back(self, session: Session, previous) -> None:
+        # The whole transaction only: a savepoint's rollback leaves the keys of the writes
+        # around it (keys of rolled-back writes kept are harmless: those jobs are re-read).
+        if getattr(previous, "parent", None) is None and not getattr(previous, "nested", False):
+            session.info.pop(_KEYS, None)
