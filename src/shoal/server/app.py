@@ -47,7 +47,6 @@ from shoal.server.work import node_work
 from shoal.store.lease import current_leader
 from shoal.store.models import CleanupRow, JobRow, NodeRow, StepRow
 
-ACTIVE = (JobState.PENDING.value, JobState.RUNNING.value)
 CONFLICT_RETRIES = 5
 
 
@@ -243,11 +242,7 @@ def create_app(server: Server) -> FastAPI:
 
                 q = q.where(or_(*conds))
             elif not all:
-                # Active jobs by the state index, and the few completing ones by id: an OR
-                # with a sub-select made SQLite scan every job ever run.
-                completing = list(s.scalars(select(CleanupRow.job_id).distinct()))
-                q = q.where(JobRow.state.in_(ACTIVE) | JobRow.id.in_(completing) if completing
-                            else JobRow.state.in_(ACTIVE))
+                q = q.where(jobsvc.listed(s))
             if user:
                 q = q.where(JobRow.user.in_(user.split(",")))
             if partition:
@@ -279,7 +274,7 @@ def create_app(server: Server) -> FastAPI:
         sig = jobsvc.parse_signal(body.signal)
         done, touched = [], set()
         with server.sessions() as s, s.begin():
-            q = select(JobRow).where(JobRow.state.in_(ACTIVE))
+            q = select(JobRow).where(JobRow.state.in_(jobsvc.ACTIVE))
             ids, arrays = _parse_job_ids(body.job_ids)
             if body.job_ids:
                 from sqlalchemy import or_

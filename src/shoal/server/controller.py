@@ -46,7 +46,6 @@ class Controller(KickedLoop):
         self._seen_id = 0  # the newest job that pass saw
         self._last_run = float("-inf")  # when the last pass ran
         self._last_checks = float("-inf")  # when heartbeats, time limits and grace were last checked
-        self.skipped = 0  # wake-ups answered without a pass
 
     def interval_s(self) -> float:
         return self.server.config.scheduler.interval_s
@@ -68,7 +67,6 @@ class Controller(KickedLoop):
         only_submits = self._submit_asked and not self._pass_asked
         self._pass_asked = self._submit_asked = False
         if only_submits and self._none_may_start():
-            self.skipped += 1
             self._last_pass_s = 0.0
             return
         self._last_run = self.server.clock()

@@ -67,7 +67,7 @@ class FastPaths:
         handler, match = found
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         declared = headers.get("content-length", "")
-        if not declared.isdigit() and declared or declared.isdigit() and int(declared) > self.limit:
+        if declared and (not declared.isdigit() or int(declared) > self.limit):
             return await self.app(scope, receive, send)  # the app's 400 or 413, before a byte is read
         chunks: list[bytes] = []
         size, more = 0, True

@@ -234,7 +234,7 @@ def submit(session: Session, principal: Principal, body: JobSubmit, *, partition
         if job_qos.max_submit_per_user is not None:
             queued = session.scalar(select(func.count()).select_from(JobRow).where(
                 JobRow.user == principal.user,
-                JobRow.state.in_((JobState.PENDING.value, JobState.RUNNING.value)),
+                JobRow.state.in_(ACTIVE),
                 func.coalesce(JobRow.spec["qos"].as_string(), DEFAULT_QOS) == job_qos.name)) or 0
             error = max_submit_error(job_qos, principal.user, queued,
                                      len(task_ids) if task_ids is not None else 1)
@@ -512,6 +512,17 @@ def to_json(row: JobRow, *, steps: list[StepRow] = (), completing: bool = False)
         "array_spec": None,
         "steps": out_steps,
     }
+
+
+ACTIVE = (JobState.PENDING.value, JobState.RUNNING.value)
+
+
+def listed(session: Session):
+    """The condition for the jobs a listing shows by default: pending or running, or with a
+    run's clean-up left (completing). The completing ids are read first: an OR with a
+    sub-select made SQLite scan every job ever run."""
+    completing = list(session.scalars(select(CleanupRow.job_id).distinct()))
+    return JobRow.state.in_(ACTIVE) | JobRow.id.in_(completing) if completing else JobRow.state.in_(ACTIVE)
 
 
 # squeue's default table reads only these keys of a Job (docs/API.md); GET /api/v1/jobs

@@ -18,12 +18,10 @@ from collections.abc import Callable, Iterable
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from shoal.model.job import JobState
 from shoal.server import jobs as jobsvc
 from shoal.store.changes import ALL, ChangeCount
 from shoal.store.models import CleanupRow, JobRow
 
-ACTIVE = (JobState.PENDING.value, JobState.RUNNING.value)
 _BATCH = 500  # ids per IN (...) when re-reading changed jobs
 
 
@@ -55,13 +53,8 @@ class QueueView:
 
     def _reload(self) -> None:
         with self.sessions() as s:
-            completing = set(s.scalars(select(CleanupRow.job_id)))
-            q = select(*jobsvc.QUEUE_VIEW.values()).where(JobRow.state.in_(ACTIVE))
-            rows = list(s.execute(q))
-            if completing:
-                rows += s.execute(select(*jobsvc.QUEUE_VIEW.values()).where(
-                    JobRow.id.in_(completing), JobRow.state.not_in(ACTIVE))).all()
-            self._jobs = {job["job_id"]: job for job in jobsvc.queue_view(s, rows, completing)}
+            rows = s.execute(select(*jobsvc.QUEUE_VIEW.values()).where(jobsvc.listed(s))).all()
+            self._jobs = {job["job_id"]: job for job in jobsvc.queue_view(s, rows)}
             self._json = {}
 
     def _refresh(self, ids: Iterable[int]) -> None:
@@ -76,7 +69,7 @@ class QueueView:
                     jobs.pop(jid, None)
                     self._json.pop(jid, None)
                 for job in jobsvc.queue_view(s, rows, completing):
-                    if job["state"] in ACTIVE or job["completing"]:
+                    if job["state"] in jobsvc.ACTIVE or job["completing"]:
                         jobs[job["job_id"]] = job
 
     def encoded(self, jobs: list[dict]) -> bytes:
