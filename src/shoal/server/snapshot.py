@@ -13,7 +13,7 @@ from shoal.model.node import NodeState
 from shoal.model.reservation import AdvanceReservation
 from shoal.model.resources import GPU, Allocation, NodeAllocation
 from shoal.model.snapshot import ActiveJob, Dependency, JobRecord, NodeInfo, PendingJob, Snapshot
-from shoal.server.jobs import request_from_json
+from shoal.server.jobs import ACTIVE, request_from_json
 from shoal.server.kube.pods import POD, terms_of
 from shoal.model.topology import Topology
 from shoal.store.models import CleanupRow, JobRow, NodeRow, ReservationRow
@@ -123,7 +123,7 @@ def mark_preemptors(session: Session, pending: tuple[PendingJob, ...]) -> tuple[
     return tuple(dataclasses.replace(p, preemptor=True) if p.id in claimants else p for p in pending)
 
 
-LIVE = (JobState.PENDING.value, JobState.RUNNING.value)
+LIVE = ACTIVE  # pending or running: the rows a pass reads
 
 
 def job_record(row: JobRow) -> JobRecord:
