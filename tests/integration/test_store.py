@@ -379,3 +379,78 @@ def test_a_savepoints_rollback_keeps_the_change_keys_of_the_transaction_around_i
         s.flush()
         savepoint.rollback()
     assert changes.value == 1 and kept.id in changes.take()
+
+
+def test_two_change_counts_on_one_session_factory_each_see_their_own_tables(engine):
+    """The jobs' count (squeue's view) and the nodes' (sbatch's node check) on one factory:
+    one commit writing both tables moves each, with its own keys."""
+    from shoal.store.changes import ChangeCount
+
+    migrate(engine)
+    sessions = session_factory(engine)
+    jobs = ChangeCount(sessions, {JobRow: "id"})
+    nodes = ChangeCount(sessions, {NodeRow: "name"})
+    with sessions() as s, s.begin():
+        job = _job()
+        s.add_all([job, _node("n01")])
+    assert (jobs.value, nodes.value) == (1, 1)
+    assert jobs.take() == {job.id} and nodes.take() == {"n01"}
+    with sessions() as s, s.begin():
+        s.get(NodeRow, "n01").state = "DRAIN"
+    assert (jobs.value, nodes.value) == (1, 2) and jobs.take() == set() and nodes.take() == {"n01"}
+
+
+def test_submissions_check_the_nodes_as_the_store_has_them_after_every_change(engine):
+    """server.snapshot.NodeInfoCache: kept between submissions, read again after any node
+    write this process commits (registration, drain, a bulk update), and its feasibility
+    verdicts dropped with it."""
+    from sqlalchemy import update
+
+    from shoal.model.resources import ResourceRequest
+    from shoal.model.snapshot import Partition
+    from shoal.sched.placement import check_feasible
+    from shoal.server.snapshot import NodeInfoCache
+    from shoal.store.changes import ChangeCount
+
+    migrate(engine)
+    sessions = session_factory(engine)
+    checks = []
+
+    def check(*args, **kw):
+        checks.append(args[0])
+        return check_feasible(*args, **kw)
+
+    cache = NodeInfoCache(ChangeCount(sessions, {NodeRow: "name"}), check)
+    part = Partition(name="gpu", nodes=("n01", "n02"), default=True)
+    two = ResourceRequest(nodes=2, ntasks=2, cpus_per_task=1, mem_per_node_mb=1, gpus_per_node=1)
+
+    def verdict() -> str | None:
+        with sessions() as s:
+            nodes = cache.nodes(s)
+        return cache.feasible(two, part, [n for n in nodes if n.name in part.nodes], time_limit_s=None)
+
+    gpu = {"index": 0, "uuid": "GPU-0", "product": "NVIDIA A100-SXM4-80GB", "memory_mb": 81920}
+    with sessions() as s, s.begin():
+        s.add(_node("n01"))
+        s.flush()
+        s.execute(update(NodeRow).values(gpus=[gpu]))
+    assert verdict() is not None, "two nodes asked of a partition holding one"
+    assert verdict() is not None and len(checks) == 1, "the same request on the same nodes: checked once"
+    with sessions() as s, s.begin():
+        node = _node("n02")
+        node.gpus = [gpu]
+        s.add(node)  # registered
+    assert verdict() is None and len(checks) == 2
+    with sessions() as s, s.begin():
+        s.execute(update(NodeRow).values(gpus=[]))  # a bulk update: every node may have changed
+    assert verdict() is not None and len(checks) == 3
+    with sessions() as s:
+        assert [n.gpus for n in cache.nodes(s)] == [(), ()]
+
+    disabled = NodeInfoCache(ChangeCount(sessions, {NodeRow: "name"}, enabled=False), check)
+    with sessions() as s:
+        first = disabled.nodes(s)
+        with sessions() as other, other.begin():
+            other.get(NodeRow, "n01").state = "DRAIN"
+        assert [n.state.value for n in disabled.nodes(s)] != [n.state.value for n in first], \
+            "several servers on one store: nothing is kept"

@@ -42,7 +42,7 @@ from shoal.server.schemas import (AgentRegister, AgentReport, BulkCancelRequest,
                                   ReservationCreate, ReservationUpdate, StepComplete, StepCreate)
 from shoal.model.timefmt import format_timestamp
 from shoal.sched.schedule import schedule
-from shoal.server.snapshot import NODE_INFO, node_info
+from shoal.server.snapshot import NodeInfoCache
 from shoal.server.work import node_work
 from shoal.store.lease import current_leader
 from shoal.store.models import CleanupRow, JobRow, NodeRow, StepRow
@@ -153,11 +153,12 @@ def create_app(server: Server) -> FastAPI:
 
     def _submit(s, p: Principal, body: JobSubmit, now: float) -> dict:
         """Validate and store a submission in the caller's transaction (submit and --test-only)."""
-        nodes = [node_info(n) for n in s.execute(select(*NODE_INFO))]
-        return jobsvc.submit(s, p, body, partitions=server.partitions, nodes=nodes, now=now,
+        return jobsvc.submit(s, p, body, partitions=server.partitions, nodes=submit_nodes.nodes(s), now=now,
                              max_array_size=server.config.scheduler.max_array_size,
                              def_mem_per_cpu_mb=server.config.scheduler.def_mem_per_cpu_mb,
-                             feasible=check_feasible, accounts=server.account_tree, qos=server.qos_table)
+                             feasible=submit_nodes.feasible, accounts=server.account_tree, qos=server.qos_table)
+
+    submit_nodes = NodeInfoCache(server.node_changes, check_feasible)
 
     # Submissions made at once share a commit (one disk flush); each is answered only once
     # its job is committed. jobsvc.submit refuses (JobError) before it writes anything.

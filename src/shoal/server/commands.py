@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import io
 import os
+import sys
 import time
 from collections import namedtuple
 from collections.abc import Callable
@@ -50,6 +51,10 @@ class Invocation(namedtuple("Invocation", "argv cwd environ user files")):
         return os.path.basename(self.argv[0]) if self.argv and self.argv[0] else "shoal"
 
 
+_FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
+"""How os.fsdecode decodes (called directly: an invocation holds a hundred items)."""
+
+
 class InvocationError(ValueError):
     """A request body that is not an invocation."""
 
@@ -61,24 +66,25 @@ def decode_invocation(data: bytes) -> Invocation:
     files: dict[int, bytes] = {}
     cwd = user = ""
     pos, end = 0, len(data)
+    index = data.index
     try:
         while pos < end:
-            nl = data.index(b"\n", pos)
+            nl = index(b"\n", pos)
             key, _, size = data[pos:nl].decode("ascii").rpartition(" ")
             start = nl + 1
-            value = data[start:start + int(size)]
-            if len(value) != int(size):
-                raise InvocationError("truncated item")
             pos = start + int(size)
-            if key == "arg":
-                argv.append(os.fsdecode(value))
-            elif key == "env":
-                name, _, text = os.fsdecode(value).partition("=")
+            value = data[start:pos]
+            if pos > end or not size.isdigit():
+                raise InvocationError("truncated item" if pos > end else f"bad item size {size!r}")
+            if key == "env":
+                name, _, text = value.decode(_FS_ENCODING, _FS_ERRORS).partition("=")
                 environ[name] = text
+            elif key == "arg":
+                argv.append(value.decode(_FS_ENCODING, _FS_ERRORS))
             elif key == "cwd":
-                cwd = os.fsdecode(value)
+                cwd = value.decode(_FS_ENCODING, _FS_ERRORS)
             elif key == "user":
-                user = os.fsdecode(value)
+                user = value.decode(_FS_ENCODING, _FS_ERRORS)
             elif key.startswith("file "):
                 files[int(key[5:])] = value
     except (ValueError, UnicodeDecodeError) as e:

@@ -46,6 +46,12 @@ class Controller(KickedLoop):
         self._seen_id = 0  # the newest job that pass saw
         self._last_run = float("-inf")  # when the last pass ran
         self._last_checks = float("-inf")  # when heartbeats, time limits and grace were last checked
+        # Submission streams (see submitted): monotonic times of the last submission and of
+        # the last step that was not deferred; whether the last two submissions were a stream.
+        self._last_submit = float("-inf")
+        self._last_step = float("-inf")
+        self._streaming = False
+        self._defer_s = 0.0  # how long the loop rests before looking again (0: not deferring)
 
     def interval_s(self) -> float:
         return self.server.config.scheduler.interval_s
@@ -57,12 +63,31 @@ class Controller(KickedLoop):
     def submitted(self) -> None:
         """Jobs were queued. A pass follows at once if one of them may start now; else the
         next periodic pass (``interval_s``) gives them their reasons, as Slurm's does: with a
-        full cluster and a long queue, a pass per submission was most of the server's time."""
+        full cluster and a long queue, a pass per submission was most of the server's time.
+
+        Submissions closer together than ``stream_gap_s`` are a stream (a script's sbatch
+        loop, many users at once): while it lasts, passes wait for it to pause, at most
+        ``stream_defer_s`` after the last one (``stream_wait``), and then start its jobs in
+        one batch. A pass, and starting, watching and ending its jobs, would otherwise take
+        the server's time between every two submissions of the stream."""
+        now = time.monotonic()
+        self._streaming = now - self._last_submit < self.server.config.scheduler.stream_gap_s
+        self._last_submit = now
         self._submit_asked = True
         super().wake()
 
     def step(self) -> None:
         t0 = time.perf_counter()
+        config = self.server.config.scheduler
+        now = time.monotonic()
+        wait = stream_wait(now, self._last_submit if self._streaming else float("-inf"), self._last_step,
+                           config.stream_gap_s, config.stream_defer_s)
+        if wait > 0:
+            self._defer_s = wait
+            self.kick.set()  # look again after resting ``wait`` (rest_s); what asked is kept
+            return
+        self._defer_s = 0.0
+        self._last_step = now
         # Woken by the interval, or by another server's relay, neither flag is set: a pass.
         only_submits = self._submit_asked and not self._pass_asked
         self._pass_asked = self._submit_asked = False
@@ -89,6 +114,8 @@ class Controller(KickedLoop):
             return not any(room.may_fit(jobsvc.request_from_json(r)) for r in fresh)
 
     def rest_s(self) -> float:
+        if self._defer_s > 0:
+            return self._defer_s
         # As long as the pass took (at most one interval): under a stream of submissions,
         # each waking the loop, passes over a long queue take at most half of the server's
         # time, and the API keeps the rest; a short queue's pass takes milliseconds, so a
@@ -308,3 +335,15 @@ class Controller(KickedLoop):
                 jobsvc.finish(session, row, JobState.NODE_FAIL, now, reason="NodeFail", skip_nodes=skip)
             touched.update(n for n in names if n not in skip)
         return touched
+
+
+def stream_wait(now: float, stream_submit: float, last_step: float, gap_s: float, defer_s: float) -> float:
+    """How long a pass should still wait for a stream of submissions to pause (0: run it now).
+
+    ``stream_submit``: when the stream's latest submission came (``-inf``: no stream); the
+    stream has paused once ``gap_s`` passed without one. The wait ends ``defer_s`` after the
+    last pass (``last_step``) however long the stream lasts, so its jobs start in batches."""
+    if defer_s <= 0 or now - stream_submit >= gap_s:
+        return 0.0
+    left = last_step + defer_s - now
+    return min(stream_submit + gap_s - now, left) if left > 0 else 0.0

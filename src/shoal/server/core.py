@@ -29,7 +29,7 @@ from shoal.store.engine import make_engine, migrate, session_factory
 from shoal.store.changes import ChangeCount
 from shoal.store.feed import ChangeFeed
 from shoal.store.lease import lease_for, shared_secret
-from shoal.store.models import CleanupRow, JobRow, TokenRow
+from shoal.store.models import CleanupRow, JobRow, NodeRow, TokenRow
 
 log = logging.getLogger("shoal.server")
 
@@ -79,6 +79,7 @@ class Server:
         self.job_changes = ChangeCount(self.sessions, {JobRow: "id", CleanupRow: "job_id"},
                                        enabled=not self.leader.shared)
         self.queue = QueueView(self.sessions, self.job_changes)
+        self.node_changes = ChangeCount(self.sessions, {NodeRow: "name"}, enabled=not self.leader.shared)
         if self.feed is not None:
             self.hub.relay = self.feed.publish
             self.controller.relay = self.kube.relay = lambda name: self.feed.publish({"wake": name})
@@ -132,8 +133,6 @@ class Server:
         """A node's advertised address (cached; registration updates it)."""
         address = self._addresses.get(node)
         if address is None:
-            from shoal.store.models import NodeRow
-
             with self.sessions() as s:
                 row = s.get(NodeRow, node)
                 address = row.address if row is not None else ""

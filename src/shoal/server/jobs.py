@@ -193,7 +193,8 @@ def submit(session: Session, principal: Principal, body: JobSubmit, *, partition
         raise JobError(f"workdir must be an absolute path, not {body.workdir!r}")
     partition = pick_partition(partitions, body.partition)
     req, time_limit = normalise(body, partition, def_mem_per_cpu_mb)
-    members = [n for n in nodes if n.name in set(partition.nodes)]
+    names = set(partition.nodes)
+    members = [n for n in nodes if n.name in names]
     reason = feasible(req, partition, members, time_limit_s=time_limit) if members else None
     if reason:
         raise JobError(f"Requested node configuration is not available: {reason}")

@@ -61,12 +61,15 @@ def check_environment(env: dict[str, str]) -> dict[str, str]:
         raise ValueError(f"{len(env)} variables: at most {MAX_ENV_VARS} are accepted")
     total = 0
     for name, value in env.items():
+        total += len(name) + len(value) + 2
+        if name.isascii() and value.isascii() and name and "=" not in name and "\x00" not in name \
+                and "\x00" not in value and len(name) <= MAX_ARG and len(value) <= MAX_ARG:
+            continue  # the common case, at a fraction of the checks' cost
         if not name or "=" in name or _exec_text_error(name, ""):
             raise ValueError(f"invalid variable name {name[:64]!r}: it must be non-empty UTF-8, without '=' or NUL")
         why = _exec_text_error(value, f"variable {name[:64]}")
         if why:
             raise ValueError(why)
-        total += len(name) + len(value) + 2
     if total > MAX_ENV_BYTES:
         raise ValueError(f"the environment holds {total} bytes: at most {MAX_ENV_BYTES} are accepted")
     return env

@@ -38,6 +38,40 @@ def node_info(row) -> NodeInfo:
     )
 
 
+class NodeInfoCache:
+    """Every node's NodeInfo as submissions check them, and what ``check`` (placement's
+    check_feasible) said of requests on them, kept until a commit of this process changes a
+    node row (``changes``: a ChangeCount watching NodeRow). Each sbatch read every node and
+    placed its job on an empty copy of the cluster; in a submission loop the nodes are the
+    same every time. A disabled count (several servers on one store) keeps nothing."""
+
+    def __init__(self, changes, check) -> None:
+        self.changes = changes
+        self.check = check
+        self._at: int | None = None
+        self._nodes: list[NodeInfo] = []
+        self._verdicts: dict = {}
+
+    def nodes(self, session: Session) -> list[NodeInfo]:
+        at = self.changes.value  # noted before the read: a commit racing it moves the count again
+        if not self.changes.enabled or at != self._at:
+            nodes = [node_info(n) for n in session.execute(select(*NODE_INFO).order_by(NodeRow.name))]
+            self._nodes, self._verdicts, self._at = nodes, {}, at
+        return self._nodes
+
+    def feasible(self, request, partition, members: list[NodeInfo], *, time_limit_s: int | None) -> str | None:
+        """``check``'s verdict; ``members`` are the partition's nodes from ``nodes()``."""
+        key = (request, partition, time_limit_s)
+        try:
+            return self._verdicts[key]
+        except KeyError:
+            pass
+        except TypeError:  # an unhashable field: not kept
+            return self.check(request, partition, members, time_limit_s=time_limit_s)
+        verdict = self._verdicts[key] = self.check(request, partition, members, time_limit_s=time_limit_s)
+        return verdict
+
+
 def pending_job(row: JobRow) -> PendingJob:
     spec = row.spec
     return PendingJob(

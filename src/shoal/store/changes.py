@@ -18,7 +18,6 @@ from collections.abc import Mapping
 from sqlalchemy import event
 from sqlalchemy.orm import Session, sessionmaker
 
-_KEYS = "shoal.changed"
 ALL = None
 """Recorded for a statement that may have changed any row (a bulk UPDATE or DELETE)."""
 
@@ -35,6 +34,7 @@ class ChangeCount:
         self._names = {t.__table__.name for t in watched}
         self._lock = threading.Lock()
         self._keys: set = set()
+        self._info = f"shoal.changed.{id(self)}"  # this count's keys in session.info (one per count)
         event.listen(sessions, "after_flush", self._flushed)
         event.listen(sessions, "do_orm_execute", self._executed)
         event.listen(sessions, "after_commit", self._committed)
@@ -50,17 +50,17 @@ class ChangeCount:
         for objs in (session.new, session.dirty, session.deleted):
             for obj in objs:
                 if isinstance(obj, self._tables):
-                    session.info.setdefault(_KEYS, set()).add(getattr(obj, self._watched[type(obj)]))
+                    session.info.setdefault(self._info, set()).add(getattr(obj, self._watched[type(obj)]))
 
     def _executed(self, state) -> None:
         # UPDATE and DELETE statements run through the session (not the unit of work).
         if (state.is_update or state.is_delete) and any(
                 getattr(m, "local_table", None) is not None and m.local_table.name in self._names
                 for m in state.all_mappers):
-            state.session.info.setdefault(_KEYS, set()).add(ALL)
+            state.session.info.setdefault(self._info, set()).add(ALL)
 
     def _committed(self, session: Session) -> None:
-        keys = session.info.pop(_KEYS, None)
+        keys = session.info.pop(self._info, None)
         if keys:
             with self._lock:
                 self._keys |= keys
@@ -70,4 +70,4 @@ class ChangeCount:
         # The whole transaction only: a savepoint's rollback leaves the keys of the writes
         # around it (keys of rolled-back writes kept are harmless: those jobs are re-read).
         if getattr(previous, "parent", None) is None and not getattr(previous, "nested", False):
-            session.info.pop(_KEYS, None)
+            session.info.pop(self._info, None)
