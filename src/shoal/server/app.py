@@ -9,7 +9,6 @@ from contextlib import asynccontextmanager
 from urllib.parse import parse_qs, unquote
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request
-from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 from sqlalchemy import select
@@ -653,7 +652,7 @@ def create_app(server: Server) -> FastAPI:
             with server.sessions() as s:
                 return node_work(s, server, node)
 
-        out = await run_in_threadpool(build)
+        out = await fastpath.in_thread(build)
         out["gen"] = current
         return out
 
@@ -815,7 +814,7 @@ def create_app(server: Server) -> FastAPI:
             report = AgentReport.model_validate_json(body)
         except ValidationError:
             return None  # the app's 422
-        return fastpath.json_answer(await run_in_threadpool(agent_report, unquote(match["node"]), report,
+        return fastpath.json_answer(await fastpath.in_thread(agent_report, unquote(match["node"]), report,
                                                             headers.get("authorization")))
 
     fast.add("POST", r"/api/v1/commands/(?P<name>[^/]+)", fast_command)

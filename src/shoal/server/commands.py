@@ -25,7 +25,6 @@ from collections import namedtuple
 from collections.abc import Callable
 
 from fastapi import APIRouter, Header, Request
-from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 from pydantic import ValidationError
 from sqlalchemy.orm.exc import StaleDataError
@@ -34,6 +33,7 @@ from shoal.cli import sbatch, scancel, squeue
 from shoal.cli.client import ClientError, RunLocally, _field_error
 from shoal.cli.options import OptionError, script_index, script_source
 from shoal.server.auth import AuthError, Principal
+from shoal.server.fastpath import in_thread
 from shoal.server.jobs import JobError
 
 MEDIA_TYPE = "application/x-shoal-invocation"
@@ -200,7 +200,7 @@ async def answer(routes: LocalRoutes, resolve: Callable[[str | None, str | None,
     api = InProcessApi(routes, lambda: resolve(headers.get("authorization"), headers.get("x-shoal-job-token"),
                                               headers.get("x-shoal-user")))
     try:
-        rc, out, err = await run_in_threadpool(run_command, name, inv, api)
+        rc, out, err = await in_thread(run_command, name, inv, api)
     except RunLocally:
         return 200, [(b"x-shoal-exit", b"local")], b""
     stdout = out.encode("utf-8", "surrogateescape")

@@ -14,10 +14,13 @@ A handler returns ``(status, headers, body)``, or None for "let the app answer".
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 from sqlalchemy.orm.exc import StaleDataError
 
@@ -31,6 +34,19 @@ Answer = tuple[int, list[tuple[bytes, bytes]], bytes]
 Handler = Callable[[dict, "re.Match[str]", dict[str, str], bytes], Awaitable[Answer | None]]
 
 JSON = [(b"content-type", b"application/json")]
+T = TypeVar("T")
+
+
+_THREADS = ThreadPoolExecutor(max_workers=40, thread_name_prefix="fast")
+"""As many threads as anyio's default limit for FastAPI's own routes: submitters waiting for
+a shared commit (groupcommit) or for PostgreSQL each hold one."""
+
+
+async def in_thread(fn: Callable[..., T], *args) -> T:
+    """``fn(*args)`` in a worker thread, as the fast routes' blocking work (a commit waits for
+    the disk) must not hold up the event loop: a plain executor hand-off, which costs about
+    two-thirds of anyio's run_in_threadpool (~130 against ~190 us of CPU here)."""
+    return await asyncio.get_running_loop().run_in_executor(_THREADS, fn, *args)
 
 
 def json_answer(doc, status: int = 200) -> Answer:
