@@ -69,7 +69,9 @@ def retry_on_conflict(route):
     return wrapper
 
 
-def create_app(server: Server) -> FastAPI:
+def create_app(server: Server) -> fastpath.FastPaths:
+    """The API: FastAPI's app behind the fast routes (server/fastpath.py)."""
+
     @asynccontextmanager
     async def lifespan(app):
         server.hub.loop = asyncio.get_running_loop()
@@ -820,8 +822,9 @@ def create_app(server: Server) -> FastAPI:
     fast.add("POST", r"/api/v1/commands/(?P<name>[^/]+)", fast_command)
     fast.add("GET", r"/api/v1/agents/(?P<node>[^/]+)/work", fast_work)
     fast.add("POST", r"/api/v1/agents/(?P<node>[^/]+)/report", fast_report)
-    app.add_middleware(fastpath.FastPaths, routes=fast)
-    return app
+    # In front of the whole app, FastAPI's own middlewares included (error pages, body limit):
+    # these requests do not pass through them (an error escaping a fast route is uvicorn's 500).
+    return fastpath.FastPaths(app, routes=fast)
 
 
 def _queue_listing(jobs: list[dict], user: str | None, partition: str | None, state: list[str],

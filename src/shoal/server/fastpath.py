@@ -70,7 +70,8 @@ class Routes:
 
 
 class FastPaths:
-    """ASGI middleware: the ``routes`` answered here, everything else by ``app``."""
+    """The ASGI app uvicorn serves: the ``routes`` answered here, everything else by ``app``
+    (FastAPI's, whose own middlewares these requests skip too)."""
 
     def __init__(self, app, routes: Routes, limit: int = MAX_BODY_BYTES) -> None:
         self.app = app
