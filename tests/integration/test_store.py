@@ -198,6 +198,26 @@ def test_the_controllers_row_cache_sees_every_change_a_fresh_read_would(engine):
     assert [p.name for p in cached.pending] == ["j0", "j3", "j4", "j5", "late"]
     assert cached.pending[0].held and [a.name for a in cached.active] == ["j1"]
 
+    # A pass's own writes, kept once committed (JobRowCache.kept): the next read uses them,
+    # and still sees a change made by someone else since.
+    with sessions() as s, s.begin():
+        started, other = s.scalars(select(JobRow).where(JobRow.name.in_(["j3", "j4"])).order_by(JobRow.id)).all()
+        started.state, started.allocation = "RUNNING", {"nodes": [{"name": "n02", "cpus": 1, "memory_mb": 1,
+                                                                   "gpus": [1]}]}
+        other.reason = "Resources"
+    cache.kept([started, other])
+    same()
+    assert cache.row(started.id) is started and cache.row(other.id) is other, "read back though kept"
+    with sessions() as s, s.begin():
+        s.get(JobRow, other.id).held = True
+    same()
+    assert cache.row(other.id) is not other
+    with sessions() as s, s.begin():
+        done = s.get(JobRow, started.id)
+        done.state = "COMPLETED"
+    cache.kept([done])
+    same()
+
 
 # ------------------------------------------------------------------ durability
 

@@ -86,9 +86,10 @@ class SchedulerConfig(BaseModel):
     interval_s: float = Field(default=1.0, gt=0, description="time between periodic passes")
     stream_gap_s: float = Field(default=0.02, ge=0, description="submissions closer together than "
                                 "this are a stream, whose jobs are started in batches")
-    stream_defer_s: float = Field(default=2.0, ge=0, description="during a stream of submissions, "
+    stream_defer_s: float = Field(default=3.0, ge=0, description="during a stream of submissions, "
                                   "passes wait for it to pause, at most this long after the last "
-                                  "pass (as Slurm's defer and sched_min_interval); 0: a pass per wake")
+                                  "pass (Slurm's batch_sched_delay, 3 s by default, for the same "
+                                  "purpose); 0: a pass per wake")
     max_array_size: int = Field(default=1001, ge=1)
     def_mem_per_cpu_mb: int = Field(default=1024, ge=0, description="DefMemPerCPU")
     preemption: bool = Field(default=True, description="PreemptType=preempt/qos (acts only where "

@@ -202,6 +202,7 @@ class Controller(KickedLoop):
                     row.expected_start = plan.estimates.get(jid)
             for preemption in plan.preemptions:
                 touched |= self._preempt(session, rows, preemption, now, signals)
+        self._rows.kept(rows.values())  # committed: the next pass need not read them back
         for node, key, signum, target in signals:  # only once the preemption is committed
             s.hub.signal(node, key, signum, target)
         self._headroom, self._seen_id = headroom(snap, [st.allocation for st in plan.starts]), seen

@@ -191,6 +191,18 @@ class JobRowCache:
         kept = self._rows.get(job_id)
         return None if kept is None else kept[1]
 
+    def kept(self, rows) -> None:
+        """Rows the caller has just committed (their version column already the new one):
+        kept as they are, so the next ``read`` need not read them back. A pass that starts
+        a few hundred jobs had the next one read each of them again."""
+        for r in rows:
+            if r.state in LIVE:
+                kept = self._rows.get(r.id)
+                if kept is None or kept[0] != r.version:
+                    self._rows[r.id] = (r.version, r, pending_job(r) if r.state == JobState.PENDING.value else None)
+            else:
+                self._rows.pop(r.id, None)
+
     def read(self, session: Session) -> tuple[list[JobRow], tuple[PendingJob, ...]]:
         """Live (pending and running) rows by id, and the pending ones' views."""
         versions = session.execute(select(JobRow.id, JobRow.version).where(JobRow.state.in_(LIVE))
