@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
 
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session, aliased
@@ -48,27 +49,33 @@ class NodeInfoCache:
     def __init__(self, changes, check) -> None:
         self.changes = changes
         self.check = check
-        self._at: int | None = None
-        self._nodes: list[NodeInfo] = []
-        self._verdicts: dict = {}
+        # (count, nodes, verdicts on them), replaced whole; each thread's verdicts go with the
+        # nodes its last nodes() gave it, so a verdict on nodes read before a change is never
+        # kept for the nodes after it.
+        self._kept: tuple[int | None, list[NodeInfo], dict] = (None, [], {})
+        self._mine = threading.local()
 
     def nodes(self, session: Session) -> list[NodeInfo]:
         at = self.changes.value  # noted before the read: a commit racing it moves the count again
-        if not self.changes.enabled or at != self._at:
-            nodes = [node_info(n) for n in session.execute(select(*NODE_INFO).order_by(NodeRow.name))]
-            self._nodes, self._verdicts, self._at = nodes, {}, at
-        return self._nodes
+        kept = self._kept
+        if not self.changes.enabled or at != kept[0]:
+            kept = (at, [node_info(n) for n in session.execute(select(*NODE_INFO).order_by(NodeRow.name))], {})
+            self._kept = kept
+        self._mine.verdicts = kept[2]
+        return kept[1]
 
     def feasible(self, request, partition, members: list[NodeInfo], *, time_limit_s: int | None) -> str | None:
-        """``check``'s verdict; ``members`` are the partition's nodes from ``nodes()``."""
+        """``check``'s verdict; ``members`` are the partition's nodes from this thread's last ``nodes()``."""
+        verdicts = getattr(self._mine, "verdicts", None)
         key = (request, partition, time_limit_s)
         try:
-            return self._verdicts[key]
-        except KeyError:
-            pass
+            if verdicts is not None and key in verdicts:
+                return verdicts[key]
         except TypeError:  # an unhashable field: not kept
-            return self.check(request, partition, members, time_limit_s=time_limit_s)
-        verdict = self._verdicts[key] = self.check(request, partition, members, time_limit_s=time_limit_s)
+            verdicts = None
+        verdict = self.check(request, partition, members, time_limit_s=time_limit_s)
+        if verdicts is not None:
+            verdicts[key] = verdict
         return verdict
 
 
