@@ -80,7 +80,9 @@ def test_a_task_killed_by_a_signal_ends_with_that_signal(tmp_path, supervisor):
 def test_a_kill_sent_before_the_task_started_is_passed_on(tmp_path, supervisor):
     jobdir, launch = _launch(tmp_path, "exec sleep 60")
     task = Supervised(jobdir, supervise.start(jobdir, launch))
-    assert task.pid is None  # the supervisor is still starting: the signal goes to it
+    # Nearly always the supervisor is still starting here, and the signal goes to it; the
+    # compiled one is sometimes quicker than this line, and then the task gets it directly.
+    # Either way the task must end by that signal.
     task.send(signal.SIGTERM)
     status = task.wait()
     assert (status.exit_code, status.signal) == (0, signal.SIGTERM)
