@@ -39,6 +39,11 @@ def node_info(row) -> NodeInfo:
     )
 
 
+def read_nodes(session: Session) -> tuple[NodeInfo, ...]:
+    """Every node's NodeInfo, by name, from the NODE_INFO columns alone."""
+    return tuple(node_info(n) for n in session.execute(select(*NODE_INFO).order_by(NodeRow.name)))
+
+
 class NodeInfoCache:
     """Every node's NodeInfo as submissions check them, and what ``check`` (placement's
     check_feasible) said of requests on them, kept until a commit of this process changes a
@@ -59,7 +64,7 @@ class NodeInfoCache:
         at = self.changes.value  # noted before the read: a commit racing it moves the count again
         kept = self._kept
         if not self.changes.enabled or at != kept[0]:
-            kept = (at, [node_info(n) for n in session.execute(select(*NODE_INFO).order_by(NodeRow.name))], {})
+            kept = (at, list(read_nodes(session)), {})
             self._kept = kept
         self._mine.verdicts = kept[2]
         return kept[1]
@@ -256,7 +261,7 @@ def build(session: Session, partitions, now: float, *, accounts: tuple[Account, 
           topology: Topology | None = None, cache: JobRowCache | None = None) -> Snapshot:
     """The Snapshot as of ``now``. ``usage_half_life_s`` None: no fair-share usage is read.
     ``cache``: job rows kept from the last pass, for the controller's passes."""
-    nodes = tuple(node_info(n) for n in session.execute(select(*NODE_INFO).order_by(NodeRow.name)))
+    nodes = read_nodes(session)
     if cache is not None:
         live, pending = cache.read(session)
     else:
