@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from sqlalchemy import inspect, select
@@ -217,6 +218,64 @@ def test_the_controllers_row_cache_sees_every_change_a_fresh_read_would(engine):
         done.state = "COMPLETED"
     cache.kept([done])
     same()
+
+
+# ------------------------------------------------------------------ the agents' work answers
+
+
+def test_an_agents_work_lists_its_runs_as_the_store_has_them_after_every_change(engine):
+    """Batch runs' entries are kept between answers by row version (RunEntries): an unchanged
+    job is not read again, a changed one is, an ended one is dropped, and a pod's entry is
+    built afresh each time (it names its node's current address)."""
+    from sqlalchemy import event
+
+    from shoal.server.hub import WorkHub
+    from shoal.server.work import RunEntries, node_work
+
+    migrate(engine)
+    sessions = session_factory(engine)
+    addresses = {"n01": "127.0.0.2", "n02": "127.0.0.3"}
+    server = SimpleNamespace(run_entries=RunEntries(), hub=WorkHub(), submit_host="login", secret=b"k" * 32,
+                             node_address=addresses.get,
+                             config=SimpleNamespace(cluster_name="c", nodes=SimpleNamespace(
+                                 kill_wait_s=2.0, heartbeat_interval_s=5.0)))
+    two = {"nodes": [{"name": "n01", "cpus": 2, "memory_mb": 10, "gpus": [0, 1]},
+                     {"name": "n02", "cpus": 2, "memory_mb": 10, "gpus": [3]}]}
+    with sessions() as s, s.begin():
+        gang = _job(name="gang", state="RUNNING", allocation=two, batch_host="n01", start_time=100.0,
+                    time_limit_s=60)
+        pod = _job(name="web", state="RUNNING", kind="pod", batch_host="n02", start_time=100.0,
+                   allocation={"nodes": [two["nodes"][1]]},
+                   spec={"pod": {"namespace": "default", "name": "web-1", "uid": "u1", "spec": {}}})
+        s.add_all([gang, pod, _job(name="waiting")])
+    full_reads = []
+    event.listen(engine, "before_cursor_execute",
+                 lambda conn, cursor, sql, *a: full_reads.append(sql) if "jobs.spec" in sql else None)
+
+    def work(node: str) -> dict:
+        with sessions() as s:
+            return {r["job_id"]: r for r in json.loads(node_work(s, server, node, 7))["runs"]}
+
+    first, second = work("n01"), work("n02")
+    assert set(first) == {gang.id} and set(second) == {gang.id, pod.id}
+    assert first[gang.id]["batch"]["slurm_env"]["SLURM_JOB_NODELIST"] == "n[01-02]"
+    assert first[gang.id]["batch"]["slurm_env"]["SLURM_JOB_END_TIME"] == "160"
+    assert "batch" not in second[gang.id] and second[gang.id]["nodeid"] == 1 and second[gang.id]["gpus"] == [3]
+    assert second[pod.id]["pod"]["env"]["POD_IP"] == "127.0.0.3"
+    reads = len(full_reads)
+    addresses["n02"] = "127.0.0.9"
+    again = work("n02")
+    assert again[gang.id] == second[gang.id]
+    assert again[pod.id]["pod"]["env"]["POD_IP"] == "127.0.0.9"
+    assert len(full_reads) == reads + 1, "the unchanged batch job was read again (only the pod's row should be)"
+
+    with sessions() as s, s.begin():
+        s.get(JobRow, gang.id).time_limit_s = 120  # scontrol update TimeLimit: a new version
+    assert work("n01")[gang.id]["batch"]["slurm_env"]["SLURM_JOB_END_TIME"] == "220"
+    with sessions() as s, s.begin():
+        s.get(JobRow, gang.id).state = "COMPLETED"
+    assert set(work("n01")) == set() and set(work("n02")) == {pod.id}
+    assert len(server.run_entries) == 0
 
 
 # ------------------------------------------------------------------ durability

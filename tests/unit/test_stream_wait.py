@@ -1,12 +1,17 @@
-"""When the controller's pass waits for a stream of submissions (server.controller.stream_wait)."""
+"""When the controller's pass waits for a stream of submissions (server.controller.stream_wait), and
+which submissions make one (Controller.submitted)."""
 
 from __future__ import annotations
 
 import math
+import threading
+import time
+from types import SimpleNamespace
 
 import pytest
 
-from shoal.server.controller import stream_wait
+from shoal.server.controller import Controller, stream_wait
+from shoal.server.groupcommit import InFlight
 
 GAP, DEFER = 0.02, 3.0
 NO_STREAM = -math.inf
@@ -36,3 +41,63 @@ def test_however_long_a_stream_lasts_a_pass_runs_every_defer_seconds():
 def test_no_deferral_when_it_is_turned_off():
     assert stream_wait(100.0, 99.999, 99.9, GAP, 0.0) == 0.0
     assert stream_wait(100.0, 99.999, 99.9, 0.0, DEFER) == 0.0
+
+
+# ------------------------------------------------------------------ who makes a stream
+
+
+class _Controller(Controller):
+    """The real controller's step, with its pass counted instead of run."""
+
+    def __init__(self) -> None:
+        scheduler = SimpleNamespace(stream_gap_s=GAP, stream_defer_s=DEFER, interval_s=1.0)
+        super().__init__(SimpleNamespace(config=SimpleNamespace(scheduler=scheduler), clock=time.time, qos=()))
+        self.ran = 0
+
+    def run_pass(self) -> None:
+        self.ran += 1
+
+    def _none_may_start(self) -> bool:
+        return False
+
+
+def test_one_submitter_s_loop_is_a_stream_and_its_passes_wait():
+    c = _Controller()
+    c.submitted(alone=True)
+    c.step()
+    assert c.ran == 1  # the first submission is not a stream yet: its job starts at once
+    c.submitted(alone=True)
+    c.step()
+    assert c.ran == 1 and c.rest_s() > 0  # the second, right after it, is: the pass waits
+
+
+def test_submissions_made_at_once_by_several_submitters_are_not_deferred():
+    c = _Controller()
+    c.submitted(alone=True)
+    c.step()
+    c.submitted(alone=False)  # another submission was in flight meanwhile
+    c.step()
+    assert c.ran == 2 and c.rest_s() < DEFER
+
+
+def test_in_flight_counts_the_others_inside():
+    inside = InFlight()
+    entered, release = threading.Event(), threading.Event()
+    seen = []
+
+    def first():
+        with inside as others:
+            seen.append(others)
+            entered.set()
+            release.wait(10)
+
+    t = threading.Thread(target=first)
+    t.start()
+    assert entered.wait(10)
+    with inside as others:
+        seen.append(others)
+    release.set()
+    t.join(10)
+    with inside as others:
+        seen.append(others)
+    assert seen == [0, 1, 0]

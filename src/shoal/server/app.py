@@ -31,7 +31,7 @@ from shoal.server import steps as stepsvc
 from shoal.server import tokens
 from shoal.server.auth import AuthError, Principal, agent_credential, node_step_key
 from shoal.server.core import Server
-from shoal.server.groupcommit import GroupCommit
+from shoal.server.groupcommit import GroupCommit, InFlight
 from shoal.server.kube import api as kube_api
 from shoal.server.kube import service as kubesvc
 from shoal.server.kube.objects import ObjectError
@@ -165,12 +165,15 @@ def create_app(server: Server) -> fastpath.FastPaths:
     # its job is committed. jobsvc.submit refuses (JobError) before it writes anything.
     submits = GroupCommit(server.sessions, refusals=(jobsvc.JobError,))
 
+    submitting = InFlight()
+
     @app.post("/api/v1/jobs", status_code=201)
     def submit(body: JobSubmit, p: Principal = Depends(user_or_admin)):
         now = server.clock()
-        out = submits.run(lambda s: _submit(s, p, body, now))
+        with submitting as others:
+            out = submits.run(lambda s: _submit(s, p, body, now))
         if not body.hold:  # a held job cannot start: no pass for it
-            server.controller.submitted()
+            server.controller.submitted(alone=not others)
         return out
 
     @app.post("/api/v1/jobs/test")
@@ -641,10 +644,10 @@ def create_app(server: Server) -> fastpath.FastPaths:
     async def work(node: str, epoch: str | None = None, gen: int | None = None,
                    wait: float = Query(default=0, ge=0, le=60),
                    authorization: str | None = Header(default=None)):
-        return JSONResponse(await agent_work(node, epoch, gen, wait, authorization))
+        return Response(await agent_work(node, epoch, gen, wait, authorization), media_type="application/json")
 
     async def agent_work(node: str, epoch: str | None, gen: int | None, wait: float,
-                         authorization: str | None) -> dict:
+                         authorization: str | None) -> bytes:
         server.auth.verify_agent(authorization, node)
         if wait:
             await server.hub.wait(node, epoch, gen, wait)
@@ -652,11 +655,9 @@ def create_app(server: Server) -> fastpath.FastPaths:
 
         def build():
             with server.sessions() as s:
-                return node_work(s, server, node)
+                return node_work(s, server, node, current)
 
-        out = await fastpath.in_thread(build)
-        out["gen"] = current
-        return out
+        return await fastpath.in_thread(build)
 
     @app.post("/api/v1/agents/{node}/report")
     def report(node: str, body: AgentReport, authorization: str | None = Header(default=None)):
@@ -674,8 +675,11 @@ def create_app(server: Server) -> fastpath.FastPaths:
             row.last_heartbeat = now
             if row.state == NodeState.DOWN.value and row.reason == "Not responding":
                 row.state, row.reason, row.reason_time = NodeState.UP.value, None, None
+            # The jobs read in one query, not one (and a flush of the last one's end) each.
+            ended = {r.id: r for r in s.scalars(select(JobRow).where(
+                JobRow.id.in_({ev.job_id for ev in body.events})))} if body.events else {}
             for ev in body.events:
-                touched |= _agent_exit(s, node, ev, now)
+                touched |= _agent_exit(s, ended.get(ev.job_id), node, ev, now)
             touched |= nodesvc.apply_gpu_health(s, server.controller, row,
                                                 [g.model_dump() for g in body.gpu_health], now)
             routes_changed = kubesvc.pod_reports(s, node, body.pods, now)
@@ -695,8 +699,7 @@ def create_app(server: Server) -> fastpath.FastPaths:
             server.hub.bump([kube_api.ROUTES_KEY])
         return {"ok": True}
 
-    def _agent_exit(s, node: str, ev, now: float) -> set[str]:
-        row = s.get(JobRow, ev.job_id)
+    def _agent_exit(s, row: JobRow | None, node: str, ev, now: float) -> set[str]:
         if row is None or row.restart_count != ev.run or row.batch_host != node:
             return set()  # a report about an old run: already handled
         names = set(Allocation.from_json(row.allocation).node_names) if row.allocation else set()
@@ -808,8 +811,8 @@ def create_app(server: Server) -> fastpath.FastPaths:
         if not 0 <= wait <= 60:
             return None  # the app's 422
         epoch = query["epoch"][-1] if "epoch" in query else None
-        return fastpath.json_answer(await agent_work(unquote(match["node"]), epoch, gen, wait,
-                                                     headers.get("authorization")))
+        return 200, fastpath.JSON, await agent_work(unquote(match["node"]), epoch, gen, wait,
+                                                    headers.get("authorization"))
 
     async def fast_report(scope, match, headers, body):
         try:

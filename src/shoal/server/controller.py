@@ -60,18 +60,21 @@ class Controller(KickedLoop):
         self._pass_asked = True
         super().wake()
 
-    def submitted(self) -> None:
+    def submitted(self, alone: bool = True) -> None:
         """Jobs were queued. A pass follows at once if one of them may start now; else the
         next periodic pass (``interval_s``) gives them their reasons, as Slurm's does: with a
         full cluster and a long queue, a pass per submission was most of the server's time.
 
-        Submissions closer together than ``stream_gap_s`` are a stream (a script's sbatch
-        loop, many users at once): while it lasts, passes wait for it to pause, at most
+        Submissions closer together than ``stream_gap_s``, each made ``alone`` (no other
+        submission in flight), are a stream: one submitter's sbatch loop, waiting for each
+        answer before the next call. While it lasts, passes wait for it to pause, at most
         ``stream_defer_s`` after the last one (``stream_wait``), and then start its jobs in
-        one batch. A pass, and starting, watching and ending its jobs, would otherwise take
-        the server's time between every two submissions of the stream."""
+        one batch; a pass, and starting, watching and ending its jobs, would otherwise take
+        the server's time between every two submissions, and the loop would go at the rate
+        jobs run rather than the rate they are taken. Submissions from several submitters
+        at once keep the server busy anyway, and their jobs start as they come, alongside."""
         now = time.monotonic()
-        self._streaming = now - self._last_submit < self.server.config.scheduler.stream_gap_s
+        self._streaming = alone and now - self._last_submit < self.server.config.scheduler.stream_gap_s
         self._last_submit = now
         self._submit_asked = True
         super().wake()

@@ -25,6 +25,7 @@ from shoal.server.kube.controller import KubeController
 from shoal.server.kube.logs import PodLogs
 from shoal.server.leader import Leadership
 from shoal.server.queueview import QueueView
+from shoal.server.work import RunEntries
 from shoal.store.engine import make_engine, migrate, session_factory
 from shoal.store.changes import ChangeCount
 from shoal.store.feed import ChangeFeed
@@ -66,6 +67,7 @@ class Server:
         self.secret = self._load_secret()
         self.auth = Authenticator(self.sessions, self.secret, clock)
         self.hub = WorkHub()
+        self.run_entries = RunEntries()  # agents' work answers (shoal.server.work)
         self.controller = Controller(self)
         default = next(p for p in self.partitions if p.default)
         self.serving_partition = config.serving.partition or default.name

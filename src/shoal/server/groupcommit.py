@@ -107,3 +107,22 @@ class GroupCommit:
                 pending.value = pending.work(s)
         except Exception as e:
             pending.value, pending.error = None, e
+
+
+class InFlight:
+    """Counts the callers inside ``with`` at once; each is given how many others were inside
+    when it entered (the scheduler tells one submitter's stream from several at once)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._inside = 0
+
+    def __enter__(self) -> int:
+        with self._lock:
+            others = self._inside
+            self._inside += 1
+        return others
+
+    def __exit__(self, *exc) -> None:
+        with self._lock:
+            self._inside -= 1

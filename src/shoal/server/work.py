@@ -8,6 +8,9 @@ stops work that was already ended or restarted elsewhere).
 
 from __future__ import annotations
 
+import json
+import threading
+
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -101,51 +104,98 @@ def pod_entry(row: JobRow, node: str, server) -> dict:
     }
 
 
-def node_work(session: Session, server, node: str) -> dict:
-    runs = []
-    # Whole rows (the spec's script and environment) only for the runs on this node.
-    running = session.execute(select(JobRow.id, JobRow.allocation).where(JobRow.state == JobState.RUNNING.value))
-    mine_ids = [jid for jid, alloc in running if alloc and any(n["name"] == node for n in alloc["nodes"])]
-    rows = session.scalars(select(JobRow).where(JobRow.id.in_(mine_ids), JobRow.state == JobState.RUNNING.value)
-                           .order_by(JobRow.id)) if mine_ids else ()
-    for row in rows:
-        alloc = row.allocation or {"nodes": []}
-        mine = next((n for n in alloc["nodes"] if n["name"] == node), None)
-        if mine is None:
-            continue
-        nodeid = [n["name"] for n in alloc["nodes"]].index(node)
-        entry = {
-            "key": job_run_key(row.id, row.restart_count), "job_id": row.id, "run": row.restart_count,
-            "user": row.user, "gpus": mine["gpus"], "cpus": mine["cpus"], "nodeid": nodeid,
+class RunEntries:
+    """The running batch jobs' run entries, encoded, kept by (job id, row version).
+
+    An agent long-polls again after every change to its node's work, and every answer
+    lists all of the node's runs, so a pass that starts a few hundred jobs and their ends
+    would have each job's row read, its environment signed and its entry encoded once per
+    answer. An entry is a function of its row alone (and of the server's constants), and
+    every ORM update bumps the row's version, so an entry kept for the version a query
+    returns is the one that row would give now. Pods are built afresh: their entries name
+    the node's current address. Safe from any thread; a job not running any more is
+    dropped at the next answer."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._kept: dict[int, tuple[int, dict[str, str]]] = {}  # job id -> (version, node -> entry JSON)
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    def for_node(self, session: Session, server, node: str, running: list[tuple[int, int]]) -> list[str]:
+        """The encoded entries of ``node``'s runs among ``running`` (batch jobs' (id, version)),
+        in job id order."""
+        with self._lock:
+            kept = {jid: self._kept.get(jid) for jid, _ in running}
+        stale = [jid for jid, version in running if kept[jid] is None or kept[jid][0] != version]
+        if stale:
+            # Still running: the rows may have moved on since ``running`` was read.
+            fresh = {row.id: (row.version, _entries_by_node(row, server)) for row in session.scalars(
+                select(JobRow).where(JobRow.id.in_(stale), JobRow.state == JobState.RUNNING.value))}
+            kept.update({jid: fresh.get(jid) for jid in stale})
+        with self._lock:
+            self._kept = {jid: k for jid, k in kept.items() if k is not None}
+        return [e for jid, _ in sorted(running) if (k := kept[jid]) is not None and (e := k[1].get(node))]
+
+
+def _entries_by_node(row: JobRow, server) -> dict[str, str]:
+    nodes = (row.allocation or {"nodes": []})["nodes"]
+    return {n["name"]: json.dumps(run_entry(row, n, i, server)) for i, n in enumerate(nodes)}
+
+
+def run_entry(row: JobRow, mine: dict, nodeid: int, server) -> dict:
+    """What the agent of the node ``mine`` (the allocation's ``nodeid``-th) needs of a run."""
+    node = mine["name"]
+    entry = {
+        "key": job_run_key(row.id, row.restart_count), "job_id": row.id, "run": row.restart_count,
+        "user": row.user, "gpus": mine["gpus"], "cpus": mine["cpus"], "nodeid": nodeid,
+    }
+    if row.kind == "pod":  # a draining pod keeps running until the controller cancels it
+        entry["pod"] = pod_entry(row, node, server)
+    elif row.batch_host == node and not row.interactive:
+        spec = row.spec
+        entry["batch"] = {
+            "script": spec["script"],
+            "argv": spec.get("argv", []),
+            "workdir": row.workdir,
+            "environment": spec.get("environment", {}),
+            "slurm_env": slurm_environment(row, server.config.cluster_name, server.submit_host, server.secret),
+            "stdout": spec.get("stdout"),
+            "stderr": spec.get("stderr"),
+            "stdin": spec.get("stdin"),
+            "open_mode": spec.get("open_mode", "truncate"),
+            "job_name": row.name,
+            "array_job_id": row.array_job_id,
+            "array_task_id": row.array_task_id,
         }
-        if row.kind == "pod":  # a draining pod keeps running until the controller cancels it
-            entry["pod"] = pod_entry(row, node, server)
-        elif row.batch_host == node and not row.interactive:
-            spec = row.spec
-            entry["batch"] = {
-                "script": spec["script"],
-                "argv": spec.get("argv", []),
-                "workdir": row.workdir,
-                "environment": spec.get("environment", {}),
-                "slurm_env": slurm_environment(row, server.config.cluster_name, server.submit_host, server.secret),
-                "stdout": spec.get("stdout"),
-                "stderr": spec.get("stderr"),
-                "stdin": spec.get("stdin"),
-                "open_mode": spec.get("open_mode", "truncate"),
-                "job_name": row.name,
-                "array_job_id": row.array_job_id,
-                "array_task_id": row.array_task_id,
-            }
-        runs.append(entry)
+    return entry
+
+
+def node_work(session: Session, server, node: str, gen: int) -> bytes:
+    """The agent's answer, encoded: its node's runs (``server.run_entries`` keeps batch jobs'
+    entries), the runs to kill and the signals to send."""
+    running = session.execute(select(JobRow.id, JobRow.version, JobRow.kind)
+                              .where(JobRow.state == JobState.RUNNING.value)).all()
+    batch = [(jid, version) for jid, version, kind in running if kind != "pod"]
+    runs = server.run_entries.for_node(session, server, node, batch)
+    pods = [jid for jid, _, kind in running if kind == "pod"]
+    if pods:
+        for row in session.scalars(select(JobRow).where(JobRow.id.in_(pods)).order_by(JobRow.id)):
+            nodes = (row.allocation or {"nodes": []})["nodes"]
+            names = [n["name"] for n in nodes]
+            if node in names:
+                runs.append(json.dumps(run_entry(row, nodes[names.index(node)], names.index(node), server)))
     kills = [
         {"key": job_run_key(c.job_id, c.run), "job_id": c.job_id, "run": c.run, "signal": c.signal}
         for c in session.scalars(select(CleanupRow).where(CleanupRow.node == node))
     ]
-    return {
+    rest = json.dumps({
         "epoch": server.hub.epoch,
-        "runs": runs,
+        "gen": gen,
         "kill": kills,
         "signals": server.hub.signals(node),
         "kill_wait_s": server.config.nodes.kill_wait_s,
         "heartbeat_interval_s": server.config.nodes.heartbeat_interval_s,
-    }
+    })
+    return ('{"runs": [' + ", ".join(runs) + "], " + rest[1:]).encode()
