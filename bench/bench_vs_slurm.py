@@ -216,7 +216,8 @@ class Results:
 
 
 # Where the Shoal server's Python time goes, by the innermost frame that names a part
-# (py-spy --gil stacks); the first pattern found from the leaf up wins.
+# (py-spy --gil stacks, sampled without stopping the server: stopping it 200 times a second
+# slowed the profiled loop to a third of its rate); the first pattern found from the leaf up wins.
 PROFILE_PARTS = (
     ("sbatch in the server (commands endpoint: parse, validate, submit, commit)", ("run_command", "locals>.submit ")),
     ("serving controllers (Deployments, pods, HPA)", ("server/kube/",)),
@@ -338,7 +339,8 @@ def profile_run(t: ShoalTarget, work: Callable[[], float]) -> tuple[list[tuple[s
 
     rate = 200
     raw = t.workdir / "server-profile.txt"
-    spy = subprocess.Popen([str(BIN / "py-spy"), "record", "--gil", "-r", str(rate), "-f", "raw", "-o", str(raw),
+    spy = subprocess.Popen([str(BIN / "py-spy"), "record", "--gil", "--nonblocking", "-r", str(rate), "-f", "raw",
+                            "-o", str(raw),
                             "-p", str(t.cluster.state["pids"]["server"])],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(1.0)  # py-spy attaches
@@ -488,8 +490,9 @@ def render(facts: dict[str, str], command: str, mode: Mode, results: dict[str, R
     out.append("")
     if s and s.profile:
         out.append(f"Where the Shoal server's Python time went during an extra run of 1., not counted in the "
-                   f"table (py-spy --gil at 200 Hz on the server process; it held the GIL {s.profile_busy * 100:.0f}% of the run; one "
-                   f"submission's job also starts, runs `true` and is cleaned up meanwhile):")
+                   f"table (py-spy --gil --nonblocking at 200 Hz on the server process, which it does not stop to "
+                   f"sample; it held the GIL {s.profile_busy * 100:.0f}% of the run, which includes waiting for the "
+                   f"jobs to end; each submission's job also starts, runs `true` and is cleaned up meanwhile):")
         out.append("")
         out.append("| Part of the server | share of its Python time |")
         out.append("|---|---:|")

@@ -117,7 +117,8 @@ class RunEntries:
     dropped at the next answer."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards _kept
+        self._build = threading.Lock()  # held while new runs' entries are read and encoded
         self._kept: dict[int, tuple[int, dict[str, str]]] = {}  # job id -> (version, node -> entry JSON)
 
     def __len__(self) -> int:
@@ -126,17 +127,32 @@ class RunEntries:
     def for_node(self, session: Session, server, node: str, running: list[tuple[int, int]]) -> list[str]:
         """The encoded entries of ``node``'s runs among ``running`` (batch jobs' (id, version)),
         in job id order."""
+        versions = dict(running)
+        kept = self._current(versions)
+        if len(kept) < len(versions):
+            # A pass that starts jobs on every node wakes every agent at once: one of their
+            # answers reads and encodes the new runs (for all their nodes), the others wait
+            # for it and find them kept, instead of each doing it again.
+            with self._build:
+                kept = self._current(versions)
+                stale = [jid for jid in versions if jid not in kept]
+                if stale:
+                    # Still running: the rows may have moved on since ``running`` was read.
+                    fresh = {row.id: (row.version, _entries_by_node(row, server)) for row in session.scalars(
+                        select(JobRow).where(JobRow.id.in_(stale), JobRow.state == JobState.RUNNING.value))}
+                    kept.update(fresh)
+                    with self._lock:
+                        self._kept.update(fresh)
+        with self._lock:  # runs that ended are dropped
+            for jid in self._kept.keys() - versions.keys():
+                del self._kept[jid]
+        return [e for jid in sorted(versions) if (k := kept.get(jid)) is not None and (e := k[1].get(node))]
+
+    def _current(self, versions: dict[int, int]) -> dict[int, tuple[int, dict[str, str]]]:
+        """The kept entries of these runs at these versions."""
         with self._lock:
-            kept = {jid: self._kept.get(jid) for jid, _ in running}
-        stale = [jid for jid, version in running if kept[jid] is None or kept[jid][0] != version]
-        if stale:
-            # Still running: the rows may have moved on since ``running`` was read.
-            fresh = {row.id: (row.version, _entries_by_node(row, server)) for row in session.scalars(
-                select(JobRow).where(JobRow.id.in_(stale), JobRow.state == JobState.RUNNING.value))}
-            kept.update({jid: fresh.get(jid) for jid in stale})
-        with self._lock:
-            self._kept = {jid: k for jid, k in kept.items() if k is not None}
-        return [e for jid, _ in sorted(running) if (k := kept[jid]) is not None and (e := k[1].get(node))]
+            return {jid: k for jid, version in versions.items()
+                    if (k := self._kept.get(jid)) is not None and k[0] == version}
 
 
 def _entries_by_node(row: JobRow, server) -> dict[str, str]:
