@@ -198,10 +198,8 @@ def node_work(session: Session, server, node: str, gen: int) -> bytes:
     pods = [jid for jid, _, kind in running if kind == "pod"]
     if pods:
         for row in session.scalars(select(JobRow).where(JobRow.id.in_(pods)).order_by(JobRow.id)):
-            nodes = (row.allocation or {"nodes": []})["nodes"]
-            names = [n["name"] for n in nodes]
-            if node in names:
-                runs.append(json.dumps(run_entry(row, nodes[names.index(node)], names.index(node), server)))
+            if (entry := _entries_by_node(row, server).get(node)) is not None:
+                runs.append(entry)
     kills = [
         {"key": job_run_key(c.job_id, c.run), "job_id": c.job_id, "run": c.run, "signal": c.signal}
         for c in session.scalars(select(CleanupRow).where(CleanupRow.node == node))
