@@ -460,6 +460,41 @@ def test_a_savepoints_rollback_keeps_the_change_keys_of_the_transaction_around_i
     assert changes.value == 1 and kept.id in changes.take()
 
 
+def test_rows_inserted_by_a_core_statement_are_stored_whole_and_counted_as_a_flush_counts_them(engine):
+    """insert_rows (submissions' INSERT, without the unit of work): the keys in order, the
+    columns' defaults and the version an ORM insert would give, and the counts told only
+    once the rows are committed."""
+    from shoal.store.changes import ChangeCount, insert_rows
+
+    migrate(engine)
+    sessions = session_factory(engine)
+    jobs = ChangeCount(sessions, {JobRow: "id"})
+    nodes = ChangeCount(sessions, {NodeRow: "name"})
+    fields = dict(name="train", user="alice", partition="gpu", state="PENDING", submit_time=1.0,
+                  request={"nodes": 1}, spec={"script": "#!/bin/sh\ntrue\n", "argv": ["a"]}, workdir="/tmp",
+                  version=1)
+    with sessions() as s, s.begin():
+        one = insert_rows(s, JobRow, [fields])
+        many = insert_rows(s, JobRow, [{**fields, "name": f"t{i}"} for i in range(5)])
+        assert jobs.value == 0, "counted before the commit"
+    assert len(one) == 1 and many == sorted(many) and one[0] < many[0]
+    assert jobs.value == 1 and jobs.take() == {*one, *many} and nodes.value == 0
+    with sessions() as s:
+        rows = {r.id: r for r in s.scalars(select(JobRow))}
+        assert [rows[i].name for i in many] == [f"t{i}" for i in range(5)]
+        head = rows[one[0]]
+        assert (head.reason, head.held, head.kind, head.priority, head.version) == ("None", False, "batch", 1, 1)
+        assert head.spec == fields["spec"] and head.request == {"nodes": 1}
+        head.state = "RUNNING"  # the optimistic version check finds the version it expects
+        s.commit()
+        assert head.version == 2
+    with sessions() as s:
+        s.begin()
+        insert_rows(s, JobRow, [fields])
+        s.rollback()
+    assert jobs.value == 2 and jobs.take() == {one[0]}, "a rolled-back insert was counted"
+
+
 def test_two_change_counts_on_one_session_factory_each_see_their_own_tables(engine):
     """The jobs' count (squeue's view) and the nodes' (sbatch's node check) on one factory:
     one commit writing both tables moves each, with its own keys."""

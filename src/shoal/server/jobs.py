@@ -11,7 +11,7 @@ import math
 import signal as signals
 from typing import Mapping
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from shoal.model.arrays import ArraySpecError, format_array, parse_array
@@ -27,6 +27,7 @@ from shoal.sched.preempt import outcome as preempt_outcome
 from shoal.sched.qos import max_submit_error
 from shoal.server.auth import Principal
 from shoal.server.schemas import JobSubmit
+from shoal.store.changes import insert_rows
 from shoal.store.models import CleanupRow, JobRow, StepRow
 
 DEFAULT_OUTPUT = "slurm-%j.out"
@@ -267,21 +268,18 @@ def submit(session: Session, principal: Principal, body: JobSubmit, *, partition
         request=request_to_json(req), spec=spec, workdir=body.workdir, dependency=body.dependency,
         comment=body.comment, reservation=reservation,
     )
+    # Core INSERTs (insert_rows): the version column starts at 1, as the ORM's would.
     if task_ids is None:
-        row = JobRow(**common)
-        session.add(row)
-        session.flush()
-        return {"job_id": row.id, "array_job_id": None, "array_task_ids": None}
-    # One flush for the first task (its id names the array), then the rest in one batched
-    # INSERT: a flush per task made a 1,000-task array cost seconds of round trips.
-    head = JobRow(**common, array_task_id=task_ids[0], array_throttle=throttle)
-    session.add(head)
-    session.flush()
-    first = head.id
-    head.array_job_id = first
-    session.add_all([JobRow(**common, array_task_id=tid, array_throttle=throttle, array_job_id=first)
-                     for tid in task_ids[1:]])
-    session.flush()
+        first = insert_rows(session, JobRow, [{**common, "version": 1}])[0]
+        return {"job_id": first, "array_job_id": None, "array_task_ids": None}
+    # The first task's id names the array: it goes in first, then the rest in one statement.
+    first = insert_rows(session, JobRow, [{**common, "version": 1, "array_task_id": task_ids[0],
+                                           "array_throttle": throttle}])[0]
+    rows = [{**common, "version": 1, "array_task_id": tid, "array_throttle": throttle, "array_job_id": first}
+            for tid in task_ids]
+    session.execute(update(JobRow.__table__).where(JobRow.id == first).values(array_job_id=first))
+    if len(rows) > 1:
+        insert_rows(session, JobRow, rows[1:])
     return {"job_id": first, "array_job_id": first, "array_task_ids": task_ids}
 
 

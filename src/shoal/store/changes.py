@@ -15,11 +15,29 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 
-from sqlalchemy import event
+from sqlalchemy import event, insert
 from sqlalchemy.orm import Session, sessionmaker
 
 ALL = None
 """Recorded for a statement that may have changed any row (a bulk UPDATE or DELETE)."""
+
+_COUNTS = "shoal.change_counts"
+"""In the sessionmaker's info, which every session's info starts from: the counts watching it."""
+
+
+def insert_rows(session: Session, model: type, rows: list[dict]) -> list[int]:
+    """INSERT ``rows`` (column values) of ``model`` as one Core statement, in ``session``'s
+    transaction, and return their primary keys in order. The ORM's unit of work cost about
+    0.6 ms for one job row against 0.2 ms for this; its after_flush does not see these rows,
+    so they are recorded here for the counts watching ``model`` (keyed by the primary key)."""
+    table = model.__table__
+    stmt = insert(table).returning(table.c.id, sort_by_parameter_order=True)
+    ids = list(session.execute(stmt, rows).scalars()) if len(rows) > 1 else \
+        [session.execute(stmt, rows[0]).scalar_one()]
+    for count in session.info.get(_COUNTS, ()):
+        if model in count._tables:
+            session.info.setdefault(count._info, set()).update(ids)
+    return ids
 
 
 class ChangeCount:
@@ -35,6 +53,7 @@ class ChangeCount:
         self._lock = threading.Lock()
         self._keys: set = set()
         self._info = f"shoal.changed.{id(self)}"  # this count's keys in session.info (one per count)
+        sessions.kw.setdefault("info", {}).setdefault(_COUNTS, []).append(self)  # for insert_rows
         event.listen(sessions, "after_flush", self._flushed)
         event.listen(sessions, "do_orm_execute", self._executed)
         event.listen(sessions, "after_commit", self._committed)
