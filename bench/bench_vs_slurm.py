@@ -5,9 +5,10 @@ Installs slurm-wlm and munge when they are missing (needs root), writes a privat
 configuration (bench/slurm/: slurmctld and one slurmd per node on 127.0.0.1, fake GPUs
 through GRES), starts munged, slurmctld and the slurmd daemons itself and stops exactly
 those processes. Slurm runs twice, with its default scheduler settings and tuned as its
-High Throughput Computing guide recommends; the table quotes the better of the two. Then
-`shoal up` with the same nodes, CPUs and GPUs. Writes the ``## Shoal vs Slurm`` section of
-BENCHMARKS.md (other sections are kept).
+High Throughput Computing guide recommends; the table quotes the better of the two. Beside
+them, `shoal up` with the same nodes, CPUs and GPUs. All are up at once: the idle figures
+are taken one cluster at a time, the throughput runs in rounds over every cluster. Writes
+the ``## Shoal vs Slurm`` section of BENCHMARKS.md (other sections are kept).
 
     .venv/bin/python bench/bench_vs_slurm.py            # full: ~20 minutes (the HTC profile waits ~20 s per single job)
     .venv/bin/python bench/bench_vs_slurm.py --short    # a few minutes, smaller workloads
@@ -353,38 +354,60 @@ def profile_run(t: ShoalTarget, work: Callable[[], float]) -> tuple[list[tuple[s
     return rows, busy, figure
 
 
-def run_target(t: SlurmTarget | ShoalTarget, mode: Mode, gpus: int, log: Callable[[str], None]) -> Results:
-    """Idle-cluster figures first, then the queue, then the throughput runs (which leave job records)."""
+def idle_figures(t: SlurmTarget | ShoalTarget, mode: Mode, gpus: int, log: Callable[[str], None]) -> Results:
+    """The figures taken on an idle cluster (latency, gang), then the queue's (squeue)."""
     r = Results(t.label, t.nodes)
-    t.up()
-    try:
-        r.up_s = t.up_s
-        log(f"{t.label}: up in {t.up_s:.1f}s; latency...")
-        r.latency_s = bench_latency(t, mode.latency_jobs)
-        log(f"  latency median {median(r.latency_s) * 1000:.0f} ms; gang...")
-        if t.nodes >= 2:
-            r.gang_start_s, r.gang_tasks_s = bench_gang(t, mode.gang_jobs, gpus)
-            log(f"  gang start median {median(r.gang_start_s) * 1000:.0f} ms, "
-                f"tasks {median(r.gang_tasks_s) * 1000:.0f} ms")
-        else:
-            r.notes.append("one slurmd only: this Slurm build lacks --enable-multiple-slurmd, so no 2-node job")
-        log(f"  squeue with {mode.pending_jobs} pending...")
-        r.squeue_s = bench_squeue(t, mode.pending_jobs, mode.squeue_calls, mode.submitters)
-        log(f"  squeue median {median(r.squeue_s) * 1000:.1f} ms")
-        if isinstance(t, ShoalTarget) and not t.python_commands and (BIN / "py-spy").exists():
-            r.profile, r.profile_busy, rate = profile_run(t, lambda: bench_sequential(t, mode.seq_jobs))
-            log(f"  profiled run of 1. (not counted): {rate:.1f} submissions/s")
-        for run in range(mode.runs):
-            r.seq_rate.append(bench_sequential(t, mode.seq_jobs))
-            sub, done = bench_burst(t, mode.burst_jobs, mode.submitters)
-            r.burst_submit_s.append(sub)
-            r.burst_s.append(done)
-            r.array_s.append(bench_array(t, mode.burst_jobs))
-            log(f"  run {run + 1}/{mode.runs}: {r.seq_rate[-1]:.1f} submissions/s; burst submitted {sub:.1f}s, "
-                f"done {done:.1f}s; array done {r.array_s[-1]:.1f}s")
-    finally:
-        t.down()
+    r.up_s = t.up_s
+    log(f"{t.label}: latency...")
+    r.latency_s = bench_latency(t, mode.latency_jobs)
+    log(f"  latency median {median(r.latency_s) * 1000:.0f} ms; gang...")
+    if t.nodes >= 2:
+        r.gang_start_s, r.gang_tasks_s = bench_gang(t, mode.gang_jobs, gpus)
+        log(f"  gang start median {median(r.gang_start_s) * 1000:.0f} ms, "
+            f"tasks {median(r.gang_tasks_s) * 1000:.0f} ms")
+    else:
+        r.notes.append("one slurmd only: this Slurm build lacks --enable-multiple-slurmd, so no 2-node job")
+    log(f"  squeue with {mode.pending_jobs} pending...")
+    r.squeue_s = bench_squeue(t, mode.pending_jobs, mode.squeue_calls, mode.submitters)
+    log(f"  squeue median {median(r.squeue_s) * 1000:.1f} ms")
+    if isinstance(t, ShoalTarget) and not t.python_commands and (BIN / "py-spy").exists():
+        r.profile, r.profile_busy, rate = profile_run(t, lambda: bench_sequential(t, mode.seq_jobs))
+        log(f"  profiled run of 1. (not counted): {rate:.1f} submissions/s")
     return r
+
+
+def throughput_round(t: SlurmTarget | ShoalTarget, r: Results, mode: Mode, log: Callable[[str], None]) -> None:
+    """One run of each throughput workload (1., 2a., 2b.), added to ``r``."""
+    r.seq_rate.append(bench_sequential(t, mode.seq_jobs))
+    sub, done = bench_burst(t, mode.burst_jobs, mode.submitters)
+    r.burst_submit_s.append(sub)
+    r.burst_s.append(done)
+    r.array_s.append(bench_array(t, mode.burst_jobs))
+    log(f"  {t.label} run {len(r.seq_rate)}/{mode.runs}: {r.seq_rate[-1]:.1f} submissions/s; burst submitted "
+        f"{sub:.1f}s, done {done:.1f}s; array done {r.array_s[-1]:.1f}s")
+
+
+def run_targets(targets: dict[str, SlurmTarget | ShoalTarget], mode: Mode, gpus: int,
+                log: Callable[[str], None]) -> dict[str, Results]:
+    """Every cluster up at once. Each one's idle and queue figures in turn, then the throughput
+    workloads in rounds, each round running them on every cluster one after the other: a
+    shared machine's speed drifts over the half hour a full run takes, and in rounds the
+    drift falls on every system alike, not on whichever came last."""
+    results: dict[str, Results] = {}
+    try:
+        for t in targets.values():
+            t.up()
+            log(f"{t.label}: up in {t.up_s:.1f}s")
+        for key, t in targets.items():
+            results[key] = idle_figures(t, mode, gpus, log)
+        for run in range(mode.runs):
+            log(f"round {run + 1}/{mode.runs} of the throughput workloads")
+            for key, t in targets.items():
+                throughput_round(t, results[key], mode, log)
+    finally:
+        for t in targets.values():
+            t.down()
+    return results
 
 
 # ---------------------------------------------------------------------- report
@@ -510,7 +533,10 @@ def render(facts: dict[str, str], command: str, mode: Mode, results: dict[str, R
         "date +%s.%N` and takes the later of the two nodes' stamps.",
         "- `squeue` is the default format over every job, with the pending jobs submitted `--hold` and "
         "cancelled afterwards; two warm-up calls are not counted.",
-        "- Order per cluster: latency, gang, squeue (idle cluster), then the throughput runs.",
+        "- Every cluster is up for the whole run. Each one's latency, gang and squeue figures are taken in turn, "
+        "the others idle; then the throughput workloads (1., 2a., 2b.) run in rounds, each round on every "
+        "cluster one after the other, so that the machine's drift in speed over the run falls on all of them "
+        "alike.",
         "- Slurm schedules a batch job not at submit but within SchedulerParameters' batch_sched_delay "
         "(3 s by default, 20 s in the HTC guide's example), which is what rows 3 and 5 show; that is the "
         "setting to lower for latency, and the guide raises it for throughput.",
@@ -569,15 +595,15 @@ def main(argv: list[str] | None = None) -> int:
     base = Path(tempfile.mkdtemp(prefix="shoal-vs-slurm-"))
     base.chmod(0o755)  # munged runs as the munge user and must reach its socket dir below
     log(f"state in {base}")
-    results: dict[str, Results] = {}
     shape = (args.nodes, args.gpus_per_node, args.cpus_per_node, MEMORY_MB)
+    clusters: dict[str, SlurmTarget | ShoalTarget] = {}
     for key in targets:
         root = base / key
         if key.startswith("shoal"):
-            t = ShoalTarget(root, *shape, python_commands=key == "shoal-python")
+            clusters[key] = ShoalTarget(root, *shape, python_commands=key == "shoal-python")
         else:
-            t = SlurmTarget(root, slurm.DEFAULT if key == "slurm-default" else slurm.HTC, *shape)
-        results[key] = run_target(t, mode, args.gpus_per_node, log)
+            clusters[key] = SlurmTarget(root, slurm.DEFAULT if key == "slurm-default" else slurm.HTC, *shape)
+    results = run_targets(clusters, mode, args.gpus_per_node, log)
     facts["Load average (1/5/15 min) at end"] = load_average()
     text = render(facts, command, mode, results, time.time() - started, args.nodes, args.gpus_per_node,
                   args.cpus_per_node)

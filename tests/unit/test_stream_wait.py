@@ -13,7 +13,7 @@ import pytest
 from shoal.server.controller import Controller, stream_wait
 from shoal.server.groupcommit import InFlight
 
-GAP, DEFER = 0.02, 3.0
+GAP, PAUSE, DEFER = 0.02, 0.25, 3.0
 NO_STREAM = -math.inf
 
 
@@ -50,9 +50,15 @@ class _Controller(Controller):
     """The real controller's step, with its pass counted instead of run."""
 
     def __init__(self) -> None:
-        scheduler = SimpleNamespace(stream_gap_s=GAP, stream_defer_s=DEFER, interval_s=1.0)
+        scheduler = SimpleNamespace(stream_gap_s=GAP, stream_pause_s=PAUSE, stream_defer_s=DEFER, interval_s=1.0)
         super().__init__(SimpleNamespace(config=SimpleNamespace(scheduler=scheduler), clock=time.time, qos=()))
         self.ran = 0
+        self.now = 1000.0
+
+    def at(self, t: float) -> "_Controller":
+        """The controller's monotonic clock set to ``t`` (it reads time.monotonic)."""
+        self.now = t
+        return self
 
     def run_pass(self) -> None:
         self.ran += 1
@@ -101,3 +107,34 @@ def test_in_flight_counts_the_others_inside():
     with inside as others:
         seen.append(others)
     assert seen == [0, 1, 0]
+
+
+def test_a_hiccup_in_a_stream_does_not_end_it_but_a_pause_does(monkeypatch):
+    c = _Controller()
+    monkeypatch.setattr(time, "monotonic", lambda: c.now)
+    c.at(1000.0).submitted()
+    c.step()
+    assert c.ran == 1  # not a stream yet
+    c.at(1000.005).submitted()
+    c.step()
+    assert c.ran == 1 and c.rest_s() == pytest.approx(PAUSE)  # a stream: the pass waits
+    c.at(1000.105).submitted()  # 100 ms later: a hiccup (over the gap, under the pause)
+    c.step()
+    assert c.ran == 1, "a hiccup ended the stream and its jobs started mid-loop"
+    c.at(1000.2).step()
+    assert c.ran == 1 and c.rest_s() == pytest.approx(0.155)
+    c.at(1000.356).step()  # the pause: no submission for 250 ms
+    assert c.ran == 2
+    c.at(1000.7).submitted()  # a submission after the pause is not a stream: its pass runs at once
+    c.step()
+    assert c.ran == 3
+
+
+def test_a_slow_pair_of_submissions_does_not_start_a_stream(monkeypatch):
+    c = _Controller()
+    monkeypatch.setattr(time, "monotonic", lambda: c.now)
+    c.at(1000.0).submitted()
+    c.step()
+    c.at(1000.1).submitted()  # under the pause but over the gap: one job after another, each at once
+    c.step()
+    assert c.ran == 2

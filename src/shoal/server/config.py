@@ -86,6 +86,10 @@ class SchedulerConfig(BaseModel):
     interval_s: float = Field(default=1.0, gt=0, description="time between periodic passes")
     stream_gap_s: float = Field(default=0.02, ge=0, description="submissions closer together than "
                                 "this are a stream, whose jobs are started in batches")
+    stream_pause_s: float = Field(default=0.25, ge=0, description="a stream goes on while its "
+                                  "submissions come closer together than this, and has paused "
+                                  "once this long passed without one (at least stream_gap_s): a "
+                                  "loop's hiccup on a busy machine does not end it")
     stream_defer_s: float = Field(default=3.0, ge=0, description="during a stream of submissions, "
                                   "passes wait for it to pause, at most this long after the last "
                                   "pass (Slurm's batch_sched_delay, 3 s by default, for the same "

@@ -67,14 +67,19 @@ class Controller(KickedLoop):
 
         Submissions closer together than ``stream_gap_s``, each made ``alone`` (no other
         submission in flight), are a stream: one submitter's sbatch loop, waiting for each
-        answer before the next call. While it lasts, passes wait for it to pause, at most
-        ``stream_defer_s`` after the last one (``stream_wait``), and then start its jobs in
-        one batch; a pass, and starting, watching and ending its jobs, would otherwise take
-        the server's time between every two submissions, and the loop would go at the rate
-        jobs run rather than the rate they are taken. Submissions from several submitters
-        at once keep the server busy anyway, and their jobs start as they come, alongside."""
+        answer before the next call. The stream goes on while its submissions come closer
+        together than ``stream_pause_s``: on a busy machine a loop has hiccups of tens of
+        milliseconds, and each one ended it, starting the jobs queued so far in the middle
+        of the loop. While it lasts, passes wait for it to pause, at most ``stream_defer_s``
+        after the last one (``stream_wait``), and then start its jobs in one batch; a pass,
+        and starting, watching and ending its jobs, would otherwise take the server's time
+        between every two submissions, and the loop would go at the rate jobs run rather
+        than the rate they are taken. Submissions from several submitters at once keep the
+        server busy anyway, and their jobs start as they come, alongside."""
         now = time.monotonic()
-        self._streaming = alone and now - self._last_submit < self.server.config.scheduler.stream_gap_s
+        config = self.server.config.scheduler
+        since = now - self._last_submit
+        self._streaming = alone and (since < config.stream_gap_s or self._streaming and since < _pause_s(config))
         self._last_submit = now
         self._submit_asked = True
         super().wake()
@@ -84,7 +89,7 @@ class Controller(KickedLoop):
         config = self.server.config.scheduler
         now = time.monotonic()
         wait = stream_wait(now, self._last_submit if self._streaming else float("-inf"), self._last_step,
-                           config.stream_gap_s, config.stream_defer_s)
+                           _pause_s(config), config.stream_defer_s)
         if wait > 0:
             self._defer_s = wait
             self.kick.set()  # look again after resting ``wait`` (rest_s); what asked is kept
@@ -341,13 +346,17 @@ class Controller(KickedLoop):
         return touched
 
 
-def stream_wait(now: float, stream_submit: float, last_step: float, gap_s: float, defer_s: float) -> float:
+def _pause_s(config) -> float:
+    return max(config.stream_pause_s, config.stream_gap_s)
+
+
+def stream_wait(now: float, stream_submit: float, last_step: float, pause_s: float, defer_s: float) -> float:
     """How long a pass should still wait for a stream of submissions to pause (0: run it now).
 
     ``stream_submit``: when the stream's latest submission came (``-inf``: no stream); the
-    stream has paused once ``gap_s`` passed without one. The wait ends ``defer_s`` after the
+    stream has paused once ``pause_s`` passed without one. The wait ends ``defer_s`` after the
     last pass (``last_step``) however long the stream lasts, so its jobs start in batches."""
-    if defer_s <= 0 or now - stream_submit >= gap_s:
+    if defer_s <= 0 or now - stream_submit >= pause_s:
         return 0.0
     left = last_step + defer_s - now
-    return min(stream_submit + gap_s - now, left) if left > 0 else 0.0
+    return min(stream_submit + pause_s - now, left) if left > 0 else 0.0
