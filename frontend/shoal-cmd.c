@@ -201,11 +201,14 @@ static const char *env_nonempty(const char *name) {
 
 /* ------------------------------------------------------------------ the invocation */
 
+/* Looked up once: the invocation and the X-Shoal-User header both name it. */
 static const char *login_name(void) {
+    static const char *name;
+    if (name) return name;
     struct passwd *pw = getpwuid(getuid());
-    if (pw) return pw->pw_name;
     const char *user = getenv("USER");
-    return user ? user : "";
+    name = pw ? strdup(pw->pw_name) : user ? user : "";
+    return name;
 }
 
 /* Python 3.7+ sets LC_CTYPE when started in the C locale (PEP 538), and the Python command

@@ -66,27 +66,30 @@ def decode_invocation(data: bytes) -> Invocation:
     files: dict[int, bytes] = {}
     cwd = user = ""
     pos, end = 0, len(data)
-    index = data.index
+    index, rfind = data.index, data.rfind
     try:
         while pos < end:
             nl = index(b"\n", pos)
-            key, _, size = data[pos:nl].decode("ascii").rpartition(" ")
+            sp = rfind(b" ", pos, nl)
+            size = data[sp + 1:nl]
+            if sp < 0 or not size.isdigit():
+                raise InvocationError(f"bad item header {data[pos:nl][:64]!r}")
+            key = data[pos:sp]
             start = nl + 1
             pos = start + int(size)
-            value = data[start:pos]
-            if pos > end or not size.isdigit():
-                raise InvocationError("truncated item" if pos > end else f"bad item size {size!r}")
-            if key == "env":
-                name, _, text = value.decode(_FS_ENCODING, _FS_ERRORS).partition("=")
+            if pos > end:
+                raise InvocationError("truncated item")
+            if key == b"env":
+                name, _, text = data[start:pos].decode(_FS_ENCODING, _FS_ERRORS).partition("=")
                 environ[name] = text
-            elif key == "arg":
-                argv.append(value.decode(_FS_ENCODING, _FS_ERRORS))
-            elif key == "cwd":
-                cwd = value.decode(_FS_ENCODING, _FS_ERRORS)
-            elif key == "user":
-                user = value.decode(_FS_ENCODING, _FS_ERRORS)
-            elif key.startswith("file "):
-                files[int(key[5:])] = value
+            elif key == b"arg":
+                argv.append(data[start:pos].decode(_FS_ENCODING, _FS_ERRORS))
+            elif key == b"cwd":
+                cwd = data[start:pos].decode(_FS_ENCODING, _FS_ERRORS)
+            elif key == b"user":
+                user = data[start:pos].decode(_FS_ENCODING, _FS_ERRORS)
+            elif key.startswith(b"file "):
+                files[int(key[5:])] = data[start:pos]
     except (ValueError, UnicodeDecodeError) as e:
         raise InvocationError(f"malformed invocation: {e}") from None
     if not argv or not cwd:
