@@ -13,6 +13,7 @@ the ``## Shoal vs Slurm`` section of BENCHMARKS.md (other sections are kept).
     .venv/bin/python bench/bench_vs_slurm.py            # full: ~20 minutes (the HTC profile waits ~20 s per single job)
     .venv/bin/python bench/bench_vs_slurm.py --short    # a few minutes, smaller workloads
     .venv/bin/python bench/bench_vs_slurm.py --short --targets shoal --no-write   # one side only
+    .venv/bin/python bench/bench_vs_slurm.py --targets slurm-htc,shoal --workloads sequential --runs 5 --no-write
 
 Targets: slurm-default, slurm-htc, shoal, and shoal-python (the same Shoal with
 SHOAL_FRONTEND=python, so sbatch/squeue/scancel run as the Python commands: the figure
@@ -27,6 +28,7 @@ Every command is run as a user's shell runs it, a fresh process per call, by abs
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shlex
 import shutil
 import subprocess
@@ -49,6 +51,8 @@ from tests.integration.cluster import BIN, LocalCluster  # noqa: E402  (the one 
 SECTION = "## Shoal vs Slurm"
 NODES, GPUS, CPUS, MEMORY_MB = 4, 8, 32, 65536
 TARGETS = ("slurm-default", "slurm-htc", "shoal", "shoal-python")
+WORKLOADS = ("latency", "gang", "squeue", "sequential", "burst", "array")
+"""Rows 3, 5, 4 (idle and queue figures, one cluster at a time), then 1, 2a and 2b (in rounds)."""
 
 
 @dataclass(frozen=True)
@@ -354,41 +358,52 @@ def profile_run(t: ShoalTarget, work: Callable[[], float]) -> tuple[list[tuple[s
     return rows, busy, figure
 
 
-def idle_figures(t: SlurmTarget | ShoalTarget, mode: Mode, gpus: int, log: Callable[[str], None]) -> Results:
+def idle_figures(t: SlurmTarget | ShoalTarget, mode: Mode, gpus: int, log: Callable[[str], None],
+                 workloads: tuple[str, ...] = WORKLOADS) -> Results:
     """The figures taken on an idle cluster (latency, gang), then the queue's (squeue)."""
     r = Results(t.label, t.nodes)
     r.up_s = t.up_s
-    log(f"{t.label}: latency...")
-    r.latency_s = bench_latency(t, mode.latency_jobs)
-    log(f"  latency median {median(r.latency_s) * 1000:.0f} ms; gang...")
-    if t.nodes >= 2:
+    if "latency" in workloads:
+        log(f"{t.label}: latency...")
+        r.latency_s = bench_latency(t, mode.latency_jobs)
+        log(f"  latency median {median(r.latency_s) * 1000:.0f} ms")
+    if "gang" in workloads and t.nodes >= 2:
         r.gang_start_s, r.gang_tasks_s = bench_gang(t, mode.gang_jobs, gpus)
-        log(f"  gang start median {median(r.gang_start_s) * 1000:.0f} ms, "
+        log(f"  {t.label}: gang start median {median(r.gang_start_s) * 1000:.0f} ms, "
             f"tasks {median(r.gang_tasks_s) * 1000:.0f} ms")
-    else:
+    elif "gang" in workloads:
         r.notes.append("one slurmd only: this Slurm build lacks --enable-multiple-slurmd, so no 2-node job")
-    log(f"  squeue with {mode.pending_jobs} pending...")
-    r.squeue_s = bench_squeue(t, mode.pending_jobs, mode.squeue_calls, mode.submitters)
-    log(f"  squeue median {median(r.squeue_s) * 1000:.1f} ms")
-    if isinstance(t, ShoalTarget) and not t.python_commands and (BIN / "py-spy").exists():
+    if "squeue" in workloads:
+        log(f"  {t.label}: squeue with {mode.pending_jobs} pending...")
+        r.squeue_s = bench_squeue(t, mode.pending_jobs, mode.squeue_calls, mode.submitters)
+        log(f"  squeue median {median(r.squeue_s) * 1000:.1f} ms")
+    if "sequential" in workloads and isinstance(t, ShoalTarget) and not t.python_commands \
+            and (BIN / "py-spy").exists():
         r.profile, r.profile_busy, rate = profile_run(t, lambda: bench_sequential(t, mode.seq_jobs))
         log(f"  profiled run of 1. (not counted): {rate:.1f} submissions/s")
     return r
 
 
-def throughput_round(t: SlurmTarget | ShoalTarget, r: Results, mode: Mode, log: Callable[[str], None]) -> None:
+def throughput_round(t: SlurmTarget | ShoalTarget, r: Results, mode: Mode, log: Callable[[str], None],
+                     workloads: tuple[str, ...] = WORKLOADS) -> None:
     """One run of each throughput workload (1., 2a., 2b.), added to ``r``."""
-    r.seq_rate.append(bench_sequential(t, mode.seq_jobs))
-    sub, done = bench_burst(t, mode.burst_jobs, mode.submitters)
-    r.burst_submit_s.append(sub)
-    r.burst_s.append(done)
-    r.array_s.append(bench_array(t, mode.burst_jobs))
-    log(f"  {t.label} run {len(r.seq_rate)}/{mode.runs}: {r.seq_rate[-1]:.1f} submissions/s; burst submitted "
-        f"{sub:.1f}s, done {done:.1f}s; array done {r.array_s[-1]:.1f}s")
+    done = []
+    if "sequential" in workloads:
+        r.seq_rate.append(bench_sequential(t, mode.seq_jobs))
+        done.append(f"{r.seq_rate[-1]:.1f} submissions/s")
+    if "burst" in workloads:
+        sub, end = bench_burst(t, mode.burst_jobs, mode.submitters)
+        r.burst_submit_s.append(sub)
+        r.burst_s.append(end)
+        done.append(f"burst submitted {sub:.1f}s, done {end:.1f}s")
+    if "array" in workloads:
+        r.array_s.append(bench_array(t, mode.burst_jobs))
+        done.append(f"array done {r.array_s[-1]:.1f}s")
+    log(f"  {t.label}: {'; '.join(done)}")
 
 
 def run_targets(targets: dict[str, SlurmTarget | ShoalTarget], mode: Mode, gpus: int,
-                log: Callable[[str], None]) -> dict[str, Results]:
+                log: Callable[[str], None], workloads: tuple[str, ...] = WORKLOADS) -> dict[str, Results]:
     """Every cluster up at once. Each one's idle and queue figures in turn, then the throughput
     workloads in rounds, each round running them on every cluster one after the other: a
     shared machine's speed drifts over the half hour a full run takes, and in rounds the
@@ -399,11 +414,11 @@ def run_targets(targets: dict[str, SlurmTarget | ShoalTarget], mode: Mode, gpus:
             t.up()
             log(f"{t.label}: up in {t.up_s:.1f}s")
         for key, t in targets.items():
-            results[key] = idle_figures(t, mode, gpus, log)
-        for run in range(mode.runs):
+            results[key] = idle_figures(t, mode, gpus, log, workloads)
+        for run in range(mode.runs if {"sequential", "burst", "array"} & set(workloads) else 0):
             log(f"round {run + 1}/{mode.runs} of the throughput workloads")
             for key, t in targets.items():
-                throughput_round(t, results[key], mode, log)
+                throughput_round(t, results[key], mode, log, workloads)
     finally:
         for t in targets.values():
             t.down()
@@ -562,6 +577,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--short", action="store_true", help="smaller workloads, one run each (a few minutes)")
     ap.add_argument("--targets", default=",".join(TARGETS), help="comma list of %(default)s")
+    ap.add_argument("--workloads", default=",".join(WORKLOADS), help="comma list of %(default)s (rows 3, 5, "
+                    "4, 1, 2a, 2b); the others' rows say n/a")
+    ap.add_argument("--runs", type=int, help="rounds of the throughput workloads (default: 3, short mode 1)")
     ap.add_argument("--nodes", type=int, default=NODES, help="nodes on both sides (default %(default)s)")
     ap.add_argument("--gpus-per-node", type=int, default=GPUS)
     ap.add_argument("--cpus-per-node", type=int, default=CPUS)
@@ -570,9 +588,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep the temporary dirs (configuration, logs) afterwards")
     args = ap.parse_args(argv)
     mode = SHORT if args.short else FULL
+    if args.runs is not None:
+        if args.runs < 1:
+            ap.error("--runs must be at least 1")
+        mode = dataclasses.replace(mode, runs=args.runs)
     targets = [x.strip() for x in args.targets.split(",") if x.strip()]
     if unknown := set(targets) - set(TARGETS):
         ap.error(f"unknown targets {sorted(unknown)}; choose from {', '.join(TARGETS)}")
+    workloads = tuple(x.strip() for x in args.workloads.split(",") if x.strip())
+    if unknown := set(workloads) - set(WORKLOADS):
+        ap.error(f"unknown workloads {sorted(unknown)}; choose from {', '.join(WORKLOADS)}")
     command = shlex.join([".venv/bin/python", "bench/bench_vs_slurm.py", *(sys.argv[1:] if argv is None else argv)])
     started = time.time()
 
@@ -603,7 +628,7 @@ def main(argv: list[str] | None = None) -> int:
             clusters[key] = ShoalTarget(root, *shape, python_commands=key == "shoal-python")
         else:
             clusters[key] = SlurmTarget(root, slurm.DEFAULT if key == "slurm-default" else slurm.HTC, *shape)
-    results = run_targets(clusters, mode, args.gpus_per_node, log)
+    results = run_targets(clusters, mode, args.gpus_per_node, log, workloads)
     facts["Load average (1/5/15 min) at end"] = load_average()
     text = render(facts, command, mode, results, time.time() - started, args.nodes, args.gpus_per_node,
                   args.cpus_per_node)

@@ -331,6 +331,24 @@ static const char *header(const char *head, const char *name) {
     return NULL;
 }
 
+/* Head plus Content-Length bytes, once the head is in ``b``; (size_t)-1 until then, or
+ * without a Content-Length (read to the end). Stopping there spares waiting for the
+ * server's close. */
+static size_t answer_length(const Buf *b) {
+    char *end = b->n >= 4 ? memmem(b->p, b->n, "\r\n\r\n", 4) : NULL;
+    if (!end) return (size_t)-1;
+    size_t head = (size_t)(end - b->p) + 4;
+    for (const char *line = memmem(b->p, head, "\r\n", 2); line && line + 2 < end;
+         line = memmem(line + 2, (size_t)(end - line), "\r\n", 2)) {
+        if (!strncasecmp(line + 2, "content-length:", 15)) {
+            const char *v = skip_ws(line + 17);
+            if (*v < '0' || *v > '9') return (size_t)-1;
+            return head + (size_t)strtoull(v, NULL, 10);
+        }
+    }
+    return (size_t)-1;
+}
+
 /* After the request has gone out, sbatch must not run again (it may have submitted). */
 static void lost_answer(const char *server) {
     if (strcmp(g_cmd, "sbatch")) run_python();
@@ -410,12 +428,14 @@ int main(int argc, char **argv) {
     if (write_all(fd, req.p, req.n) < 0) { close(fd); lost_answer(where); }
     Buf resp = {0};
     char chunk[65536];
-    for (;;) {
+    size_t want = (size_t)-1; /* the whole answer's length, once its head has come */
+    while (resp.n < want) {
         ssize_t k = read(fd, chunk, sizeof chunk);
         if (k < 0 && errno == EINTR) continue;
         if (k < 0) { close(fd); lost_answer(where); }
         if (k == 0) break;
         put(&resp, chunk, (size_t)k);
+        if (want == (size_t)-1) want = answer_length(&resp);
     }
     close(fd);
 
