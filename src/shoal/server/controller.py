@@ -79,7 +79,7 @@ class Controller(KickedLoop):
         now = time.monotonic()
         config = self.server.config.scheduler
         since = now - self._last_submit
-        self._streaming = alone and (since < config.stream_gap_s or self._streaming and since < _pause_s(config))
+        self._streaming = alone and (since < config.stream_gap_s or (self._streaming and since < _pause_s(config)))
         self._last_submit = now
         self._submit_asked = True
         super().wake()

@@ -275,11 +275,11 @@ def submit(session: Session, principal: Principal, body: JobSubmit, *, partition
     # The first task's id names the array: it goes in first, then the rest in one statement.
     first = insert_rows(session, JobRow, [{**common, "version": 1, "array_task_id": task_ids[0],
                                            "array_throttle": throttle}])[0]
-    rows = [{**common, "version": 1, "array_task_id": tid, "array_throttle": throttle, "array_job_id": first}
-            for tid in task_ids]
     session.execute(update(JobRow.__table__).where(JobRow.id == first).values(array_job_id=first))
-    if len(rows) > 1:
-        insert_rows(session, JobRow, rows[1:])
+    rest = [{**common, "version": 1, "array_task_id": tid, "array_throttle": throttle, "array_job_id": first}
+            for tid in task_ids[1:]]
+    if rest:
+        insert_rows(session, JobRow, rest)
     return {"job_id": first, "array_job_id": first, "array_task_ids": task_ids}
 
 

@@ -24,6 +24,9 @@ ALL = None
 _COUNTS = "shoal.change_counts"
 """In the sessionmaker's info, which every session's info starts from: the counts watching it."""
 
+_INSERTS: dict[type, object] = {}
+"""insert_rows' statement for each model, made once."""
+
 
 def insert_rows(session: Session, model: type, rows: list[dict]) -> list[int]:
     """INSERT ``rows`` (column values) of ``model`` as one Core statement, in ``session``'s
@@ -40,10 +43,6 @@ def insert_rows(session: Session, model: type, rows: list[dict]) -> list[int]:
         if model in count._tables:
             session.info.setdefault(count._info, set()).update(ids)
     return ids
-
-
-_INSERTS: dict[type, object] = {}
-"""insert_rows' statement for each model, made once."""
 
 
 class ChangeCount:
