@@ -28,6 +28,7 @@ Every command is run as a user's shell runs it, a fresh process per call, by abs
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import shlex
 import shutil
@@ -39,6 +40,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol
+
+import psutil
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -90,6 +93,8 @@ class Target(Protocol):
 
     def active(self, name: str | None = None) -> int: ...
 
+    def pids(self) -> list[int]: ...
+
 
 class ShoalTarget:
     """A `shoal up` cluster, seen through the Target protocol."""
@@ -125,6 +130,10 @@ class ShoalTarget:
         q = f"&name={name}" if name else ""
         return len(self.cluster.api("GET", f"/api/v1/jobs?view=queue{q}")["jobs"])
 
+    def pids(self) -> list[int]:
+        """The server's and the node agents'."""
+        return [self.cluster.state["pids"]["server"], *self.cluster.state["pids"]["agents"].values()]
+
 
 class SlurmTarget:
     """A bench/slurm cluster; `active` runs /usr/bin/squeue, a C program that starts in milliseconds."""
@@ -153,6 +162,10 @@ class SlurmTarget:
 
     def active(self, name: str | None = None) -> int:
         return self.cluster.active(name)
+
+    def pids(self) -> list[int]:
+        """munged's, slurmctld's and every slurmd's."""
+        return [p.pid for p in self.cluster.procs.values() if p.poll() is None]
 
 
 # ---------------------------------------------------------------------- helpers
@@ -197,6 +210,23 @@ def read_stamps(path: Path, want: int, timeout: float = 60) -> list[float]:
         time.sleep(0.002)
 
 
+def cpu_s(pids: list[int]) -> float:
+    """CPU seconds used so far by these processes, the children they have reaped and those alive now."""
+    total = 0.0
+    for pid in pids:
+        try:
+            p = psutil.Process(pid)
+            t = p.cpu_times()
+            total += t.user + t.system + t.children_user + t.children_system
+            for c in p.children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    t = c.cpu_times()
+                    total += t.user + t.system
+        except psutil.Error:
+            continue
+    return total
+
+
 # ---------------------------------------------------------------------- the workloads
 
 
@@ -218,6 +248,8 @@ class Results:
     notes: list[str] = field(default_factory=list)
     profile: list[tuple[str, float]] = field(default_factory=list)  # (part of the server, % of its Python time)
     profile_busy: float = 0.0  # share of the run the server held the GIL
+    # CPU seconds the other clusters' daemons used during each run of 1., 2a. and 2b.
+    others_cpu: dict[str, list[float]] = field(default_factory=lambda: {"1": [], "2a": [], "2b": []})
 
 
 # Where the Shoal server's Python time goes, by the innermost frame that names a part
@@ -385,21 +417,32 @@ def idle_figures(t: SlurmTarget | ShoalTarget, mode: Mode, gpus: int, log: Calla
 
 
 def throughput_round(t: SlurmTarget | ShoalTarget, r: Results, mode: Mode, log: Callable[[str], None],
-                     workloads: tuple[str, ...] = WORKLOADS) -> None:
-    """One run of each throughput workload (1., 2a., 2b.), added to ``r``."""
+                     workloads: tuple[str, ...] = WORKLOADS, others: tuple[Target, ...] = ()) -> None:
+    """One run of each throughput workload (1., 2a., 2b.), added to ``r``, with the CPU that
+    ``others`` (the clusters idle meanwhile) used during each: their background work (Slurm
+    purging ended jobs' records, say) is a cost the measured cluster pays."""
     done = []
+
+    def measured(row: str, work: Callable[[], object]):
+        pids = [pid for o in others for pid in o.pids()]
+        before = cpu_s(pids)
+        out = work()
+        r.others_cpu[row].append(cpu_s(pids) - before)
+        return out
+
     if "sequential" in workloads:
-        r.seq_rate.append(bench_sequential(t, mode.seq_jobs))
+        r.seq_rate.append(measured("1", lambda: bench_sequential(t, mode.seq_jobs)))
         done.append(f"{r.seq_rate[-1]:.1f} submissions/s")
     if "burst" in workloads:
-        sub, end = bench_burst(t, mode.burst_jobs, mode.submitters)
+        sub, end = measured("2a", lambda: bench_burst(t, mode.burst_jobs, mode.submitters))
         r.burst_submit_s.append(sub)
         r.burst_s.append(end)
         done.append(f"burst submitted {sub:.1f}s, done {end:.1f}s")
     if "array" in workloads:
-        r.array_s.append(bench_array(t, mode.burst_jobs))
+        r.array_s.append(measured("2b", lambda: bench_array(t, mode.burst_jobs)))
         done.append(f"array done {r.array_s[-1]:.1f}s")
-    log(f"  {t.label}: {'; '.join(done)}")
+    spent = ", ".join(f"{row} {cpu[-1]:.1f}" for row, cpu in r.others_cpu.items() if cpu)
+    log(f"  {t.label}: {'; '.join(done)} (the other clusters' CPU s meanwhile: {spent})")
 
 
 def run_targets(targets: dict[str, SlurmTarget | ShoalTarget], mode: Mode, gpus: int,
@@ -407,7 +450,9 @@ def run_targets(targets: dict[str, SlurmTarget | ShoalTarget], mode: Mode, gpus:
     """Every cluster up at once. Each one's idle and queue figures in turn, then the throughput
     workloads in rounds, each round running them on every cluster one after the other: a
     shared machine's speed drifts over the half hour a full run takes, and in rounds the
-    drift falls on every system alike, not on whichever came last."""
+    drift falls on every system alike, not on whichever came last. Each round starts one
+    cluster further along, so that no cluster always follows the same one (and its
+    after-effects: Slurm's default configuration purges ended jobs' records 300 s later)."""
     results: dict[str, Results] = {}
     try:
         for t in targets.values():
@@ -417,8 +462,11 @@ def run_targets(targets: dict[str, SlurmTarget | ShoalTarget], mode: Mode, gpus:
             results[key] = idle_figures(t, mode, gpus, log, workloads)
         for run in range(mode.runs if {"sequential", "burst", "array"} & set(workloads) else 0):
             log(f"round {run + 1}/{mode.runs} of the throughput workloads")
-            for key, t in targets.items():
-                throughput_round(t, results[key], mode, log, workloads)
+            keys = list(targets)
+            keys = keys[run % len(keys):] + keys[:run % len(keys)]
+            for key in keys:
+                others = tuple(o for k, o in targets.items() if k != key)
+                throughput_round(targets[key], results[key], mode, log, workloads, others)
     finally:
         for t in targets.values():
             t.down()
@@ -521,7 +569,10 @@ def render(facts: dict[str, str], command: str, mode: Mode, results: dict[str, R
     per_run = (("started in s", lambda r: [r.up_s]), ("1. submissions/s, each run", lambda r: r.seq_rate),
                ("2a. all submitted s, each run", lambda r: r.burst_submit_s),
                ("2a. all completed s, each run", lambda r: r.burst_s), ("2b. array completed s, each run",
-                                                                       lambda r: r.array_s))
+                                                                       lambda r: r.array_s),
+               ("other clusters' CPU s during each run of 1.", lambda r: r.others_cpu["1"]),
+               ("the same during 2a.", lambda r: r.others_cpu["2a"]),
+               ("the same during 2b.", lambda r: r.others_cpu["2b"]))
     for label, get in per_run:
         cells = [", ".join(f"{x:.1f}" for x in get(r)) if r else "not run" for r in (d, h, s, *([py] if py else []))]
         out.append(f"| {label} | {' | '.join(cells)} |")
@@ -551,7 +602,9 @@ def render(facts: dict[str, str], command: str, mode: Mode, results: dict[str, R
         "- Every cluster is up for the whole run. Each one's latency, gang and squeue figures are taken in turn, "
         "the others idle; then the throughput workloads (1., 2a., 2b.) run in rounds, each round on every "
         "cluster one after the other, so that the machine's drift in speed over the run falls on all of them "
-        "alike.",
+        "alike. Each round starts one cluster further along. The idle clusters are not quiet: Slurm's default "
+        "configuration purges ended jobs' records 300 s after they end (MinJobAge), whichever cluster is "
+        "measured then; the per-run table gives the CPU the other clusters' daemons used during each run.",
         "- Slurm schedules a batch job not at submit but within SchedulerParameters' batch_sched_delay "
         "(3 s by default, 20 s in the HTC guide's example), which is what rows 3 and 5 show; that is the "
         "setting to lower for latency, and the guide raises it for throughput.",
