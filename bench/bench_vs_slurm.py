@@ -70,13 +70,14 @@ class Mode:
     pending_jobs: int  # 4. held jobs in the queue while squeue is timed
     squeue_calls: int
     gang_jobs: int  # 5. 2-node jobs on free nodes
+    profile_jobs: int  # the profiled (extra, not counted) run of 1.: long enough for a few hundred samples
     submitters: int = 4
 
 
 FULL = Mode("full", seq_jobs=300, burst_jobs=1000, runs=3, latency_jobs=20, pending_jobs=1000, squeue_calls=20,
-            gang_jobs=5)
+            gang_jobs=5, profile_jobs=1000)
 SHORT = Mode("short", seq_jobs=100, burst_jobs=200, runs=1, latency_jobs=5, pending_jobs=200, squeue_calls=10,
-             gang_jobs=3)
+             gang_jobs=3, profile_jobs=300)
 
 
 # ---------------------------------------------------------------------- the two systems
@@ -248,6 +249,7 @@ class Results:
     notes: list[str] = field(default_factory=list)
     profile: list[tuple[str, float]] = field(default_factory=list)  # (part of the server, % of its Python time)
     profile_busy: float = 0.0  # share of the run the server held the GIL
+    profile_samples: int = 0
     # CPU seconds the other clusters' daemons used during each run of 1., 2a. and 2b.
     others_cpu: dict[str, list[float]] = field(default_factory=lambda: {"1": [], "2a": [], "2b": []})
 
@@ -266,8 +268,9 @@ PROFILE_PARTS = (
 )
 
 
-def profile_summary(raw: Path, seconds: float, rate: int) -> tuple[list[tuple[str, float]], float]:
-    """py-spy raw (collapsed) stacks -> (part, % of samples) rows and the GIL-held share of the run."""
+def profile_summary(raw: Path, seconds: float, rate: int) -> tuple[list[tuple[str, float]], float, int]:
+    """py-spy raw (collapsed) stacks -> (part, % of samples) rows, the GIL-held share of the run
+    and the number of samples."""
     counts: dict[str, int] = {}
     total = 0
     for line in raw.read_text().splitlines():
@@ -284,7 +287,7 @@ def profile_summary(raw: Path, seconds: float, rate: int) -> tuple[list[tuple[st
                 break
         counts[part] = counts.get(part, 0) + int(n)
     rows = sorted(((k, 100.0 * v / total) for k, v in counts.items()), key=lambda kv: -kv[1]) if total else []
-    return rows, min(1.0, total / (seconds * rate)) if seconds else 0.0
+    return rows, min(1.0, total / (seconds * rate)) if seconds else 0.0, total
 
 
 def bench_sequential(t: Target, jobs: int) -> float:
@@ -370,8 +373,9 @@ def bench_squeue(t: Target, pending: int, calls: int, submitters: int) -> list[f
     return times[2:]
 
 
-def profile_run(t: ShoalTarget, work: Callable[[], float]) -> tuple[list[tuple[str, float]], float, float]:
-    """``work()`` with py-spy sampling the Shoal server's GIL holder: (summary, busy share, work's figure)."""
+def profile_run(t: ShoalTarget, work: Callable[[], float]) -> tuple[list[tuple[str, float]], float, int, float]:
+    """``work()`` with py-spy sampling the Shoal server's GIL holder: (summary, busy share, samples,
+    work's figure)."""
     import signal
 
     rate = 200
@@ -386,8 +390,8 @@ def profile_run(t: ShoalTarget, work: Callable[[], float]) -> tuple[list[tuple[s
     seconds = time.perf_counter() - t0
     spy.send_signal(signal.SIGINT)
     spy.wait(timeout=60)
-    rows, busy = profile_summary(raw, seconds + 1.0, rate) if raw.exists() else ([], 0.0)
-    return rows, busy, figure
+    rows, busy, samples = profile_summary(raw, seconds + 1.0, rate) if raw.exists() else ([], 0.0, 0)
+    return rows, busy, samples, figure
 
 
 def idle_figures(t: SlurmTarget | ShoalTarget, mode: Mode, gpus: int, log: Callable[[str], None],
@@ -411,8 +415,10 @@ def idle_figures(t: SlurmTarget | ShoalTarget, mode: Mode, gpus: int, log: Calla
         log(f"  squeue median {median(r.squeue_s) * 1000:.1f} ms")
     if "sequential" in workloads and isinstance(t, ShoalTarget) and not t.python_commands \
             and (BIN / "py-spy").exists():
-        r.profile, r.profile_busy, rate = profile_run(t, lambda: bench_sequential(t, mode.seq_jobs))
-        log(f"  profiled run of 1. (not counted): {rate:.1f} submissions/s")
+        r.profile, r.profile_busy, r.profile_samples, rate = profile_run(
+            t, lambda: bench_sequential(t, mode.profile_jobs))
+        log(f"  profiled run of 1. (not counted, {mode.profile_jobs} submissions, {r.profile_samples} samples): "
+            f"{rate:.1f} submissions/s")
     return r
 
 
@@ -578,10 +584,11 @@ def render(facts: dict[str, str], command: str, mode: Mode, results: dict[str, R
         out.append(f"| {label} | {' | '.join(cells)} |")
     out.append("")
     if s and s.profile:
-        out.append(f"Where the Shoal server's Python time went during an extra run of 1., not counted in the "
-                   f"table (py-spy --gil --nonblocking at 200 Hz on the server process, which it does not stop to "
-                   f"sample; it held the GIL {s.profile_busy * 100:.0f}% of the run, which includes waiting for the "
-                   f"jobs to end; each submission's job also starts, runs `true` and is cleaned up meanwhile):")
+        out.append(f"Where the Shoal server's Python time went during an extra run of 1. with {mode.profile_jobs} "
+                   f"submissions, not counted in the table (py-spy --gil --nonblocking at 200 Hz on the server "
+                   f"process, which it does not stop to sample: {s.profile_samples} samples; it held the GIL "
+                   f"{s.profile_busy * 100:.0f}% of the run, which includes waiting for the jobs to end; each "
+                   f"submission's job also starts, runs `true` and is cleaned up meanwhile):")
         out.append("")
         out.append("| Part of the server | share of its Python time |")
         out.append("|---|---:|")
