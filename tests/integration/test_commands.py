@@ -86,3 +86,27 @@ def test_submit_options_shape_the_job(cluster):
 def test_srun_outside_a_job_runs_on_both_nodes(cluster):
     out = cluster.run(["srun", "-N2", "hostname"], timeout=60)
     assert sorted(out.stdout.split()) == cluster.node_names()
+
+
+VERSION_COMMANDS = ["sbatch", "srun", "squeue", "scancel", "sinfo", "scontrol", "sacct", "sprio", "sshare"]
+
+
+@pytest.mark.parametrize("command", VERSION_COMMANDS)
+def test_every_command_prints_its_version_and_exits_as_slurms_do(cluster, command):
+    from shoal import __version__
+
+    before = len(cluster.jobs())
+    for flag in ("-V", "--version"):
+        # With other options too: sbatch --version --wrap true prints the version, submits nothing.
+        extra = {"sbatch": ["--wrap", "true"], "srun": ["hostname"]}.get(command, [])
+        out = cluster.run([command, flag, *extra])
+        assert (out.returncode, out.stdout, out.stderr) == (0, f"shoal {__version__}\n", "")
+    assert len(cluster.jobs()) == before
+    if command == "scontrol":
+        assert cluster.run(["scontrol", "version"]).stdout == f"shoal {__version__}\n"
+
+
+def test_version_is_refused_in_a_directive(cluster):
+    out = cluster.run(["sbatch"], check=False, input="#!/bin/sh\n#SBATCH --version\ntrue\n")
+    assert out.returncode == 1
+    assert out.stderr.strip() == "sbatch: error: line 2: --version is only valid on the command line"

@@ -61,6 +61,8 @@ SCANCEL_CASES = [
 HANDED_TO_PYTHON = [
     ("sbatch", ["--help"], None), ("sbatch", ["-H"], SCRIPT), ("sbatch", ["-H", "nonexistent.sh"], None),
     ("sbatch", ["-W", "--wrap", "true"], None), ("sbatch", ["noshebang.sh"], None), ("squeue", ["--help"], None), ("squeue", ["-i", "1"], None),
+    ("sbatch", ["--version"], None), ("sbatch", ["-V", "--wrap", "true"], None), ("squeue", ["-V"], None),
+    ("scancel", ["--version"], None),
 ]
 
 
@@ -170,6 +172,10 @@ def test_handing_over_to_python_gives_the_python_answer(cluster):
     assert stored_spec(cluster, submitted(native.stdout)) == stored_spec(cluster, submitted(python.stdout))
     for cmd in ("sbatch", "squeue"):
         assert run(cluster, cmd, ["--help"], True, native=False).stdout == run(cluster, cmd, ["--help"], False).stdout
+    for cmd in ("sbatch", "squeue", "scancel"):
+        version = run(cluster, cmd, ["--version"], True, native=False)
+        assert (version.returncode, version.stdout) == (0, run(cluster, cmd, ["--version"], False).stdout)
+        assert version.stdout.startswith("shoal ")
 
 
 def test_a_server_without_the_endpoint_gets_the_python_command(cluster, tmp_path):

@@ -204,7 +204,8 @@ class UsageError(ValueError):
 def argument_parser(prog: str, description: str, remote: bool = False):
     """An argparse parser whose errors read ``<prog>: error: ...`` and exit 1, as Slurm's do.
 
-    It has no -h: Slurm's commands use -h for --noheader, and add --help themselves. A
+    It has no -h: Slurm's commands use -h for --noheader, and add --help themselves. It has
+    -V/--version, as every Slurm command does. A
     ``remote`` parser (the server running a command for the compiled front end) raises
     UsageError instead of exiting, and RunLocally for help, which is sized to the terminal.
     """
@@ -234,7 +235,11 @@ def argument_parser(prog: str, description: str, remote: bool = False):
                 width = _terminal_columns() - 2
             super().__init__(prog, indent_increment, max_help_position, width)
 
-    return _Parser(prog=prog, description=description, add_help=False, formatter_class=_Formatter)
+    from shoal.cli import version_line
+
+    p = _Parser(prog=prog, description=description, add_help=False, formatter_class=_Formatter)
+    p.add_argument("-V", "--version", action="version", version=version_line(), help="print the version and exit")
+    return p
 
 
 def _terminal_columns() -> int:

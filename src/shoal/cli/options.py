@@ -377,6 +377,7 @@ OPTIONS: tuple[Option, ...] = (
     O("parsable", None, NONE, _flag(_parsable=True), frozenset({SBATCH})),
     O("test-only", None, NONE, _flag(_test_only=True), frozenset({SBATCH})),
     O("wait", "W", NONE, _flag(_wait=True), frozenset({SBATCH}), env="SBATCH_WAIT"),
+    O("version", "V", NONE, _flag(_version=True), frozenset({SBATCH, SRUN})),
     # srun only
     O("label", "l", NONE, _flag(label=True), frozenset({SRUN})),
     O("unbuffered", "u", NONE, _flag(unbuffered=True), frozenset({SRUN})),
@@ -530,6 +531,13 @@ def script_source(argv: list[str]) -> str | None:
     return positional[0] if positional else "-"
 
 
+def asks_version(argv: list[str], command: str = SBATCH) -> bool:
+    """Whether -V/--version is among the options (before the script or command): the
+    command then prints its version and exits, as Slurm's do, whatever else is given."""
+    found, _ = _scan(argv, command)
+    return any(opt.long == "version" for opt, _, _ in found)
+
+
 def script_index(argv: list[str]) -> int | None:
     """Where script_source's path is in argv; None with --wrap or standard input. The
     server uses it to find the script among the files the compiled front end sent."""
@@ -639,13 +647,15 @@ def parse_sbatch(
             if extra:
                 raise OptionError(f"{where}unexpected argument '{extra[0]}' in #SBATCH directive")
             line_values = _convert(line_found, ctx, where)
-            if "_wrap" in line_values:
-                raise OptionError(f"{where}--wrap is only valid on the command line")
+            for key, flag in (("_wrap", "--wrap"), ("_version", "--version")):
+                if key in line_values:
+                    raise OptionError(f"{where}{flag} is only valid on the command line")
             script_keys.update(line_values)
             from_script.update(line_values)
         _check_exclusive(script_keys, "#SBATCH directives: ")
     values = _layer(_layer(from_script, from_env), command_line)
     values.pop("_wrap", None)
+    values.pop("_version", None)
     flags = {k: bool(values.pop(k, False)) for k in ("_parsable", "_test_only", "_wait")}
     body: dict[str, Any] = {
         "name": default_name,

@@ -22,13 +22,18 @@ HELP = ("Usage: sbatch [OPTIONS...] script [args...]\n       sbatch [OPTIONS...]
 
 def main(argv: list[str] | None = None) -> int:
     from shoal.cli.client import Client, fail
-    from shoal.cli.options import OptionError, script_source
+    from shoal.cli.options import OptionError, asks_version, script_source
 
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in ("-h", "--help", "--usage"):
         print(HELP)
         return 0
     try:
+        if asks_version(argv):
+            from shoal.cli import version_line
+
+            print(version_line())
+            return 0
         source = script_source(argv)
     except OptionError as e:
         fail(str(e))

@@ -23,7 +23,7 @@ SHOW_ENTITIES = ("job", "node", "partition", "reservation", "hostnames", "hostli
 _SHOW_PREFIXES = (("hostnames", "hostnames", 5), ("hostlist", "hostlist", 5), ("job", "jobs", 1),
                   ("node", "nodes", 1), ("partition", "partitions", 2), ("config", "config", 1),
                   ("reservation", "reservations", 3))
-COMMANDS = ("show", "update", "create", "delete", "hold", "release", "requeue", "ping")
+COMMANDS = ("show", "update", "create", "delete", "hold", "release", "requeue", "ping", "version")
 JOB_UPDATE_KEYS = {"timelimit": "time_limit_s", "jobname": "name", "name": "name",
                    "partition": "partition", "numnodes": "nodes", "comment": "comment"}
 NODE_STATES = ("DRAIN", "RESUME", "DOWN", "UNDRAIN", "IDLE")
@@ -546,6 +546,11 @@ def main(argv: list[str] | None = None) -> int:
                 emit(show_config(load_config()["server"], time.time()))
                 return 0
             emit(_show(Client.from_config(), entity, rest[1:], options))
+            return 0
+        if command == "version":
+            from shoal.cli import version_line
+
+            emit(version_line() + "\n")
             return 0
         if command == "ping":
             from shoal.cli.client import load_config

@@ -22,10 +22,15 @@ STEP_KEYS = ("nodes", "ntasks", "ntasks_per_node", "cpus_per_task", "gpus_per_ta
 
 def main(argv: list[str] | None = None) -> int:
     from shoal.cli.client import Client, ClientError, fail
-    from shoal.cli.options import OptionError, parse_srun
+    from shoal.cli.options import SRUN, OptionError, asks_version, parse_srun
 
     argv = sys.argv[1:] if argv is None else argv
     try:
+        if asks_version(argv, SRUN):
+            from shoal.cli import version_line
+
+            print(version_line())
+            return 0
         req = parse_srun(argv, cwd=os.getcwd(), environ=os.environ)
     except OptionError as e:
         fail(str(e))

@@ -31,7 +31,7 @@ from sqlalchemy.orm.exc import StaleDataError
 
 from shoal.cli import sbatch, scancel, squeue
 from shoal.cli.client import ClientError, RunLocally, _field_error
-from shoal.cli.options import OptionError, script_index, script_source
+from shoal.cli.options import OptionError, asks_version, script_index, script_source
 from shoal.server.auth import AuthError, Principal
 from shoal.server.fastpath import in_thread
 from shoal.server.jobs import JobError
@@ -173,6 +173,8 @@ def _sbatch(argv: list[str], inv: Invocation, api: InProcessApi, out: io.StringI
         raise RunLocally("help")
     script = source = None
     try:
+        if asks_version(argv):
+            raise RunLocally("the version is the command's own")
         index = script_index(argv)
         wrapped_or_stdin = script_source(argv)
     except OptionError:
