@@ -205,9 +205,9 @@ def argument_parser(prog: str, description: str, remote: bool = False):
     """An argparse parser whose errors read ``<prog>: error: ...`` and exit 1, as Slurm's do.
 
     It has no -h: Slurm's commands use -h for --noheader, and add --help themselves. It has
-    -V/--version, as every Slurm command does. A
-    ``remote`` parser (the server running a command for the compiled front end) raises
-    UsageError instead of exiting, and RunLocally for help, which is sized to the terminal.
+    -V/--version, as every Slurm command does. A ``remote`` parser (the server running a
+    command for the compiled front end) raises UsageError instead of exiting, and RunLocally
+    for help, which is sized to the terminal, and for the version, which is the command's own.
     """
     import argparse
 
