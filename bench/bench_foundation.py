@@ -175,9 +175,9 @@ def start_cluster(root: Path, mode: Mode) -> LocalCluster:
 
 
 def active(c: LocalCluster, name: str | None = None) -> list[dict]:
-    """Jobs still pending, running or completing (GET /api/v1/jobs without all=true)."""
+    """Jobs still pending, running or completing (GET /shoal/v1/jobs without all=true)."""
     q = f"?name={name}" if name else ""
-    return c.api("GET", f"/api/v1/jobs{q}")["jobs"]
+    return c.api("GET", f"/shoal/v1/jobs{q}")["jobs"]
 
 
 def wait_idle(c: LocalCluster, name: str | None = None, timeout: float = 600, interval: float = 0.25) -> float:
@@ -481,7 +481,7 @@ def render(facts: dict[str, str], command: str, mode: Mode, c: LocalCluster, cli
     out.append(f"### Throughput ({tps[0].jobs} jobs of `{job_command}`, 1 CPU each, first submission to all done)")
     out.append("")
     out.append("Times are from just before the first `sbatch` to: the last `sbatch` returning, the last job's "
-               "start and end as the server recorded them, and the poller (GET /api/v1/jobs every 0.25 s) "
+               "start and end as the server recorded them, and the poller (GET /shoal/v1/jobs every 0.25 s) "
                "seeing nothing pending, running or completing.")
     out.append("")
     out.append("| Submission | sbatch calls | submitted s | submissions/s | last start s | all COMPLETED s "

@@ -153,18 +153,18 @@ def fill(c: LocalCluster) -> tuple[dict[str, Client], list[int]]:
     users = {}
     for i in range(USERS):
         user = f"user{i:02d}"
-        token = c.api("POST", "/api/v1/tokens", {"user": user, "description": "load benchmark"})["token"]
+        token = c.api("POST", "/shoal/v1/tokens", {"user": user, "description": "load benchmark"})["token"]
         users[user] = Client(c.server, token)
         users[user].job_token = None
     workdir = str(c.workdir)
 
     def queue(user: str) -> list[int]:
         client = users[user]
-        out = client.request("POST", "/api/v1/jobs", {"name": f"{user}-array", "script": SCRIPT, "workdir": workdir,
+        out = client.request("POST", "/shoal/v1/jobs", {"name": f"{user}-array", "script": SCRIPT, "workdir": workdir,
                                                       "gpus_per_node": 1, "array": f"0-{ARRAY_TASKS - 1}"})
         ids = [out["job_id"]]
         for j in range(SINGLE_JOBS):
-            ids.append(client.request("POST", "/api/v1/jobs", {"name": f"{user}-{j}", "script": SCRIPT,
+            ids.append(client.request("POST", "/shoal/v1/jobs", {"name": f"{user}-{j}", "script": SCRIPT,
                                                                "workdir": workdir, "gpus_per_node": 1,
                                                                "hold": j % 2 == 0})["job_id"])
         return ids
@@ -175,7 +175,7 @@ def fill(c: LocalCluster) -> tuple[dict[str, Client], list[int]]:
 
 
 def queued(c: LocalCluster) -> int:
-    return len(c.api("GET", "/api/v1/jobs?state=PENDING&view=queue")["jobs"])
+    return len(c.api("GET", "/shoal/v1/jobs?state=PENDING&view=queue")["jobs"])
 
 
 # ---------------------------------------------------------------------- the load
@@ -220,19 +220,19 @@ class Load:
             return
         client = self.users[user]
         if "one user" in label:
-            client.get("/api/v1/jobs", {"user": user, "view": "queue"})
+            client.get("/shoal/v1/jobs", {"user": user, "view": "queue"})
         elif "whole queue" in label:
-            self.admin.get("/api/v1/jobs", {"view": "queue"})
+            self.admin.get("/shoal/v1/jobs", {"view": "queue"})
         elif "job detail" in label:
-            self.admin.get(f"/api/v1/jobs/{job_id}")
+            self.admin.get(f"/shoal/v1/jobs/{job_id}")
         elif "scontrol" in label:
-            self.admin.get("/api/v1/jobs", {"job_id": job_id})
+            self.admin.get("/shoal/v1/jobs", {"job_id": job_id})
         elif "sinfo" in label:
-            client.get("/api/v1/nodes")
-            client.get("/api/v1/partitions")
+            client.get("/shoal/v1/nodes")
+            client.get("/shoal/v1/partitions")
         else:
             hold = self.rng.random() < 0.5
-            out = client.post("/api/v1/jobs", {"name": f"{user}-load", "script": SCRIPT, "workdir": str(self.c.workdir),
+            out = client.post("/shoal/v1/jobs", {"name": f"{user}-load", "script": SCRIPT, "workdir": str(self.c.workdir),
                                                "gpus_per_node": 1, "hold": hold})
             with self.lock:
                 self.job_ids.append(out["job_id"])

@@ -83,7 +83,7 @@ def workloads() -> list[Workload]:
 
 
 def pods_of(c: LocalCluster, app: str) -> list[dict]:
-    return c.api("GET", f"/api/v1/kube/objects/pods?namespace=default&selector=app%3D{app}")["items"]
+    return c.api("GET", f"/shoal/v1/kube/objects/pods?namespace=default&selector=app%3D{app}")["items"]
 
 
 def is_ready(pod: dict) -> bool:

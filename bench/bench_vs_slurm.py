@@ -126,10 +126,10 @@ class ShoalTarget:
         return str(BIN / command)
 
     def active(self, name: str | None = None) -> int:
-        """Pending, running or completing jobs (GET /api/v1/jobs without all=true, squeue's
+        """Pending, running or completing jobs (GET /shoal/v1/jobs without all=true, squeue's
         columns only, as Slurm's side asks squeue): no process per poll."""
         q = f"&name={name}" if name else ""
-        return len(self.cluster.api("GET", f"/api/v1/jobs?view=queue{q}")["jobs"])
+        return len(self.cluster.api("GET", f"/shoal/v1/jobs?view=queue{q}")["jobs"])
 
     def pids(self) -> list[int]:
         """The server's and the node agents'."""
@@ -600,7 +600,7 @@ def render(facts: dict[str, str], command: str, mode: Mode, results: dict[str, R
         "",
         "- Jobs are `--wrap true` with `--output=/dev/null`; \"completed\" is the first poll that finds none of "
         "them pending, running or completing (Slurm: `squeue -h -n NAME` every 0.1 s; Shoal: GET "
-        "/api/v1/jobs?view=queue, squeue's columns, every 0.1 s, so no Python start-up per poll).",
+        "/shoal/v1/jobs?view=queue, squeue's columns, every 0.1 s, so no Python start-up per poll).",
         "- Latency and gang jobs print `date +%s.%N` first; the figure is that stamp minus the time just before "
         "`sbatch` was started, so it includes the command's own start-up. 5b adds `srun --ntasks-per-node=1 "
         "date +%s.%N` and takes the later of the two nodes' stamps.",

@@ -3,7 +3,7 @@
  * Users' scripts run these commands in tight loops, and a Python process costs ~40 ms
  * before it has done anything. This program sends the command's raw invocation (argv,
  * working directory, environment, login name, and for sbatch the script files named on
- * the command line) to POST /api/v1/commands/<command>; the server runs the very same
+ * the command line) to POST /shoal/v1/commands/<command>; the server runs the very same
  * Python code (shoal.cli.<command>.run) and answers with what it prints and its exit
  * code. Parsing and formatting stay in Python, in one place; the wire format is in
  * src/shoal/server/commands.py.
@@ -411,7 +411,7 @@ int main(int argc, char **argv) {
     const char *where = u.name;
 
     Buf req = {0};
-    puts_(&req, "POST "); puts_(&req, u.base); puts_(&req, "/api/v1/commands/"); puts_(&req, g_cmd);
+    puts_(&req, "POST "); puts_(&req, u.base); puts_(&req, "/shoal/v1/commands/"); puts_(&req, g_cmd);
     puts_(&req, " HTTP/1.1\r\nHost: "); puts_(&req, u.host); puts_(&req, ":"); puts_(&req, u.port);
     puts_(&req, "\r\nConnection: close\r\nUser-Agent: shoal-cmd/"); puts_(&req, g_cmd);
     puts_(&req, "\r\nContent-Type: application/x-shoal-invocation\r\n");

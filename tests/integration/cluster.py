@@ -111,13 +111,13 @@ class LocalCluster:
         return c.request(method, path, body)
 
     def job(self, job_id: int | str) -> dict:
-        return self.api("GET", f"/api/v1/jobs/{job_id}")
+        return self.api("GET", f"/shoal/v1/jobs/{job_id}")
 
     def jobs(self, **params) -> list[dict]:
         from urllib.parse import urlencode
 
         q = urlencode({"all": "true", **params}, doseq=True)
-        return self.api("GET", f"/api/v1/jobs?{q}")["jobs"]
+        return self.api("GET", f"/shoal/v1/jobs?{q}")["jobs"]
 
     def wait_for(self, job_id: int, states=("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"),
                  timeout: float = 30.0, settled: bool = True) -> dict:
@@ -132,7 +132,7 @@ class LocalCluster:
         raise AssertionError(f"job {job_id} did not reach {states} within {timeout}s: {job}")
 
     def nodes_json(self) -> list[dict]:
-        return self.api("GET", "/api/v1/nodes")["nodes"]
+        return self.api("GET", "/shoal/v1/nodes")["nodes"]
 
     def agent_pid(self, node: str) -> int:
         return self.state["pids"]["agents"][node]

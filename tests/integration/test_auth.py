@@ -23,7 +23,7 @@ WEB = {"apiVersion": "apps/v1", "kind": "Deployment",
                                  "name": "app", "image": "example/web:v1", "command": ["sleep", "300"],
                                  "env": [{"name": "API_KEY", "value": "root-only"}]}]}}}}
 WEB_V2 = {**WEB, "spec": {**WEB["spec"], "replicas": 3}}
-KUBE = "/api/v1/kube"
+KUBE = "/shoal/v1/kube"
 RBAC = "rbac.authorization.k8s.io/v1"
 TEAM_A = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}}
 TEAM_A_BINDINGS = [
@@ -49,7 +49,7 @@ def cluster(tmp_path_factory) -> LocalCluster:
 
 @pytest.fixture(scope="module")
 def creds(cluster) -> dict:
-    alice = cluster.api("POST", "/api/v1/tokens", {"user": "alice", "role": "user"})["token"]
+    alice = cluster.api("POST", "/shoal/v1/tokens", {"user": "alice", "role": "user"})["token"]
     job = cluster.sbatch("--wrap", "sleep 300")
     cluster.wait_for(job, states=("RUNNING",), timeout=15)
     node = cluster.node_names()[0]
@@ -57,22 +57,22 @@ def creds(cluster) -> dict:
     from shoal.server.auth import agent_credential
 
     secret = (cluster.root / "state" / "server" / "cluster.key").read_bytes()
-    olga = cluster.api("POST", "/api/v1/tokens", {"user": "olga", "role": "operator"})["token"]
-    rita = cluster.api("POST", "/api/v1/tokens", {"user": "rita", "role": "read-only"})["token"]
-    bob = cluster.api("POST", "/api/v1/tokens", {"user": "bob", "role": "user", "groups": ["ml"]})["token"]
-    vic = cluster.api("POST", "/api/v1/tokens", {"user": "vic", "role": "user"})["token"]
+    olga = cluster.api("POST", "/shoal/v1/tokens", {"user": "olga", "role": "operator"})["token"]
+    rita = cluster.api("POST", "/shoal/v1/tokens", {"user": "rita", "role": "read-only"})["token"]
+    bob = cluster.api("POST", "/shoal/v1/tokens", {"user": "bob", "role": "user", "groups": ["ml"]})["token"]
+    vic = cluster.api("POST", "/shoal/v1/tokens", {"user": "vic", "role": "user"})["token"]
     from shoal.server.auth import hash_token, token_id
 
     ids = {f"{who}_id": token_id(hash_token(t)) for who, t in (("olga", olga), ("alice", alice))}
     # team-a: the ml group may edit, vic may view; root's Deployment "train" lives there.
-    cluster.api("POST", "/api/v1/kube/apply", {"documents": [TEAM_A, *TEAM_A_BINDINGS, TRAIN, WEB]})
+    cluster.api("POST", "/shoal/v1/kube/apply", {"documents": [TEAM_A, *TEAM_A_BINDINGS, TRAIN, WEB]})
     pod = wait_until(lambda: next((p["metadata"]["name"] for p in cluster.api(
-        "GET", "/api/v1/kube/objects/pods?namespace=default")["items"]
+        "GET", "/shoal/v1/kube/objects/pods?namespace=default")["items"]
         if p["status"].get("phase") == "Running"), None), 60, "root's web pod to run")
     yield {"alice": alice, "bad": "shoal_not-a-real-token", "node": agent_credential(secret, node),
            "join": join, "admin": cluster.admin_token, "job": job, "node_name": node, "pod": pod,
            "olga": olga, "rita": rita, "bob": bob, "vic": vic, **ids}
-    cluster.api("POST", f"/api/v1/jobs/{job}/cancel", {})
+    cluster.api("POST", f"/shoal/v1/jobs/{job}/cancel", {})
 
 
 def raw(cluster, method: str, path: str, token: str | None, body: dict | None = None) -> tuple[int, dict]:
@@ -102,24 +102,24 @@ SUBMIT = {"script": "#!/bin/sh\ntrue\n", "workdir": "/tmp"}
 
 CASES = [
     # (who, method, path, body, expected status)
-    ("none", "GET", "/api/v1/jobs", None, 401),
-    ("none", "POST", "/api/v1/jobs", SUBMIT, 401),
-    ("bad", "GET", "/api/v1/jobs", None, 401),
-    ("bad", "POST", "/api/v1/jobs/{job}/cancel", {}, 401),
-    ("alice", "POST", "/api/v1/jobs/{job}/cancel", {}, 403),
-    ("alice", "POST", "/api/v1/jobs/{job}/cancel", {"signal": "USR1"}, 403),
-    ("alice", "POST", "/api/v1/jobs/{job}/hold", None, 403),
-    ("alice", "PATCH", "/api/v1/jobs/{job}", {"name": "mine-now"}, 403),
-    ("alice", "POST", "/api/v1/jobs/{job}/requeue", None, 403),
-    ("alice", "PATCH", "/api/v1/nodes/{node_name}", {"state": "DRAIN", "reason": "alice says"}, 403),
-    ("alice", "POST", "/api/v1/tokens", {"user": "alice", "role": "admin"}, 403),
-    ("node", "GET", "/api/v1/jobs", None, 403),
-    ("node", "POST", "/api/v1/jobs", SUBMIT, 403),
-    ("node", "POST", "/api/v1/jobs/{job}/cancel", {}, 403),
-    ("join", "POST", "/api/v1/jobs", SUBMIT, 403),
-    ("join", "POST", "/api/v1/jobs/{job}/cancel", {}, 403),
-    ("alice", "GET", "/api/v1/agents/{node_name}/work", None, 403),
-    ("admin", "GET", "/api/v1/agents/{node_name}/work", None, 403),
+    ("none", "GET", "/shoal/v1/jobs", None, 401),
+    ("none", "POST", "/shoal/v1/jobs", SUBMIT, 401),
+    ("bad", "GET", "/shoal/v1/jobs", None, 401),
+    ("bad", "POST", "/shoal/v1/jobs/{job}/cancel", {}, 401),
+    ("alice", "POST", "/shoal/v1/jobs/{job}/cancel", {}, 403),
+    ("alice", "POST", "/shoal/v1/jobs/{job}/cancel", {"signal": "USR1"}, 403),
+    ("alice", "POST", "/shoal/v1/jobs/{job}/hold", None, 403),
+    ("alice", "PATCH", "/shoal/v1/jobs/{job}", {"name": "mine-now"}, 403),
+    ("alice", "POST", "/shoal/v1/jobs/{job}/requeue", None, 403),
+    ("alice", "PATCH", "/shoal/v1/nodes/{node_name}", {"state": "DRAIN", "reason": "alice says"}, 403),
+    ("alice", "POST", "/shoal/v1/tokens", {"user": "alice", "role": "admin"}, 403),
+    ("node", "GET", "/shoal/v1/jobs", None, 403),
+    ("node", "POST", "/shoal/v1/jobs", SUBMIT, 403),
+    ("node", "POST", "/shoal/v1/jobs/{job}/cancel", {}, 403),
+    ("join", "POST", "/shoal/v1/jobs", SUBMIT, 403),
+    ("join", "POST", "/shoal/v1/jobs/{job}/cancel", {}, 403),
+    ("alice", "GET", "/shoal/v1/agents/{node_name}/work", None, 403),
+    ("admin", "GET", "/shoal/v1/agents/{node_name}/work", None, 403),
     # Serving objects: root's Deployment "web" and its pod, which alice did not apply.
     ("none", "GET", KUBE + "/objects/deployments/default/web", None, 401),
     ("bad", "POST", KUBE + "/objects/deployments/default/web/scale", {"replicas": 0}, 401),
@@ -139,19 +139,19 @@ CASES = [
     ("alice", "GET", KUBE + "/routes", None, 403),
     ("alice", "POST", KUBE + "/metrics", {"pods": {}}, 403),
     # An operator manages nodes and jobs, not credentials, bindings or others' serving objects.
-    ("olga", "POST", "/api/v1/tokens", {"user": "olga", "role": "admin"}, 403),
+    ("olga", "POST", "/shoal/v1/tokens", {"user": "olga", "role": "admin"}, 403),
     ("olga", "POST", KUBE + "/apply", {"documents": [BINDING_FOR_ALICE]}, 403),
     ("olga", "POST", KUBE + "/objects/deployments/default/web/scale", {"replicas": 0}, 403),
     ("olga", "POST", KUBE + "/pods/default/{pod}/exec", {"command": ["true"]}, 403),
     # A read-only token sees and changes nothing.
-    ("rita", "POST", "/api/v1/jobs", SUBMIT, 403),
-    ("rita", "POST", "/api/v1/jobs/test", SUBMIT, 403),
-    ("rita", "POST", "/api/v1/jobs/{job}/cancel", {}, 403),
-    ("rita", "POST", "/api/v1/jobs/{job}/hold", None, 403),
-    ("rita", "PATCH", "/api/v1/jobs/{job}", {"name": "mine-now"}, 403),
-    ("rita", "PATCH", "/api/v1/nodes/{node_name}", {"state": "DRAIN", "reason": "rita says"}, 403),
-    ("rita", "POST", "/api/v1/reservations", {"name": "r", "duration_s": 60, "node_count": 1, "users": ["rita"]}, 403),
-    ("rita", "POST", "/api/v1/tokens", {"user": "rita", "role": "user"}, 403),
+    ("rita", "POST", "/shoal/v1/jobs", SUBMIT, 403),
+    ("rita", "POST", "/shoal/v1/jobs/test", SUBMIT, 403),
+    ("rita", "POST", "/shoal/v1/jobs/{job}/cancel", {}, 403),
+    ("rita", "POST", "/shoal/v1/jobs/{job}/hold", None, 403),
+    ("rita", "PATCH", "/shoal/v1/jobs/{job}", {"name": "mine-now"}, 403),
+    ("rita", "PATCH", "/shoal/v1/nodes/{node_name}", {"state": "DRAIN", "reason": "rita says"}, 403),
+    ("rita", "POST", "/shoal/v1/reservations", {"name": "r", "duration_s": 60, "node_count": 1, "users": ["rita"]}, 403),
+    ("rita", "POST", "/shoal/v1/tokens", {"user": "rita", "role": "user"}, 403),
     ("rita", "POST", KUBE + "/apply", {"documents": [WEB_V2]}, 403),
     ("rita", "POST", KUBE + "/objects/deployments/default/web/scale", {"replicas": 0}, 403),
     ("rita", "DELETE", KUBE + "/objects/deployments/default/web", None, 403),
@@ -168,16 +168,16 @@ CASES = [
     ("bob", "DELETE", KUBE + "/objects/rolebindings/team-a/vic-view", None, 403),
     ("bob", "DELETE", KUBE + "/objects/namespaces/_/team-a", None, 403),
     # Tokens: listed and revoked by a person's token; anyone's by an admin, else only one's own.
-    ("none", "GET", "/api/v1/tokens", None, 401),
-    ("bad", "DELETE", "/api/v1/tokens/{olga_id}", None, 401),
-    ("alice", "DELETE", "/api/v1/tokens/{olga_id}", None, 403),
-    ("olga", "DELETE", "/api/v1/tokens/{alice_id}", None, 403),
-    ("rita", "DELETE", "/api/v1/tokens/{olga_id}", None, 403),
-    ("node", "GET", "/api/v1/tokens", None, 403),
-    ("node", "DELETE", "/api/v1/tokens/{olga_id}", None, 403),
-    ("join", "GET", "/api/v1/tokens", None, 403),
-    ("join", "DELETE", "/api/v1/tokens/{alice_id}", None, 403),
-    ("alice", "DELETE", "/api/v1/tokens/0123abcd", None, 404),
+    ("none", "GET", "/shoal/v1/tokens", None, 401),
+    ("bad", "DELETE", "/shoal/v1/tokens/{olga_id}", None, 401),
+    ("alice", "DELETE", "/shoal/v1/tokens/{olga_id}", None, 403),
+    ("olga", "DELETE", "/shoal/v1/tokens/{alice_id}", None, 403),
+    ("rita", "DELETE", "/shoal/v1/tokens/{olga_id}", None, 403),
+    ("node", "GET", "/shoal/v1/tokens", None, 403),
+    ("node", "DELETE", "/shoal/v1/tokens/{olga_id}", None, 403),
+    ("join", "GET", "/shoal/v1/tokens", None, 403),
+    ("join", "DELETE", "/shoal/v1/tokens/{alice_id}", None, 403),
+    ("alice", "DELETE", "/shoal/v1/tokens/0123abcd", None, 404),
 ]
 
 
@@ -201,23 +201,23 @@ def test_refused(cluster, creds, who, method, path, body, status):
     assert train["spec"]["replicas"] == 0 and train["metadata"]["annotations"]["shoal.io/owner"] == "root", train
     bindings = cluster.api("GET", KUBE + "/objects/rolebindings?namespace=team-a")["items"]
     assert sorted(b["metadata"]["name"] for b in bindings) == ["ml-edit", "vic-view"], bindings
-    assert cluster.api("GET", "/api/v1/reservations")["reservations"] == []
-    listed = {t["id"] for t in cluster.api("GET", "/api/v1/tokens")["tokens"]}
+    assert cluster.api("GET", "/shoal/v1/reservations")["reservations"] == []
+    listed = {t["id"] for t in cluster.api("GET", "/shoal/v1/tokens")["tokens"]}
     assert {creds["olga_id"], creds["alice_id"]} <= listed, listed
 
 
 def test_alice_may_submit_and_manage_her_own_jobs(cluster, creds):
-    got, doc = raw(cluster, "POST", "/api/v1/jobs", creds["alice"], {**SUBMIT, "hold": True})
+    got, doc = raw(cluster, "POST", "/shoal/v1/jobs", creds["alice"], {**SUBMIT, "hold": True})
     assert got == 201, doc
     job_id = doc["job_id"]
     assert cluster.job(job_id)["user"] == "alice"
-    assert raw(cluster, "PATCH", f"/api/v1/jobs/{job_id}", creds["alice"], {"name": "renamed"})[0] == 200
-    assert raw(cluster, "POST", f"/api/v1/jobs/{job_id}/cancel", creds["alice"], {})[0] == 200
+    assert raw(cluster, "PATCH", f"/shoal/v1/jobs/{job_id}", creds["alice"], {"name": "renamed"})[0] == 200
+    assert raw(cluster, "POST", f"/shoal/v1/jobs/{job_id}/cancel", creds["alice"], {})[0] == 200
     assert cluster.job(job_id)["state"] == "CANCELLED"
     # The CLI with alice's token acts as alice, whatever the login name says.
     out = cluster.run(["squeue", "-h", "-o", "%u", "-j", str(creds["job"])], env={"SHOAL_TOKEN": creds["alice"]})
     assert out.stdout.strip() == "root"
-    who = cluster.api("GET", "/api/v1/whoami", token=creds["alice"])
+    who = cluster.api("GET", "/shoal/v1/whoami", token=creds["alice"])
     assert (who["user"], who["role"]) == ("alice", "user")
 
 
@@ -238,28 +238,28 @@ def test_alice_lists_only_the_serving_objects_she_applied(cluster, creds):
 
 
 def test_an_operator_manages_anyones_jobs_and_the_nodes(cluster, creds):
-    got, doc = raw(cluster, "POST", "/api/v1/jobs", creds["alice"], {**SUBMIT, "hold": True})
+    got, doc = raw(cluster, "POST", "/shoal/v1/jobs", creds["alice"], {**SUBMIT, "hold": True})
     assert got == 201, doc
     alices = doc["job_id"]
-    assert raw(cluster, "PATCH", f"/api/v1/jobs/{alices}", creds["olga"], {"time_limit_s": 7200})[0] == 200
-    assert raw(cluster, "POST", f"/api/v1/jobs/{alices}/cancel", creds["olga"], {})[0] == 200
+    assert raw(cluster, "PATCH", f"/shoal/v1/jobs/{alices}", creds["olga"], {"time_limit_s": 7200})[0] == 200
+    assert raw(cluster, "POST", f"/shoal/v1/jobs/{alices}/cancel", creds["olga"], {})[0] == 200
     assert cluster.job(alices)["state"] == "CANCELLED"
     other = cluster.node_names()[1]
-    assert raw(cluster, "PATCH", f"/api/v1/nodes/{other}", creds["olga"], {"state": "DRAIN", "reason": "olga"})[0] == 200
-    assert raw(cluster, "PATCH", f"/api/v1/nodes/{other}", creds["olga"], {"state": "RESUME"})[0] == 200
+    assert raw(cluster, "PATCH", f"/shoal/v1/nodes/{other}", creds["olga"], {"state": "DRAIN", "reason": "olga"})[0] == 200
+    assert raw(cluster, "PATCH", f"/shoal/v1/nodes/{other}", creds["olga"], {"state": "RESUME"})[0] == 200
     assert [n["state"] for n in cluster.nodes_json() if n["name"] == other] == ["UP"]
 
 
 def test_read_only_and_operator_tokens_see_everything(cluster, creds):
     for who in ("rita", "olga"):
-        assert raw(cluster, "GET", f"/api/v1/jobs/{creds['job']}", creds[who])[0] == 200
+        assert raw(cluster, "GET", f"/shoal/v1/jobs/{creds['job']}", creds[who])[0] == 200
         got, doc = raw(cluster, "GET", KUBE + "/objects/deployments?namespace=all", creds[who])
         assert got == 200 and {"web", "train"} <= {i["metadata"]["name"] for i in doc["items"]}, doc
-    assert cluster.api("GET", "/api/v1/whoami", token=creds["rita"])["role"] == "read-only"
+    assert cluster.api("GET", "/shoal/v1/whoami", token=creds["rita"])["role"] == "read-only"
 
 
 def test_a_group_binding_lets_its_members_work_in_the_namespace_and_a_view_binding_lets_others_look(cluster, creds):
-    who = cluster.api("GET", "/api/v1/whoami", token=creds["bob"])
+    who = cluster.api("GET", "/shoal/v1/whoami", token=creds["bob"])
     assert (who["user"], who["groups"]) == ("bob", ["ml"])
     mine = {**TRAIN, "metadata": {"name": "bobs", "namespace": "team-a"}}
     assert raw(cluster, "POST", KUBE + "/apply", creds["bob"], {"documents": [mine]})[0] == 200
@@ -284,7 +284,7 @@ def test_tokens_are_listed_by_id_and_a_revoked_token_is_refused_on_its_next_requ
 
     carol = cluster.run(["shoal", "token", "create", "--user", "carol", "--group", "ml", "--expires", "30d"]).stdout
     carol = carol.strip()
-    spare = cluster.api("POST", "/api/v1/tokens", {"user": "carol", "role": "read-only"})
+    spare = cluster.api("POST", "/shoal/v1/tokens", {"user": "carol", "role": "read-only"})
     mine, spare_id = token_id(hash_token(carol)), spare["id"]
     assert spare_id == token_id(hash_token(spare["token"]))
 
@@ -295,55 +295,55 @@ def test_tokens_are_listed_by_id_and_a_revoked_token_is_refused_on_its_next_requ
     assert rows[mine][1:4] == ["carol", "user", "ml"] and rows[mine][-1] == "root", rows[mine]
     assert rows[mine][5] != "never" and rows[spare_id][5] == "never", (rows[mine], rows[spare_id])
     assert {"alice", "olga", "root", "join"} <= {r[1] for r in rows.values()}, rows
-    listed = cluster.api("GET", "/api/v1/tokens")["tokens"]
+    listed = cluster.api("GET", "/shoal/v1/tokens")["tokens"]
     assert not any(carol in json.dumps(t) or spare["token"] in json.dumps(t) or "token_hash" in t
                    for t in listed), listed
 
     # carol sees her own tokens only, and uses hers.
-    got, doc = raw(cluster, "GET", "/api/v1/tokens", carol)
+    got, doc = raw(cluster, "GET", "/shoal/v1/tokens", carol)
     assert got == 200 and sorted(t["id"] for t in doc["tokens"]) == sorted([mine, spare_id]), doc
     out = cluster.run(["shoal", "token", "list", "--no-headers"], env={"SHOAL_TOKEN": carol}).stdout
     assert sorted(line.split()[0] for line in out.splitlines()) == sorted([mine, spare_id]), out
-    assert raw(cluster, "GET", "/api/v1/whoami", carol)[1]["user"] == "carol"
+    assert raw(cluster, "GET", "/shoal/v1/whoami", carol)[1]["user"] == "carol"
 
     # Not hers, and no such token: clear refusals, no traceback.
     out = cluster.run(["shoal", "token", "revoke", creds["alice_id"]], env={"SHOAL_TOKEN": carol}, check=False)
     assert out.returncode == 1 and "belongs to another user" in out.stderr and "Traceback" not in out.stderr, out
     out = cluster.run(["shoal", "token", "revoke", "deadbeef"], check=False)
     assert out.returncode == 1 and "no token with id deadbeef" in out.stderr and "Traceback" not in out.stderr, out
-    got, doc = raw(cluster, "DELETE", "/api/v1/tokens/not-an-id", cluster.admin_token)
+    got, doc = raw(cluster, "DELETE", "/shoal/v1/tokens/not-an-id", cluster.admin_token)
     assert got == 404 and "not-an-id" in doc["detail"], doc
-    assert raw(cluster, "GET", "/api/v1/whoami", creds["alice"])[0] == 200
+    assert raw(cluster, "GET", "/shoal/v1/whoami", creds["alice"])[0] == 200
 
     # The admin revokes carol's token: her very next request is refused.
-    assert raw(cluster, "GET", "/api/v1/whoami", carol)[0] == 200  # cached on the server
+    assert raw(cluster, "GET", "/shoal/v1/whoami", carol)[0] == 200  # cached on the server
     out = cluster.run(["shoal", "token", "revoke", mine]).stdout
     assert out.strip() == f"token {mine} revoked (user carol, role user)", out
-    got, doc = raw(cluster, "GET", "/api/v1/whoami", carol)
+    got, doc = raw(cluster, "GET", "/shoal/v1/whoami", carol)
     assert got == 401 and "revoked" in doc["detail"], doc
     out = cluster.run(["squeue"], env={"SHOAL_TOKEN": carol}, check=False)
     assert out.returncode != 0 and "Traceback" not in out.stderr, out
 
     # A user revokes her own token with it (logging out), and it is gone from the list.
-    assert raw(cluster, "DELETE", f"/api/v1/tokens/{spare_id}", spare["token"])[0] == 200
-    assert raw(cluster, "GET", "/api/v1/tokens", spare["token"])[0] == 401
-    assert not {mine, spare_id} & {t["id"] for t in cluster.api("GET", "/api/v1/tokens")["tokens"]}
-    got, doc = raw(cluster, "DELETE", f"/api/v1/tokens/{spare_id}", cluster.admin_token)
+    assert raw(cluster, "DELETE", f"/shoal/v1/tokens/{spare_id}", spare["token"])[0] == 200
+    assert raw(cluster, "GET", "/shoal/v1/tokens", spare["token"])[0] == 401
+    assert not {mine, spare_id} & {t["id"] for t in cluster.api("GET", "/shoal/v1/tokens")["tokens"]}
+    got, doc = raw(cluster, "DELETE", f"/shoal/v1/tokens/{spare_id}", cluster.admin_token)
     assert got == 404 and spare_id in doc["detail"], doc
 
 
 def test_an_expired_token_is_refused_and_the_last_admin_token_cannot_be_revoked(cluster, creds):
-    brief = cluster.api("POST", "/api/v1/tokens", {"user": "dave", "expires_in_s": 1})
-    assert raw(cluster, "GET", "/api/v1/whoami", brief["token"])[0] == 200
+    brief = cluster.api("POST", "/shoal/v1/tokens", {"user": "dave", "expires_in_s": 1})
+    assert raw(cluster, "GET", "/shoal/v1/whoami", brief["token"])[0] == 200
     time.sleep(1.1)
-    got, doc = raw(cluster, "GET", "/api/v1/whoami", brief["token"])
+    got, doc = raw(cluster, "GET", "/shoal/v1/whoami", brief["token"])
     assert got == 401 and "expired" in doc["detail"], doc
-    row = [t for t in cluster.api("GET", "/api/v1/tokens")["tokens"] if t["id"] == brief["id"]]
+    row = [t for t in cluster.api("GET", "/shoal/v1/tokens")["tokens"] if t["id"] == brief["id"]]
     assert row and row[0]["expires"] == pytest.approx(row[0]["created"] + 1, abs=0.5), row
     assert "(expired)" in cluster.run(["shoal", "token", "list"]).stdout
 
-    root = [t["id"] for t in cluster.api("GET", "/api/v1/tokens")["tokens"] if t["role"] == "admin"]
+    root = [t["id"] for t in cluster.api("GET", "/shoal/v1/tokens")["tokens"] if t["role"] == "admin"]
     assert len(root) == 1
-    got, doc = raw(cluster, "DELETE", f"/api/v1/tokens/{root[0]}", cluster.admin_token)
+    got, doc = raw(cluster, "DELETE", f"/shoal/v1/tokens/{root[0]}", cluster.admin_token)
     assert got == 409 and "last admin token" in doc["detail"], doc
-    assert raw(cluster, "GET", "/api/v1/whoami", cluster.admin_token)[0] == 200
+    assert raw(cluster, "GET", "/shoal/v1/whoami", cluster.admin_token)[0] == 200

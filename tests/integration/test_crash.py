@@ -71,7 +71,7 @@ def _submitter(kind: str, prefix: str, server: ServerProcess, workdir: Path, led
         ledger.send(name)
         if kind == "api":
             try:
-                job_id = client.request("POST", "/api/v1/jobs", {"name": name, "script": "#!/bin/sh\ntrue\n",
+                job_id = client.request("POST", "/shoal/v1/jobs", {"name": name, "script": "#!/bin/sh\ntrue\n",
                                                                  "workdir": str(workdir), "gpus_per_node": 1})
             except ClientError:
                 continue
@@ -87,7 +87,7 @@ def _submitter(kind: str, prefix: str, server: ServerProcess, workdir: Path, led
 
 
 def _stored_jobs(server: ServerProcess) -> list[tuple[str, int]]:
-    jobs = server.client().request("GET", "/api/v1/jobs?all=true")["jobs"]
+    jobs = server.client().request("GET", "/shoal/v1/jobs?all=true")["jobs"]
     return [(j["name"], j["job_id"]) for j in jobs]
 
 
@@ -144,7 +144,7 @@ def _rounds(server: ServerProcess, rng: random.Random, workdir: Path) -> None:
         print(f"round {rnd}: {ledger.acked_count()} acknowledged in all, {in_doubt} stored without an answer")
     assert ledger.acked_count() >= ROUNDS  # every round acknowledged something before its kill
     # The restarted server keeps counting: a new job's id is above every id handed out.
-    last = server.client().request("POST", "/api/v1/jobs", {"name": "after", "script": "#!/bin/sh\ntrue\n",
+    last = server.client().request("POST", "/shoal/v1/jobs", {"name": "after", "script": "#!/bin/sh\ntrue\n",
                                                             "workdir": str(workdir)})["job_id"]
     assert last > max(job_id for name, job_id in _stored_jobs(server) if name != "after")
 

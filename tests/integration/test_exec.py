@@ -66,7 +66,7 @@ def test_exec_mistakes_are_one_clear_line(cluster):
 
 
 def test_only_the_owner_or_an_admin_may_exec(cluster):
-    alice = cluster.api("POST", "/api/v1/tokens", {"user": "alice", "role": "user"})["token"]
+    alice = cluster.api("POST", "/shoal/v1/tokens", {"user": "alice", "role": "user"})["token"]
     out = cluster.run(["shoal", "exec", cluster.pod, "--", "true"], check=False,
                       env={"SHOAL_TOKEN": alice})
     assert out.returncode == 1 and "forbidden" in out.stderr, out

@@ -86,7 +86,7 @@ class TwoServers:
                             "--name", n, "--address", "127.0.0.1", "--port", str(free_port()),
                             "--workdir", str(self.root / n), "--cpus", "8", "--memory", "32G",
                             "--fake-gpus", "2", "--gpu-model", "A100-SXM4-80GB", "--run-jobs-as", "agent"])
-        wait_until(lambda: len([n for n in self.client().get("/api/v1/nodes")["nodes"] if n["state"] == "UP"]) == 2,
+        wait_until(lambda: len([n for n in self.client().get("/shoal/v1/nodes")["nodes"] if n["state"] == "UP"]) == 2,
                    60, "both nodes to register")
 
     def write_client_config(self) -> None:
@@ -99,7 +99,7 @@ class TwoServers:
         return c
 
     def leader(self, i: int) -> dict:
-        return self.client(i).get("/api/v1/leader")
+        return self.client(i).get("/shoal/v1/leader")
 
     def run(self, argv: list[str], check: bool = True, env: dict | None = None) -> subprocess.CompletedProcess:
         out = subprocess.run(argv, env={**self.env, **(env or {})}, cwd=self.workdir, capture_output=True,
@@ -116,7 +116,7 @@ class TwoServers:
         return int(out.stdout.strip().split(";")[0])
 
     def job(self, job_id: int) -> dict:
-        return self.client().get(f"/api/v1/jobs/{job_id}")
+        return self.client().get(f"/shoal/v1/jobs/{job_id}")
 
     def kill9(self, name: str) -> None:
         self.procs[name].send_signal(signal.SIGKILL)
@@ -244,20 +244,20 @@ def test_a_token_revoked_through_either_server_is_refused_by_the_other(tmp_path,
         ha.write_client_config()
         ha.start_server(1)
         for via, other in ((0, 1), (1, 0)):
-            made = ha.client(via).post("/api/v1/tokens", {"user": f"carol{via}"})
-            assert made["id"] in {t["id"] for t in ha.client(other).get("/api/v1/tokens")["tokens"]}
+            made = ha.client(via).post("/shoal/v1/tokens", {"user": f"carol{via}"})
+            assert made["id"] in {t["id"] for t in ha.client(other).get("/shoal/v1/tokens")["tokens"]}
             carol = Client(ha.urls[other], made["token"], timeout=10)
             carol.job_token = None
-            assert carol.get("/api/v1/whoami")["user"] == f"carol{via}"  # now in the other's cache
+            assert carol.get("/shoal/v1/whoami")["user"] == f"carol{via}"  # now in the other's cache
             t0 = time.monotonic()
-            ha.client(via).delete(f"/api/v1/tokens/{made['id']}")
+            ha.client(via).delete(f"/shoal/v1/tokens/{made['id']}")
             tries = 0
 
             def refused() -> bool:
                 nonlocal tries
                 tries += 1
                 try:
-                    carol.get("/api/v1/whoami")
+                    carol.get("/shoal/v1/whoami")
                     return False
                 except ClientError as e:
                     assert e.status == 401, e
@@ -287,15 +287,15 @@ def test_a_node_credential_revoked_through_either_server_is_refused_by_the_other
         facts = {"address": "127.0.0.1", "port": 1, "cpus": 1, "memory_mb": 1024}
         for via, other in ((0, 1), (1, 0)):
             node = f"rev{via}"
-            agent = Client(ha.urls[other], joiner.post("/api/v1/agents/register", {"name": node, **facts})["credential"],
+            agent = Client(ha.urls[other], joiner.post("/shoal/v1/agents/register", {"name": node, **facts})["credential"],
                            timeout=10)
             agent.job_token = None
-            agent.post(f"/api/v1/agents/{node}/report", {})  # its generation is now in the other's cache
-            ha.client(via).post(f"/api/v1/tokens/nodes/{node}/revoke")
+            agent.post(f"/shoal/v1/agents/{node}/report", {})  # its generation is now in the other's cache
+            ha.client(via).post(f"/shoal/v1/tokens/nodes/{node}/revoke")
 
             def refused() -> bool:
                 try:
-                    agent.post(f"/api/v1/agents/{node}/report", {})
+                    agent.post(f"/shoal/v1/agents/{node}/report", {})
                     return False
                 except ClientError as e:
                     assert e.status == 403 and "credential revoked" in str(e), e

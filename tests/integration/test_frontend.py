@@ -1,7 +1,7 @@
 """The compiled sbatch/squeue/scancel front end prints exactly what the Python commands print.
 
 Each invocation runs twice on one cluster: through the compiled front end (which hands the
-invocation to POST /api/v1/commands/<command>) and as the Python command the front end
+invocation to POST /shoal/v1/commands/<command>) and as the Python command the front end
 execs when it is not installed. Standard output, standard error and the exit code must be
 the same bytes, including the errors for bad options and #SBATCH directives; submitted jobs
 must be stored alike, environment included. Invocations the front end leaves to Python

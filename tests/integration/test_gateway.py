@@ -323,7 +323,7 @@ def test_unknown_services_and_services_without_ready_pods_say_so():
             gw.set_table(RoutingTable.from_json(routes(service("llm", [a.backend(ready=False)]))))
             assert await call(session, url) == (503, "no ready endpoints for service default/llm\n")
             assert await call(session, url, host="nope.default") == (404, "service default/nope not found\n")
-            path = "/api/v1/namespaces/default/services/llm:grpc/proxy/"
+            path = "/shoal/v1/namespaces/default/services/llm:grpc/proxy/"
             status, text = await call(session, url, host="127.0.0.1", path=path)
             assert status == 404 and "service default/llm has no port 'grpc'" in text
 
@@ -420,7 +420,7 @@ class RoutesServer:
     async def handle(self, request: web.BaseRequest) -> web.Response:
         if request.headers.get("Authorization") != f"Bearer {self.TOKEN}":
             return web.json_response({"detail": "invalid token"}, status=401)
-        if request.path == "/api/v1/kube/routes":
+        if request.path == "/shoal/v1/kube/routes":
             wait = float(request.query.get("wait", 0))
             if request.query.get("version") == str(self.doc["version"]):
                 try:
@@ -428,7 +428,7 @@ class RoutesServer:
                 except asyncio.TimeoutError:
                     pass
             return web.json_response(self.doc)
-        if request.path == "/api/v1/kube/metrics" and request.method == "POST":
+        if request.path == "/shoal/v1/kube/metrics" and request.method == "POST":
             self.reports.append(await request.json())
             return web.json_response({"ok": True})
         return web.json_response({"detail": "Not Found"}, status=404)
@@ -595,7 +595,7 @@ def test_shoal_gateway_serves_a_routes_file_and_follows_its_changes(tmp_path):
                 assert proc.poll() is None and time.monotonic() < deadline, "the gateway did not start"
                 time.sleep(0.05)
         assert status == 200 and json.loads(text)["routes_version"] == 1
-        status, text = http_get(port, "/api/v1/namespaces/team/services/web/proxy/hello?x=1", "127.0.0.1")
+        status, text = http_get(port, "/shoal/v1/namespaces/team/services/web/proxy/hello?x=1", "127.0.0.1")
         assert status == 200 and json.loads(text) == {"pod": "one", "path": "/hello?x=1"}
 
         write(pods[1], 2)

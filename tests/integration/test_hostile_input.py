@@ -138,7 +138,7 @@ SUBMIT = {"script": "#!/bin/sh\ntrue\n", "workdir": "/tmp", "hold": True}
 def test_a_body_over_the_limit_is_413_before_it_is_read(api):
     from shoal.server.limits import MAX_BODY_BYTES
 
-    status, doc = api.post("/api/v1/jobs", b"", headers=(f"Content-Length: {MAX_BODY_BYTES + 1}",))
+    status, doc = api.post("/shoal/v1/jobs", b"", headers=(f"Content-Length: {MAX_BODY_BYTES + 1}",))
     assert status == 413, doc
     assert doc["detail"] == f"request body too large: the API accepts at most {MAX_BODY_BYTES} bytes (16 MiB)"
 
@@ -148,7 +148,7 @@ def test_a_chunked_body_over_the_limit_is_413(api):
 
     chunk = b"x" * (1024 * 1024)
     body = b"".join(b"%x\r\n%s\r\n" % (len(chunk), chunk) for _ in range(MAX_BODY_BYTES // len(chunk) + 1))
-    status, doc = api.post("/api/v1/jobs", body + b"0\r\n\r\n", headers=("Transfer-Encoding: chunked",))
+    status, doc = api.post("/shoal/v1/jobs", body + b"0\r\n\r\n", headers=("Transfer-Encoding: chunked",))
     assert status == 413, doc
     assert doc["detail"].startswith("request body too large")
 
@@ -172,13 +172,13 @@ def field_error(doc: dict) -> tuple[tuple, str]:
     ("comment", "c" * 4097, ("body", "comment"), "String should have at most 4096 characters"),
 ])
 def test_oversized_or_malformed_fields_are_refused_naming_the_field(api, field, value, loc, message):
-    status, doc = api.post("/api/v1/jobs", json.dumps({**SUBMIT, field: value}).encode())
+    status, doc = api.post("/shoal/v1/jobs", json.dumps({**SUBMIT, field: value}).encode())
     assert status == 422, doc
     assert field_error(doc) == (loc, message)
 
 
 def test_an_array_over_max_array_size_is_refused(api):
-    status, doc = api.post("/api/v1/jobs", json.dumps({**SUBMIT, "array": "0-5000"}).encode())
+    status, doc = api.post("/shoal/v1/jobs", json.dumps({**SUBMIT, "array": "0-5000"}).encode())
     assert status == 400, doc
     assert doc["detail"].startswith("invalid --array"), doc
     assert "1001" in doc["detail"], doc
@@ -207,18 +207,18 @@ def get(api, path: str) -> tuple[int, dict]:
     (b'{"name": "inf", "end_time": Infinity, "node_count": 1, "users": ["a"]}', ["body", "end_time"]),
 ])
 def test_text_and_numbers_json_cannot_carry_are_refused_not_crashed_on(api, raw, loc):
-    path = "/api/v1/reservations" if b'"users"' in raw else "/api/v1/jobs"
+    path = "/shoal/v1/reservations" if b'"users"' in raw else "/shoal/v1/jobs"
     status, doc = api.post(path, raw)
     assert status == 422, doc
     assert doc["detail"][0]["loc"] == loc, doc
-    assert get(api, "/api/v1/jobs?all=true")[0] == 200
+    assert get(api, "/shoal/v1/jobs?all=true")[0] == 200
 
 
 @pytest.mark.parametrize("method,path", [
-    ("GET", "/api/v1/jobs/99999999999999999999"),
-    ("GET", "/api/v1/jobs?job_id=99999999999999999999"),
-    ("GET", "/api/v1/jobs?job_id=1_99999999999999999999"),
-    ("POST", "/api/v1/jobs/99999999999999999999/cancel"),
+    ("GET", "/shoal/v1/jobs/99999999999999999999"),
+    ("GET", "/shoal/v1/jobs?job_id=99999999999999999999"),
+    ("GET", "/shoal/v1/jobs?job_id=1_99999999999999999999"),
+    ("POST", "/shoal/v1/jobs/99999999999999999999/cancel"),
 ])
 def test_an_id_past_64_bits_is_a_client_error(api, method, path):
     if method == "GET":
@@ -231,7 +231,7 @@ def test_an_id_past_64_bits_is_a_client_error(api, method, path):
 
 @pytest.mark.parametrize("since", ["nan", "inf", "-inf"])
 def test_a_listing_since_no_real_time_is_refused(api, since):
-    status, doc = get(api, f"/api/v1/jobs?since={since}")
+    status, doc = get(api, f"/shoal/v1/jobs?since={since}")
     assert status == 422, doc
     assert doc["detail"][0]["loc"] == ["query", "since"]
 
@@ -242,7 +242,7 @@ def test_a_listing_since_no_real_time_is_refused(api, since):
 ])
 def test_node_labels_are_refused_as_kubernetes_refuses_them(api, labels, message):
     payload = json.dumps({"labels": labels}).encode()
-    status, body = api.raw(f"PATCH /api/v1/nodes/node01 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+    status, body = api.raw(f"PATCH /shoal/v1/nodes/node01 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
                            f"Authorization: Bearer {api.token}\r\nContent-Type: application/json\r\n"
                            f"Content-Length: {len(payload)}\r\n\r\n".encode() + payload)
     doc = json.loads(body)
@@ -255,7 +255,7 @@ def test_node_labels_are_refused_as_kubernetes_refuses_them(api, labels, message
 # The requests every job costs skip FastAPI's layers; what they do not take as is must get
 # the app's own answers all the same.
 
-FAST_POSTS = ("/api/v1/commands/sbatch", "/api/v1/agents/node01/report")
+FAST_POSTS = ("/shoal/v1/commands/sbatch", "/shoal/v1/agents/node01/report")
 
 
 @pytest.mark.parametrize("path", FAST_POSTS)
@@ -272,11 +272,11 @@ def test_the_fast_paths_refuse_a_body_over_the_limit_as_the_app_does(api, path):
 
 
 def test_the_agents_fast_paths_check_the_node_credential_then_the_input(api):
-    status, doc = api.post("/api/v1/agents/node01/report", b"{}")  # the admin token is no node credential
+    status, doc = api.post("/shoal/v1/agents/node01/report", b"{}")  # the admin token is no node credential
     assert (status, doc["detail"]) == (403, "this credential does not belong to node node01"), doc
-    status, doc = api.post("/api/v1/agents/node01/report", b'{"events": "none"}')
+    status, doc = api.post("/shoal/v1/agents/node01/report", b'{"events": "none"}')
     assert status == 422 and doc["detail"][0]["loc"] == ["body", "events"], doc
-    status, doc = get(api, "/api/v1/agents/node01/work?wait=99")
+    status, doc = get(api, "/shoal/v1/agents/node01/work?wait=99")
     assert status == 422 and doc["detail"][0]["loc"] == ["query", "wait"], doc
-    status, doc = get(api, "/api/v1/agents/node01/work?wait=nan")
+    status, doc = get(api, "/shoal/v1/agents/node01/work?wait=nan")
     assert status == 422, doc

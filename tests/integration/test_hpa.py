@@ -40,7 +40,7 @@ def cluster(tmp_path_factory):
 
 
 def obj(c: LocalCluster, kind: str, name: str) -> dict:
-    return c.api("GET", f"/api/v1/kube/objects/{kind}/default/{name}")
+    return c.api("GET", f"/shoal/v1/kube/objects/{kind}/default/{name}")
 
 
 def hpa_when(c: LocalCluster, name: str, ok) -> dict | None:
@@ -50,13 +50,13 @@ def hpa_when(c: LocalCluster, name: str, ok) -> dict | None:
 
 
 def ready_pods(c: LocalCluster, app: str) -> list[dict]:
-    items = c.api("GET", f"/api/v1/kube/objects/pods?namespace=default&selector=app%3D{app}")["items"]
+    items = c.api("GET", f"/shoal/v1/kube/objects/pods?namespace=default&selector=app%3D{app}")["items"]
     return [p for p in items if not p["metadata"].get("deletionTimestamp")
             and any(x["type"] == "Ready" and x["status"] == "True" for x in p["status"].get("conditions", ()))]
 
 
 def hpa_events(c: LocalCluster, name: str) -> list[str]:
-    items = c.api("GET", "/api/v1/kube/objects/events?namespace=default")["items"]
+    items = c.api("GET", "/shoal/v1/kube/objects/events?namespace=default")["items"]
     return [e["message"] for e in items
             if e["involvedObject"]["kind"] == "HorizontalPodAutoscaler" and e["involvedObject"]["name"] == name
             and e["reason"] == "SuccessfulRescale"]
@@ -95,7 +95,7 @@ def test_load_scales_the_deployment_up_and_quiet_scales_it_back_to_min_replicas(
     wait_until(lambda: obj(cluster, "deployments", "llm")["spec"]["replicas"] == 2, 60,
                "the HPA to scale back down to 2 replicas")
     wait_until(lambda: len(ready_pods(cluster, "llm")) == 2 and len(cluster.api(
-        "GET", "/api/v1/kube/objects/pods?namespace=default&selector=app%3Dllm")["items"]) == 2, 60,
+        "GET", "/shoal/v1/kube/objects/pods?namespace=default&selector=app%3Dllm")["items"]) == 2, 60,
         "the extra pods to be gone")
     assert "New size: 2; reason: All metrics below target" in hpa_events(cluster, "llm")
     hpa = obj(cluster, "horizontalpodautoscalers", "llm")
@@ -207,7 +207,7 @@ def test_without_a_cpu_request_the_default_cpu_target_cannot_be_computed_and_not
         assert not hpa_events(cluster, "norequest")
     finally:
         cluster.run(["shoal", "delete", "-f", str(manifest)], check=False)
-        wait_until(lambda: not cluster.api("GET", "/api/v1/kube/objects/pods?namespace=default&selector=app%3Dnorequest")
+        wait_until(lambda: not cluster.api("GET", "/shoal/v1/kube/objects/pods?namespace=default&selector=app%3Dnorequest")
                    ["items"], 30, "its pods to be gone")
 
 

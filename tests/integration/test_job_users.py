@@ -58,7 +58,7 @@ def cluster(accounts):
     c = LocalCluster(base / "cluster", nodes=1, gpus_per_node=2)
     try:
         c.up()
-        c.tokens = {u: c.api("POST", "/api/v1/tokens", {"user": u, "role": "user"})["token"]
+        c.tokens = {u: c.api("POST", "/shoal/v1/tokens", {"user": u, "role": "user"})["token"]
                     for u in (*USERS, GHOST)}
         yield c
     finally:

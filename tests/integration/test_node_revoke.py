@@ -25,7 +25,7 @@ def test_a_revoked_node_goes_down_until_its_agent_joins_again(tmp_path):
         argv = [a.decode() for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]]
         log = cluster.root / "state" / "logs" / f"{name}.log"
 
-        alice = cluster.api("POST", "/api/v1/tokens", {"user": "alice", "role": "user"})["token"]
+        alice = cluster.api("POST", "/shoal/v1/tokens", {"user": "alice", "role": "user"})["token"]
         out = cluster.run(["shoal", "token", "revoke-node", name], env={"SHOAL_TOKEN": alice}, check=False)
         assert out.returncode == 1 and "admin" in out.stderr, out
         out = cluster.run(["shoal", "token", "revoke-node", "nosuchnode"], check=False)

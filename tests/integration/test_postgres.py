@@ -102,10 +102,10 @@ def test_what_postgres_cannot_store_is_refused_with_a_reason(pg_cluster):
     body = {"script": "#!/bin/sh\ntrue\n", "workdir": str(c.workdir)}
     for bad, field in [({"comment": "a\x00b"}, "NUL"), ({"time_limit_s": 2**31}, "2147483647")]:
         with pytest.raises(ClientError) as e:
-            c.api("POST", "/api/v1/jobs", {**body, **bad})
+            c.api("POST", "/shoal/v1/jobs", {**body, **bad})
         assert e.value.status == 422 and field in str(e.value), e.value
     with pytest.raises(ClientError) as e:
-        c.api("POST", "/api/v1/tokens", {"user": "bob", "description": "x" * 201})
+        c.api("POST", "/shoal/v1/tokens", {"user": "bob", "description": "x" * 201})
     assert e.value.status == 422, e.value
     out = c.run(["sbatch", "--time=100000000", "--wrap", "true"], check=False)
     assert out.returncode != 0 and "Internal Server Error" not in out.stderr, out.stderr

@@ -354,17 +354,17 @@ def test_a_submitted_job_survives_the_server_being_killed(server_process, tmp_pa
     server = server_process().start()
     body = {"name": "survivor", "script": "#!/bin/sh\nsleep 1\n", "workdir": str(tmp_path), "nodes": 2,
             "gpus_per_node": 4, "comment": "must outlive a SIGKILL"}
-    job_id = server.client().request("POST", "/api/v1/jobs", body)["job_id"]
+    job_id = server.client().request("POST", "/shoal/v1/jobs", body)["job_id"]
 
     server.kill()  # no shutdown hooks, no flush: only what was committed before the 201 counts
     server.start()
 
-    job = server.client().get(f"/api/v1/jobs/{job_id}")
+    job = server.client().get(f"/shoal/v1/jobs/{job_id}")
     assert job["job_id"] == job_id
     assert job["name"] == "survivor" and job["state"] == "PENDING"
     assert job["nodes"] == 2 and job["gpus_per_node"] == 4 and job["comment"] == "must outlive a SIGKILL"
     # The restarted server keeps counting: no job id is handed out twice.
-    again = server.client().request("POST", "/api/v1/jobs", {**body, "name": "after-restart"})["job_id"]
+    again = server.client().request("POST", "/shoal/v1/jobs", {**body, "name": "after-restart"})["job_id"]
     assert again > job_id
 
 

@@ -86,7 +86,7 @@ def test_a_client_without_the_ca_is_refused_with_what_to_do(cluster, tmp_path):
     assert out.returncode == 1, out
     assert "does not trust" in out.stderr and "ca_file" in out.stderr and "SHOAL_CA" in out.stderr, out.stderr
     with pytest.raises(ClientError, match="if it serves HTTPS, use an https:// URL"):
-        Client(f"http://127.0.0.1:{cluster.port}", cluster.admin_token).get("/api/v1/jobs")
+        Client(f"http://127.0.0.1:{cluster.port}", cluster.admin_token).get("/shoal/v1/jobs")
     out = cluster.run(["squeue", "-h"], env={"SHOAL_CONFIG": str(bare), "SHOAL_CA": cluster.ca_file})
     assert out.returncode == 0, out
 
@@ -101,29 +101,29 @@ def test_token_create_writes_a_config_that_works_from_anywhere(cluster, tmp_path
 
 
 def test_a_closed_default_namespace_and_private_jobs(cluster):
-    alice = cluster.api("POST", "/api/v1/tokens", {"user": "alice", "role": "user"})["token"]
-    bob = cluster.api("POST", "/api/v1/tokens", {"user": "bob", "role": "user", "groups": ["web"]})["token"]
+    alice = cluster.api("POST", "/shoal/v1/tokens", {"user": "alice", "role": "user"})["token"]
+    bob = cluster.api("POST", "/shoal/v1/tokens", {"user": "bob", "role": "user", "groups": ["web"]})["token"]
     with pytest.raises(ClientError) as refused:
-        cluster.api("POST", "/api/v1/kube/apply", {"documents": [WEB]}, token=alice)
+        cluster.api("POST", "/shoal/v1/kube/apply", {"documents": [WEB]}, token=alice)
     assert refused.value.status == 403 and 'in the namespace "default"' in str(refused.value)
-    cluster.api("POST", "/api/v1/kube/apply", {"documents": [{
+    cluster.api("POST", "/shoal/v1/kube/apply", {"documents": [{
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
         "metadata": {"name": "web-team", "namespace": "default"},
         "subjects": [{"kind": "Group", "name": "web"}], "roleRef": {"kind": "ClusterRole", "name": "edit"}}]})
-    cluster.api("POST", "/api/v1/kube/apply", {"documents": [WEB]}, token=bob)  # bob's group is bound
+    cluster.api("POST", "/shoal/v1/kube/apply", {"documents": [WEB]}, token=bob)  # bob's group is bound
     table = cluster.run(["shoal", "get", "rolebindings", "-o", "wide"]).stdout.split("\n")
     assert table[0].split() == ["NAME", "ROLE", "AGE", "USERS", "GROUPS", "SERVICEACCOUNTS"], table
     assert table[1].split()[:2] == ["web-team", "ClusterRole/edit"] and table[1].split()[-1] == "web", table
-    mine = cluster.api("POST", "/api/v1/jobs", {"script": "#!/bin/sh\ntrue\n", "workdir": "/tmp", "hold": True},
+    mine = cluster.api("POST", "/shoal/v1/jobs", {"script": "#!/bin/sh\ntrue\n", "workdir": "/tmp", "hold": True},
                        token=bob)["job_id"]
-    assert [j["job_id"] for j in cluster.api("GET", "/api/v1/jobs", token=alice)["jobs"]] == []
+    assert [j["job_id"] for j in cluster.api("GET", "/shoal/v1/jobs", token=alice)["jobs"]] == []
     with pytest.raises(ClientError) as hidden:
-        cluster.api("GET", f"/api/v1/jobs/{mine}", token=alice)
+        cluster.api("GET", f"/shoal/v1/jobs/{mine}", token=alice)
     assert hidden.value.status == 404
-    assert mine in [j["job_id"] for j in cluster.api("GET", "/api/v1/jobs", token=bob)["jobs"]]
-    operator = cluster.api("POST", "/api/v1/tokens", {"user": "olga", "role": "operator"})["token"]
-    assert mine in [j["job_id"] for j in cluster.api("GET", "/api/v1/jobs", token=operator)["jobs"]]
-    cluster.api("POST", f"/api/v1/jobs/{mine}/cancel", {}, token=operator)
+    assert mine in [j["job_id"] for j in cluster.api("GET", "/shoal/v1/jobs", token=bob)["jobs"]]
+    operator = cluster.api("POST", "/shoal/v1/tokens", {"user": "olga", "role": "operator"})["token"]
+    assert mine in [j["job_id"] for j in cluster.api("GET", "/shoal/v1/jobs", token=operator)["jobs"]]
+    cluster.api("POST", f"/shoal/v1/jobs/{mine}/cancel", {}, token=operator)
 
 
 def test_the_gateway_follows_the_routes_over_https_with_the_cluster_ca(cluster):
@@ -196,6 +196,6 @@ def test_a_step_whose_srun_goes_away_is_killed_over_https_as_over_http(cluster, 
     finally:
         srun.kill()
         srun.wait(10)
-        for job in cluster.api("GET", "/api/v1/jobs?all=true")["jobs"]:
+        for job in cluster.api("GET", "/shoal/v1/jobs?all=true")["jobs"]:
             if job["state"] == "RUNNING" and job["name"] == "sh":  # srun's own allocation, left by the kill
-                cluster.api("POST", f"/api/v1/jobs/{job['job_id']}/cancel", {})
+                cluster.api("POST", f"/shoal/v1/jobs/{job['job_id']}/cancel", {})

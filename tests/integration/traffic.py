@@ -111,7 +111,7 @@ class Load:
 
 def backends(c: LocalCluster, service: str) -> list[dict]:
     """The Service's pods as the gateway's routes table lists them."""
-    table = c.api("GET", "/api/v1/kube/routes")
+    table = c.api("GET", "/shoal/v1/kube/routes")
     return next((s["backends"] for s in table["services"] if s["name"] == service), [])
 
 

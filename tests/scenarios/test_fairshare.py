@@ -38,7 +38,7 @@ def story(tmp_path):
     def make(gpus: int = 4, **config) -> tuple[LocalCluster, dict[str, dict]]:
         c = start(tmp_path, gpus, **config).up()
         started.append(c)
-        tokens = {u: c.api("POST", "/api/v1/tokens", {"user": u, "role": "user"})["token"]
+        tokens = {u: c.api("POST", "/shoal/v1/tokens", {"user": u, "role": "user"})["token"]
                   for u in ("alice", "bob", "carol")}
         return c, {u: {"SHOAL_TOKEN": t} for u, t in tokens.items()}
 

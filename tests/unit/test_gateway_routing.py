@@ -44,13 +44,13 @@ def test_a_user_reaches_a_service_by_every_kubernetes_dns_form_of_its_name(host)
 
 
 def test_the_api_server_proxy_path_names_namespace_service_and_port_and_forwards_the_rest():
-    route = LLM.lookup("gateway.example:8080", "/api/v1/namespaces/research/services/embed:metrics/proxy/stats?x=1")
+    route = LLM.lookup("gateway.example:8080", "/shoal/v1/namespaces/research/services/embed:metrics/proxy/stats?x=1")
     assert (route.service.key, route.port.port, route.path) == ("research/embed", 9090, "/stats?x=1")
-    by_number = LLM.lookup(None, "/api/v1/namespaces/research/services/embed:9090/proxy/")
+    by_number = LLM.lookup(None, "/shoal/v1/namespaces/research/services/embed:9090/proxy/")
     assert (by_number.port.name, by_number.path) == ("metrics", "/")
-    bare = LLM.lookup(None, "/api/v1/namespaces/default/services/llm/proxy")
+    bare = LLM.lookup(None, "/shoal/v1/namespaces/default/services/llm/proxy")
     assert (bare.service.name, bare.port.name, bare.path) == ("llm", "http", "/")
-    with_scheme = LLM.lookup(None, "/api/v1/namespaces/default/services/http:llm:http/proxy/v1/models")
+    with_scheme = LLM.lookup(None, "/shoal/v1/namespaces/default/services/http:llm:http/proxy/v1/models")
     assert (with_scheme.service.name, with_scheme.path) == ("llm", "/v1/models")
 
 
@@ -71,7 +71,7 @@ def test_an_unknown_service_or_port_is_named_in_the_404_message():
     with pytest.raises(ServiceNotFound, match="service default/nope not found"):
         LLM.lookup("nope.default", "/")
     with pytest.raises(ServiceNotFound, match="service research/embed has no port 'grpc'"):
-        LLM.lookup(None, "/api/v1/namespaces/research/services/embed:grpc/proxy/")
+        LLM.lookup(None, "/shoal/v1/namespaces/research/services/embed:grpc/proxy/")
     with pytest.raises(ServiceNotFound, match="no Service addressed"):
         LLM.lookup("127.0.0.1:8080", "/v1/models")
 
@@ -88,8 +88,8 @@ def test_hosts_that_are_not_service_names_address_nothing(host):
 
 
 def test_other_api_paths_fall_back_to_the_host_header():
-    addr = parse_address("llm.default", "/api/v1/namespaces/default/pods")
-    assert (addr.namespace, addr.name, addr.path) == ("default", "llm", "/api/v1/namespaces/default/pods")
+    addr = parse_address("llm.default", "/shoal/v1/namespaces/default/pods")
+    assert (addr.namespace, addr.name, addr.path) == ("default", "llm", "/shoal/v1/namespaces/default/pods")
 
 
 def test_a_malformed_service_is_left_out_and_named_while_the_rest_of_the_table_is_used():

@@ -36,14 +36,14 @@ def live_server():
 def test_a_dead_first_server_is_skipped_and_the_live_one_kept(live_server):
     dead = f"http://127.0.0.1:{free_port()}"
     client = Client(f"{dead}, {live_server}", "token")
-    assert client.get("/api/v1/leader") == {"path": "/api/v1/leader"}
+    assert client.get("/shoal/v1/leader") == {"path": "/shoal/v1/leader"}
     assert client.server == live_server  # stays with the one that answered
 
 
 def test_no_server_answering_names_them_all():
     dead = [f"http://127.0.0.1:{free_port()}" for _ in range(2)]
     with pytest.raises(ClientError, match="at any of " + ", ".join(dead)):
-        Client(",".join(dead), "token").get("/api/v1/leader")
+        Client(",".join(dead), "token").get("/shoal/v1/leader")
 
 
 LEADER = {"self": {"role": "leader", "term": 3}}

@@ -1,7 +1,7 @@
 """The kubectl-style commands print what kubectl 1.30 prints.
 
 Rendering is pure (``shoal.cli.kubefmt``): these tests build Kubernetes-shaped object
-dicts, as the server's ``/api/v1/kube`` answers them, and compare the text with kubectl's.
+dicts, as the server's ``/shoal/v1/kube`` answers them, and compare the text with kubectl's.
 A few tests at the end drive ``shoal get``/``apply``/``logs`` against a small stand-in
 HTTP server, to check the wiring: paths, bodies, and how errors reach the user.
 """
@@ -812,7 +812,7 @@ def test_stream_decodes_chunks_as_they_arrive(standin):
 def test_get_not_found_is_one_line(standin, capsys):
     from shoal.cli.main import main
 
-    standin({"GET /api/v1/kube/objects/deployments/default/x": (
+    standin({"GET /shoal/v1/kube/objects/deployments/default/x": (
         404, {"detail": 'deployments.apps "x" not found', "reason": "NotFound"}, False)})
     assert main(["get", "deploy", "x"]) == 1
     assert capsys.readouterr().err == 'Error from server (NotFound): deployments.apps "x" not found\n'
@@ -823,17 +823,17 @@ def test_get_not_found_is_one_line(standin, capsys):
 def test_get_empty_and_several_kinds(standin, capsys):
     from shoal.cli.main import main
 
-    s = standin({"GET /api/v1/kube/objects/pods": (200, {"items": []}, False),
-                 "GET /api/v1/kube/objects/deployments": (200, {"items": [deployment()]}, False),
-                 "GET /api/v1/kube/objects/services": (200, {"items": [service([{"port": 80}])]}, False)})
+    s = standin({"GET /shoal/v1/kube/objects/pods": (200, {"items": []}, False),
+                 "GET /shoal/v1/kube/objects/deployments": (200, {"items": [deployment()]}, False),
+                 "GET /shoal/v1/kube/objects/services": (200, {"items": [service([{"port": 80}])]}, False)})
     assert main(["get", "pods"]) == 0
     assert capsys.readouterr().err == "No resources found in default namespace.\n"
-    assert s.requests[-1][1] == "/api/v1/kube/objects/pods?namespace=default"
+    assert s.requests[-1][1] == "/shoal/v1/kube/objects/pods?namespace=default"
     assert main(["get", "deploy,svc", "-l", "app=vllm"]) == 0
     out = capsys.readouterr().out
     assert out.split("\n\n")[0].splitlines()[1].startswith("deployment.apps/vllm-llama-70b   3/4")
     assert out.split("\n\n")[1].splitlines()[1].startswith("service/llm   ClusterIP")
-    assert s.requests[-1][1] == "/api/v1/kube/objects/services?namespace=default&selector=app%3Dvllm"
+    assert s.requests[-1][1] == "/shoal/v1/kube/objects/services?namespace=default&selector=app%3Dvllm"
     assert main(["get", "deploy", "-o", "name"]) == 0
     assert capsys.readouterr().out == "deployment.apps/vllm-llama-70b\n"
     assert main(["get", "deploy", "-o", "json"]) == 0
@@ -845,7 +845,7 @@ def test_apply_posts_documents_and_maps_errors(standin, capsys, tmp_path):
 
     f = tmp_path / "llm.yaml"
     f.write_text(GOOD)
-    s = standin({"POST /api/v1/kube/apply": (200, {"results": [
+    s = standin({"POST /shoal/v1/kube/apply": (200, {"results": [
         {"kind": "Service", "namespace": "serving", "name": "llm", "action": "created"},
         {"kind": "Deployment", "namespace": "serving", "name": "vllm-llama-70b", "action": "configured"}],
         "warnings": ['Deployment/vllm-llama-70b: field "securityContext" is ignored by Shoal']}, False)})
@@ -856,7 +856,7 @@ def test_apply_posts_documents_and_maps_errors(standin, capsys, tmp_path):
     assert out.err == 'Warning: Deployment/vllm-llama-70b: field "securityContext" is ignored by Shoal\n'
     body = json.loads(s.requests[-1][2])
     assert body["dry_run"] is True and [d["metadata"]["namespace"] for d in body["documents"]] == ["serving"] * 2
-    s.answers["POST /api/v1/kube/apply"] = (422, {"detail": {"errors": [
+    s.answers["POST /shoal/v1/kube/apply"] = (422, {"detail": {"errors": [
         {"document": 0, "kind": "Deployment", "name": "vllm-llama-70b", "path": "spec.replica",
          "message": 'unknown field "spec.replica"'}]}}, False)
     assert main(["apply", "-f", str(f)]) == 1
@@ -867,9 +867,9 @@ def test_apply_posts_documents_and_maps_errors(standin, capsys, tmp_path):
 def test_taint_patches_the_whole_list(standin, capsys):
     from shoal.cli.main import main
 
-    s = standin({"GET /api/v1/nodes/node1": (200, {"name": "node1", "taints": [
+    s = standin({"GET /shoal/v1/nodes/node1": (200, {"name": "node1", "taints": [
         {"key": "dedicated", "value": "llm", "effect": "NoExecute"}]}, False),
-                 "PATCH /api/v1/nodes/node1": (200, {"name": "node1"}, False)})
+                 "PATCH /shoal/v1/nodes/node1": (200, {"name": "node1"}, False)})
     assert main(["taint", "node", "node1", "nvidia.com/gpu:NoSchedule"]) == 0
     assert capsys.readouterr().out == "node/node1 tainted\n"
     assert json.loads(s.requests[-1][2]) == {"taints": [
@@ -899,25 +899,25 @@ def test_logs_of_a_deployment_streams_its_first_pod(standin, capfdbinary):
     ready = {"conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": ts(50)}], "phase": "Running"}
     pods = [pod("vllm-a", spec={"nodeName": "node1"}, status=ready, age=100),
             pod("vllm-b", phase="Pending", age=500)]
-    s = standin({"GET /api/v1/kube/objects/deployments/default/vllm-llama-70b": (200, deployment(), False),
-                 "GET /api/v1/kube/objects/pods": (200, {"items": pods}, False),
-                 "GET /api/v1/kube/pods/default/vllm-a/log": (200, [b"INFO loading weights\n", b"INFO ready\n"],
+    s = standin({"GET /shoal/v1/kube/objects/deployments/default/vllm-llama-70b": (200, deployment(), False),
+                 "GET /shoal/v1/kube/objects/pods": (200, {"items": pods}, False),
+                 "GET /shoal/v1/kube/pods/default/vllm-a/log": (200, [b"INFO loading weights\n", b"INFO ready\n"],
                                                              True)})
     assert main(["logs", "deployment/vllm-llama-70b", "--tail", "20", "-f"]) == 0
     out = capfdbinary.readouterr()
     assert out.out == b"INFO loading weights\nINFO ready\n"
     assert b"Found 2 pods, using pod/vllm-a\n" in out.err
-    assert s.requests[1][1] == "/api/v1/kube/objects/pods?namespace=default&selector=app%3Dvllm"
-    assert s.requests[-1][1] == "/api/v1/kube/pods/default/vllm-a/log?container=vllm&follow=true&tail=20"
+    assert s.requests[1][1] == "/shoal/v1/kube/objects/pods?namespace=default&selector=app%3Dvllm"
+    assert s.requests[-1][1] == "/shoal/v1/kube/pods/default/vllm-a/log?container=vllm&follow=true&tail=20"
 
 
 def test_describe_fetches_what_it_shows(standin, capsys):
     from shoal.cli.main import main
 
     d = deployment(namespace="serving")
-    s = standin({"GET /api/v1/kube/objects/deployments/serving/vllm-llama-70b": (200, d, False),
-                 "GET /api/v1/kube/objects/replicasets": (200, {"items": []}, False),
-                 "GET /api/v1/kube/objects/events": (200, {"items": [
+    s = standin({"GET /shoal/v1/kube/objects/deployments/serving/vllm-llama-70b": (200, d, False),
+                 "GET /shoal/v1/kube/objects/replicasets": (200, {"items": []}, False),
+                 "GET /shoal/v1/kube/objects/events": (200, {"items": [
                      {"involvedObject": {"kind": "Deployment", "name": "vllm-llama-70b", "namespace": "serving"},
                       "type": "Normal", "reason": "ScalingReplicaSet", "count": 1, "firstTimestamp": ts(5),
                       "lastTimestamp": ts(5), "source": {"component": "deployment-controller"},
@@ -929,26 +929,26 @@ def test_describe_fetches_what_it_shows(standin, capsys):
     assert "Replicas:               4 desired | 4 updated | 4 total | 3 available | 1 unavailable\n" in out
     assert "ScalingReplicaSet" in out and "not about the deployment" not in out
     assert [path for _, path, _ in s.requests] == [
-        "/api/v1/kube/objects/deployments/serving/vllm-llama-70b",
-        "/api/v1/kube/objects/replicasets?namespace=serving",
-        "/api/v1/kube/objects/events?namespace=serving"]
+        "/shoal/v1/kube/objects/deployments/serving/vllm-llama-70b",
+        "/shoal/v1/kube/objects/replicasets?namespace=serving",
+        "/shoal/v1/kube/objects/events?namespace=serving"]
 
 
 def test_delete_scale_rollout_and_label_messages(standin, capsys):
     from shoal.cli.main import main
 
-    base = "/api/v1/kube/objects/deployments/default/vllm-llama-70b"
+    base = "/shoal/v1/kube/objects/deployments/default/vllm-llama-70b"
     s = standin({f"DELETE {base}": (200, {"deleted": 1}, False),
                  f"POST {base}/scale": (200, deployment(), False),
                  f"GET {base}": (200, deployment(), False),
                  f"POST {base}/undo": (200, deployment(), False),
                  f"GET {base}/history": (200, {"revisions": [{"revision": 1, "change_cause": None},
                                                              {"revision": 2, "change_cause": "bump image"}]}, False),
-                 "POST /api/v1/kube/apply": (200, {"results": [], "warnings": []}, False),
-                 "DELETE /api/v1/kube/objects/services/default/nope": (404, {"detail": "x", "reason": "NotFound"},
+                 "POST /shoal/v1/kube/apply": (200, {"results": [], "warnings": []}, False),
+                 "DELETE /shoal/v1/kube/objects/services/default/nope": (404, {"detail": "x", "reason": "NotFound"},
                                                                        False),
-                 "GET /api/v1/nodes/node1": (200, {"name": "node1", "labels": {"zone": "a", "old": "1"}}, False),
-                 "PATCH /api/v1/nodes/node1": (200, {}, False)})
+                 "GET /shoal/v1/nodes/node1": (200, {"name": "node1", "labels": {"zone": "a", "old": "1"}}, False),
+                 "PATCH /shoal/v1/nodes/node1": (200, {}, False)})
     assert main(["delete", "deployment", "vllm-llama-70b", "--grace-period", "0"]) == 0
     assert capsys.readouterr().out == 'deployment.apps "vllm-llama-70b" deleted\n'
     assert s.requests[-1][:2] == ("DELETE", f"{base}?grace_period=0")

@@ -142,7 +142,7 @@ class Agent:
             body["csr"] = self.certificate.request()
         self._server.token = self.cfg.join_token
         sent = time.monotonic()
-        reply = self._server.post("/api/v1/agents/register", body)
+        reply = self._server.post("/shoal/v1/agents/register", body)
         if self.certificate is not None:
             if not reply.get("certificate"):
                 raise ClientError("the server issued no certificate for this agent's HTTPS (is it older than "
@@ -207,7 +207,7 @@ class Agent:
         while not self.stop.is_set():
             try:
                 params = {"wait": 25, "epoch": epoch, "gen": gen} if epoch is not None else {"wait": 0}
-                work = self._server.get(f"/api/v1/agents/{self.name}/work", params, timeout=40)
+                work = self._server.get(f"/shoal/v1/agents/{self.name}/work", params, timeout=40)
                 failures = 0
             except ClientError as e:
                 failures += 1
@@ -378,7 +378,7 @@ class Agent:
                 gpu_health = xids + self._gpu_problems  # the event first: it says what happened
             sent = time.monotonic()
             try:
-                self._server.post(f"/api/v1/agents/{self.name}/report",
+                self._server.post(f"/shoal/v1/agents/{self.name}/report",
                                   {"events": pending, "alive": self.alive_keys(),
                                    "pods": list(unsent.values()), "gpu_health": gpu_health, **usage}, timeout=10)
                 pending = []

@@ -1,5 +1,5 @@
 """`shoal apply|get|describe|delete|scale|rollout|logs|taint|label`: kubectl's commands
-against Shoal's object API (docs/SERVING.md, ``/api/v1/kube``), same flags and output.
+against Shoal's object API (docs/SERVING.md, ``/shoal/v1/kube``), same flags and output.
 
 This module does the I/O: arguments, manifests, requests, polling. What is printed comes
 from ``shoal.cli.kubefmt`` (pure). A user's mistake is one ``error: ...`` line and exit
@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # annotations only
     from collections.abc import Callable, Iterable
     from typing import Any, TextIO
 
-API = "/api/v1/kube"
+API = "/shoal/v1/kube"
 DEFAULT_NAMESPACE = "default"
 CLUSTER_SCOPED = frozenset({"Namespace", "PriorityClass", "Node"})
 MANIFEST_EXTENSIONS = (".json", ".yaml", ".yml")
@@ -85,11 +85,11 @@ class Kube:
     def nodes(self) -> list[dict]:
         from shoal import __version__
 
-        return [kf.node_object(n, f"v{__version__}") for n in self.client.get("/api/v1/nodes").get("nodes") or []]
+        return [kf.node_object(n, f"v{__version__}") for n in self.client.get("/shoal/v1/nodes").get("nodes") or []]
 
     def raw_node(self, name: str) -> dict:
         try:
-            return self.client.get(f"/api/v1/nodes/{name}")
+            return self.client.get(f"/shoal/v1/nodes/{name}")
         except ClientError as e:
             if e.status == 404:
                 raise ClientError(f'nodes "{name}" not found', 404, e.body) from None
@@ -815,7 +815,7 @@ def run_taint(args) -> int:
     if "taints" not in node:  # the whole list is replaced: never from a guess of the old one
         raise CommandError(f"the server does not report node {name}'s taints; it is too old for shoal taint")
     operation, taints = kf.apply_taints(name, node["taints"] or [], add, remove, args.overwrite)
-    api.client.patch(f"/api/v1/nodes/{name}", {"taints": taints})
+    api.client.patch(f"/shoal/v1/nodes/{name}", {"taints": taints})
     _out(f"node/{name} {operation}\n")
     return 0
 
@@ -841,7 +841,7 @@ def run_label(args) -> int:
             change[key] = None
     change.update({k: v for k, v in add.items() if labels.get(k) != v})
     if change:
-        api.client.patch(f"/api/v1/nodes/{name}", {"labels": change})
+        api.client.patch(f"/shoal/v1/nodes/{name}", {"labels": change})
     added = any(v is not None for v in change.values())
     message = "not labeled" if not change else "labeled" if added or args.overwrite else "unlabeled"
     _out(f"node/{name} {message}\n")

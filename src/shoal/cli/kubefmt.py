@@ -798,7 +798,7 @@ def render_yaml(doc: Any) -> str:
     return yaml.safe_dump(doc, default_flow_style=False, sort_keys=True, allow_unicode=True)
 
 
-# ---------------------------------------------------------------- nodes from /api/v1/nodes
+# ---------------------------------------------------------------- nodes from /shoal/v1/nodes
 
 
 def node_object(n: Mapping[str, Any], version: str) -> dict:

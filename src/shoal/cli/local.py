@@ -165,7 +165,7 @@ def up(args) -> int:
         if dead:
             return _failed(sdir, f"agent {dead[0]} exited during start-up", f"{dead[0]}.log")
         try:
-            nodes = client.get("/api/v1/nodes")["nodes"]
+            nodes = client.get("/shoal/v1/nodes")["nodes"]
         except ClientError:
             nodes = []
         ready = {n["name"] for n in nodes if n["state"] == "UP"}
@@ -194,7 +194,7 @@ def up(args) -> int:
         print("  note     not root: nodes share this machine's hostname, and node names resolve only if "
               "/etc/hosts lists them")
     if state.get("gateway"):
-        print(f"  gateway  {state['gateway']}  (Host: NAME.NAMESPACE, or /api/v1/namespaces/NS/services/NAME/proxy/)")
+        print(f"  gateway  {state['gateway']}  (Host: NAME.NAMESPACE, or /shoal/v1/namespaces/NS/services/NAME/proxy/)")
     print("  try      sinfo; sbatch --wrap hostname; squeue; shoal apply -f app.yaml; shoal down")
     return 0
 

@@ -20,7 +20,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--config", required=True, help="cluster configuration (YAML): partitions, timeouts")
     s.add_argument("--state-dir", default="/var/lib/shoal/server", help="secrets and the default SQLite file")
     s.add_argument("--join-token-file", help="accept agents that present this token (else one is generated)")
-    s.add_argument("--advertise-url", help="the URL clients reach this server by, as /api/v1/leader and scontrol "
+    s.add_argument("--advertise-url", help="the URL clients reach this server by, as /shoal/v1/leader and scontrol "
                    "ping name it (default: http://HOST:PORT of --listen, https with TLS)")
     s.add_argument("--tls", choices=("on", "off", "auto"), default="auto",
                    help="serve HTTPS with a certificate from the cluster CA made at first start (STATE_DIR/ca.crt "
@@ -104,7 +104,7 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--listen", default="127.0.0.1:8080", help="host:port to serve on (default %(default)s)")
     source = g.add_mutually_exclusive_group()
     source.add_argument("--server", help="server URL to long-poll for routes (default: the client configuration's)")
-    source.add_argument("--routes", metavar="FILE", help="static routes JSON, shaped as GET /api/v1/kube/routes "
+    source.add_argument("--routes", metavar="FILE", help="static routes JSON, shaped as GET /shoal/v1/kube/routes "
                                                          "answers, re-read when it changes (no server needed)")
     g.add_argument("--token-file", help="file with the API token (default: $SHOAL_TOKEN or the client configuration)")
     g.add_argument("--hold-timeout", type=float, default=60.0, metavar="S",

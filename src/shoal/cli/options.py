@@ -66,7 +66,7 @@ class Option(namedtuple("Option", "long short arg convert commands env", default
 
 
 class SbatchRequest(namedtuple("SbatchRequest", "body parsable test_only wait", defaults=(False, False, False))):
-    """What sbatch submits (``body``, the POST /api/v1/jobs JSON) and how it reports back."""
+    """What sbatch submits (``body``, the POST /shoal/v1/jobs JSON) and how it reports back."""
 
     __slots__ = ()
 

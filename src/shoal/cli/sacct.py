@@ -3,7 +3,7 @@
 Columns follow Slurm's print_fields: each field has a default width (negative: left-
 justified), values too long end in ``+``, every column is followed by a space; -p ends
 each value with ``|``, -P joins them with ``|``. ``render_sacct(jobs, options, now)``
-is pure; ``main`` fetches GET /api/v1/jobs?all=true and prints.
+is pure; ``main`` fetches GET /shoal/v1/jobs?all=true and prints.
 """
 
 from __future__ import annotations
@@ -358,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
         params = query(options, now)
         if params["user"] and not options.user:
             options.user = [params["user"]]
-        jobs = Client.from_config().get("/api/v1/jobs", params)["jobs"]
+        jobs = Client.from_config().get("/shoal/v1/jobs", params)["jobs"]
         emit(render_json(jobs, options, now) if options.json else render_sacct(jobs, options, now))
     except (ClientError, FormatError, TimeFormatError) as e:
         fail(str(e))

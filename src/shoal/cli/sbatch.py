@@ -2,7 +2,7 @@
 
 ``main`` reads what only this process can (argv, the script file or standard input, the
 environment); ``run`` does the rest with every input passed in, so the server runs the
-very same code for the compiled front end (POST /api/v1/commands/sbatch).
+very same code for the compiled front end (POST /shoal/v1/commands/sbatch).
 """
 
 from __future__ import annotations
@@ -77,12 +77,12 @@ def run(argv: list[str], script: str | None, source: str | None, *, cwd: str, en
     try:
         client = connect()
         if req.test_only:
-            answer = client.post("/api/v1/jobs/test", body)
+            answer = client.post("/shoal/v1/jobs/test", body)
             print(f"sbatch: Job {answer['job_id']} to start at {answer['start_time']} using "
                   f"{answer['cpus']} processors on nodes {answer['nodelist']} in partition "
                   f"{answer['partition']}", file=err)
             return 0
-        answer = client.post("/api/v1/jobs", body)
+        answer = client.post("/shoal/v1/jobs", body)
     except ClientError as e:
         return print_error(err, prog, f"Batch job submission failed: {e}")
     job_id = answer["job_id"]
@@ -103,7 +103,7 @@ def _wait(client, job_id: int) -> int:
     delay = 0.05
     while True:
         try:
-            jobs = client.get("/api/v1/jobs", {"job_id": str(job_id), "all": "true"})["jobs"]
+            jobs = client.get("/shoal/v1/jobs", {"job_id": str(job_id), "all": "true"})["jobs"]
         except ClientError as e:
             fail(str(e))
         if jobs and all(j["state"] not in ("PENDING", "RUNNING") for j in jobs):

@@ -1,7 +1,7 @@
 """scancel: cancel or signal jobs, by id (``12``, ``12_3``, ``12_[1-3]``) or by filter.
 
-Ids alone use POST /api/v1/jobs/{id}/cancel one by one; any filter (-u, -t, -p, -n, --me)
-uses the bulk POST /api/v1/jobs/cancel. As in Slurm, cancelling a job that has already
+Ids alone use POST /shoal/v1/jobs/{id}/cancel one by one; any filter (-u, -t, -p, -n, --me)
+uses the bulk POST /shoal/v1/jobs/cancel. As in Slurm, cancelling a job that has already
 finished prints an error but exits 0; an unknown job id exits 1.
 """
 
@@ -138,7 +138,7 @@ def run(argv: list[str] | None, *, connect, err=None, prog: str | None = None, u
                     "partition": ",".join(split_list(options.partition)) or None,
                     "states": [s.upper() for s in split_list(options.state)] or None,
                     "name": ",".join(split_list(options.name)) or None, "signal": sig}
-            done = client.post("/api/v1/jobs/cancel", body).get("jobs") or []
+            done = client.post("/shoal/v1/jobs/cancel", body).get("jobs") or []
             if options.verbose:
                 for job_id in done:
                     print(f"scancel: {'Signal' if sig else 'Terminating'} job {job_id}", file=err)
@@ -146,7 +146,7 @@ def run(argv: list[str] | None, *, connect, err=None, prog: str | None = None, u
         rc = 0
         for job_id in ids:
             try:
-                client.post(f"/api/v1/jobs/{job_id}/cancel",
+                client.post(f"/shoal/v1/jobs/{job_id}/cancel",
                             {"signal": sig, "batch": options.batch, "full": options.full})
                 if options.verbose:
                     print(f"scancel: {'Signal' if sig else 'Terminating'} job {job_id}", file=err)

@@ -2,7 +2,7 @@
 
 ``show hostnames`` and ``show hostlist`` run without the server and import nothing but the
 hostlist module, since job scripts call them on every launch. The other subcommands
-fetch from /api/v1; ``render_job``/``render_node``/``render_partition`` are pure.
+fetch from /shoal/v1; ``render_job``/``render_node``/``render_partition`` are pure.
 """
 
 from __future__ import annotations
@@ -376,7 +376,7 @@ def _show(client, entity: str, args: list[str], options) -> str:
         params: dict[str, Any] = {"all": "true"}
         if args:
             params["job_id"] = args[0]
-        jobs = client.get("/api/v1/jobs", params if args else None)["jobs"]
+        jobs = client.get("/shoal/v1/jobs", params if args else None)["jobs"]
         if args and not jobs:
             raise UsageError("Invalid job id specified")
         if options.json:
@@ -385,7 +385,7 @@ def _show(client, entity: str, args: list[str], options) -> str:
             return "No jobs in the system\n"
         return "\n".join(render_job(j, now, options.oneliner) for j in jobs) + ("" if options.oneliner else "\n")
     if entity == "node":
-        nodes = client.get("/api/v1/nodes")["nodes"]
+        nodes = client.get("/shoal/v1/nodes")["nodes"]
         if args:
             wanted = set(expand(args[0]))
             nodes = [n for n in nodes if n["name"] in wanted]
@@ -395,18 +395,18 @@ def _show(client, entity: str, args: list[str], options) -> str:
             return json.dumps({"nodes": nodes}, indent=2) + "\n"
         return "\n".join(render_node(n, options.oneliner) for n in nodes) + ("" if options.oneliner else "\n")
     if entity == "partition":
-        parts = client.get("/api/v1/partitions")["partitions"]
+        parts = client.get("/shoal/v1/partitions")["partitions"]
         if args:
             parts = [p for p in parts if p["name"] == args[0]]
             if not parts:
                 raise UsageError(f"Partition {args[0]} not found")
         if options.json:
             return json.dumps({"partitions": parts}, indent=2) + "\n"
-        nodes = client.get("/api/v1/nodes")["nodes"]
+        nodes = client.get("/shoal/v1/nodes")["nodes"]
         return "\n".join(render_partition(p, nodes, options.oneliner) for p in parts) + (
             "" if options.oneliner else "\n")
     if entity == "reservation":
-        resvs = client.get("/api/v1/reservations")["reservations"]
+        resvs = client.get("/shoal/v1/reservations")["reservations"]
         if args:
             resvs = [r for r in resvs if r["name"] == args[0]]
             if not resvs:
@@ -434,18 +434,18 @@ def _reservation(client, command: str, args: list[str]) -> int:
         name = (value if RESERVATION_KEYS.get(key.lower()) == "name" else "") if eq else key
         if not name:
             raise UsageError("delete needs ReservationName=NAME, e.g. 'scontrol delete ReservationName=maint'")
-        client.delete(f"/api/v1/reservations/{quote(name)}")
+        client.delete(f"/shoal/v1/reservations/{quote(name)}")
         return 0
     name, body = parse_reservation(args, time.time())
     if command == "create":
-        client.post("/api/v1/reservations", {"name": name, **body})
+        client.post("/shoal/v1/reservations", {"name": name, **body})
         from shoal.cli.fmt import emit
 
         emit(f"Reservation created: {name}\n")
     else:
         if not body:
             raise UsageError(f"nothing to update for ReservationName={name}")
-        client.patch(f"/api/v1/reservations/{quote(name)}", body)
+        client.patch(f"/shoal/v1/reservations/{quote(name)}", body)
     return 0
 
 
@@ -462,7 +462,7 @@ def show_config(server: str, now: float) -> str:
 
 
 def render_ping(answers: list[tuple[str, Mapping[str, Any] | None]]) -> tuple[str, int]:
-    """``scontrol ping`` in Slurm's words, from each configured server's ``/api/v1/leader``
+    """``scontrol ping`` in Slurm's words, from each configured server's ``/shoal/v1/leader``
     answer (None: it did not answer): ``Slurmctld(primary) at HOST is UP``, then the
     backups. Shoal has no fixed primary (whichever server wins the election leads, and a
     restarted one comes back as a backup), so *primary* names the leader now. Exit code 1
@@ -490,7 +490,7 @@ def ping(servers: str, token: str | None) -> tuple[str, int]:
     answers: list[tuple[str, Any]] = []
     for url in [u.strip() for u in servers.split(",") if u.strip()]:
         try:
-            answers.append((url, Client(url, token, timeout=5).get("/api/v1/leader")))
+            answers.append((url, Client(url, token, timeout=5).get("/shoal/v1/leader")))
         except ClientError:
             answers.append((url, None))
     return render_ping(answers)
@@ -566,15 +566,15 @@ def main(argv: list[str] | None = None) -> int:
             kind, target, body = parse_update(rest)
             client = Client.from_config()
             if kind == "job":
-                client.patch(f"/api/v1/jobs/{target}", body)
+                client.patch(f"/shoal/v1/jobs/{target}", body)
             else:
                 for name in expand(target):
-                    client.patch(f"/api/v1/nodes/{name}", body)
+                    client.patch(f"/shoal/v1/nodes/{name}", body)
             return 0
         ids = _job_ids(rest)
         client = Client.from_config()
         for job_id in ids:
-            client.post(f"/api/v1/jobs/{job_id}/{command}")
+            client.post(f"/shoal/v1/jobs/{job_id}/{command}")
         return 0
     except (UsageError, HostlistError, ClientError, ValueError) as e:
         _fail(str(e))

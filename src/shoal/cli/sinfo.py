@@ -318,8 +318,8 @@ def main(argv: list[str] | None = None) -> int:
             parse_states(split_list(options.states))
         client = Client.from_config()
         while True:
-            nodes = client.get("/api/v1/nodes")["nodes"]
-            partitions = client.get("/api/v1/partitions")["partitions"]
+            nodes = client.get("/shoal/v1/nodes")["nodes"]
+            partitions = client.get("/shoal/v1/partitions")["partitions"]
             now = time.time()
             if options.json:
                 emit(render_json(nodes, partitions, options, now))

@@ -1,6 +1,6 @@
 """sprio: the factors that make up each pending job's multifactor priority, as Slurm's sprio.
 
-Fetching (GET /api/v1/priority) is kept apart from rendering: ``render_priorities(doc,
+Fetching (GET /shoal/v1/priority) is kept apart from rendering: ``render_priorities(doc,
 options)`` is a pure function the tests call directly.
 """
 
@@ -70,7 +70,7 @@ def weights_row(weights: Mapping[str, Any]) -> dict:
 
 
 def render_priorities(doc: Mapping[str, Any], options) -> str:
-    """sprio's table for a GET /api/v1/priority answer."""
+    """sprio's table for a GET /shoal/v1/priority answer."""
     fmt = options.format or (LONG_FORMAT if options.long else NORM_FORMAT if options.norm
                              else DEFAULT_FORMAT)
     specs = parse_format(fmt, FIELDS)
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
             parse_format(options.format, FIELDS)  # a bad format fails before the server is asked
         params = {"job_id": split_list(options.jobs) or None,
                   "user": ",".join(split_list(options.user)) or None}
-        doc = Client.from_config().get("/api/v1/priority", params)
+        doc = Client.from_config().get("/shoal/v1/priority", params)
         if doc["weights"]["type"] != "multifactor" and not options.weights:
             fail("PriorityType is basic: jobs run in submit order and have no priority factors "
                  "(set priority: {type: multifactor} in the cluster configuration)")

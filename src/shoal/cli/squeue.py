@@ -1,6 +1,6 @@
 """squeue: the job queue, printed the way Slurm's squeue prints it.
 
-Fetching (GET /api/v1/jobs) is kept apart from rendering: ``render_jobs(jobs, options,
+Fetching (GET /shoal/v1/jobs) is kept apart from rendering: ``render_jobs(jobs, options,
 now)`` is a pure function over Job dicts (docs/API.md) that the tests call directly.
 """
 
@@ -356,7 +356,7 @@ def parse_args(argv: list[str] | None, *, remote: bool = False, user: str | None
 
 
 def query(options) -> dict:
-    """The GET /api/v1/jobs parameters: the server filters what it can."""
+    """The GET /shoal/v1/jobs parameters: the server filters what it can."""
     params: dict[str, Any] = {
         "job_id": split_list(options.jobs) or None,
         "user": _only(split_list(options.user)),
@@ -404,7 +404,7 @@ def run(argv: list[str] | None, *, connect: Callable[[], Any], out: TextIO | Non
         params = query(options)
         client = connect()
         while True:
-            jobs = client.get("/api/v1/jobs", params)["jobs"]
+            jobs = client.get("/shoal/v1/jobs", params)["jobs"]
             if options.jobs and not jobs:
                 return print_error(err, prog, "Invalid job id specified")
             now = time.time()

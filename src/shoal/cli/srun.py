@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         if job_id is None or not os.environ.get("SHOAL_JOB_TOKEN"):
             own_allocation = _allocate(client, opts, req.command)
             job_id = str(own_allocation)
-        step = client.post(f"/api/v1/jobs/{job_id}/steps", _step_body(opts, req.command))
+        step = client.post(f"/shoal/v1/jobs/{job_id}/steps", _step_body(opts, req.command))
     except ClientError as e:
         if own_allocation is not None:
             _complete(client, own_allocation, 1, 0)
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         fail(str(e))
     rc, sig = Launcher(step, req.command, opts, env, tls).run()
     try:
-        client.post(f"/api/v1/jobs/{job_id}/steps/{step['step_id']}/complete", {"exit_code": rc, "signal": sig})
+        client.post(f"/shoal/v1/jobs/{job_id}/steps/{step['step_id']}/complete", {"exit_code": rc, "signal": sig})
         if own_allocation is not None:
             _complete(client, own_allocation, rc, sig)
     except ClientError as e:
@@ -95,7 +95,7 @@ def _allocate(client, opts: dict, command: list[str]) -> int:
     body["interactive"] = True
     body.setdefault("name", os.path.basename(command[0]))
     body.pop("script", None)
-    out = client.post("/api/v1/jobs", body)
+    out = client.post("/shoal/v1/jobs", body)
     job_id = out["job_id"]
     announced = False
     delay = 0.01
@@ -103,7 +103,7 @@ def _allocate(client, opts: dict, command: list[str]) -> int:
 
     def cancel(signum, frame):
         try:
-            client.post(f"/api/v1/jobs/{job_id}/cancel", {})
+            client.post(f"/shoal/v1/jobs/{job_id}/cancel", {})
         finally:
             print(f"srun: Job allocation {job_id} has been revoked", file=sys.stderr)
             raise SystemExit(1)
@@ -111,7 +111,7 @@ def _allocate(client, opts: dict, command: list[str]) -> int:
     old = signal.signal(signal.SIGINT, cancel)
     try:
         while True:
-            job = client.get(f"/api/v1/jobs/{job_id}")
+            job = client.get(f"/shoal/v1/jobs/{job_id}")
             if job["state"] == "RUNNING":
                 break
             if job["state"] not in ("PENDING",):
@@ -129,7 +129,7 @@ def _allocate(client, opts: dict, command: list[str]) -> int:
 
 
 def _complete(client, job_id: int, rc: int, sig: int) -> None:
-    client.post(f"/api/v1/jobs/{job_id}/complete", {"exit_code": rc, "signal": sig})
+    client.post(f"/shoal/v1/jobs/{job_id}/complete", {"exit_code": rc, "signal": sig})
 
 
 class Launcher:

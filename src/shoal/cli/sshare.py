@@ -1,6 +1,6 @@
 """sshare: the account tree's shares, decayed usage and fair-share factors, as Slurm's sshare.
 
-Fetching (GET /api/v1/shares) is kept apart from rendering: ``render_shares(doc, options,
+Fetching (GET /shoal/v1/shares) is kept apart from rendering: ``render_shares(doc, options,
 user)`` is a pure function the tests call directly.
 """
 
@@ -85,7 +85,7 @@ def parse_args(argv: list[str] | None):
 def main(argv: list[str] | None = None) -> int:
     try:
         options = parse_args(argv)
-        doc = Client.from_config().get("/api/v1/shares")
+        doc = Client.from_config().get("/shoal/v1/shares")
         emit(render_shares(doc, options, doc.get("user") or ""))
     except ClientError as e:
         fail(str(e))

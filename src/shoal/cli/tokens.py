@@ -62,7 +62,7 @@ def run_create(args) -> int:
             fail(f"--expires: {e}")
     try:
         client = Client.from_config()
-        out = client.post("/api/v1/tokens", body)
+        out = client.post("/shoal/v1/tokens", body)
         if args.write_config:
             write_config(args.write_config, ",".join(client.servers), out["token"], client.ca_pem())
     except ClientError as e:
@@ -75,7 +75,7 @@ def run_create(args) -> int:
 
 def run_list(args) -> int:
     try:
-        doc = Client.from_config().get("/api/v1/tokens")
+        doc = Client.from_config().get("/shoal/v1/tokens")
     except ClientError as e:
         fail(str(e))
     sys.stdout.write(table(([] if args.no_headers else [COLUMNS]) + [row(t, doc["now"]) for t in doc["tokens"]]))
@@ -94,12 +94,12 @@ def row(t: dict, now: float) -> list[str]:
 
 
 def run_revoke(args) -> int:
-    return _each(args.ids, lambda client, tid: client.delete(f"/api/v1/tokens/{quote(tid)}"),
+    return _each(args.ids, lambda client, tid: client.delete(f"/shoal/v1/tokens/{quote(tid)}"),
                  lambda out: f"token {out['id']} revoked (user {out['user']}, role {out['role']})")
 
 
 def run_revoke_node(args) -> int:
-    return _each(args.nodes, lambda client, node: client.post(f"/api/v1/tokens/nodes/{quote(node)}/revoke"),
+    return _each(args.nodes, lambda client, node: client.post(f"/shoal/v1/tokens/nodes/{quote(node)}/revoke"),
                  lambda out: f"node {out['node']}: agent credential revoked; "
                              "start its agent again (with a join token) to rejoin")
 

@@ -92,7 +92,7 @@ class Gateway:
         self.stats.forget({b.key for svc in table.services.values() for b in svc.backends})
 
     def report(self) -> dict:
-        """The load figures the server's HPA reads (``POST /api/v1/kube/metrics``)."""
+        """The load figures the server's HPA reads (``POST /shoal/v1/kube/metrics``)."""
         return self.stats.report(b.key for svc in self.table.services.values() for b in svc.backends)
 
     async def start(self) -> None:

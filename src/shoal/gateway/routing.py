@@ -13,7 +13,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-PROXY_PREFIX = "/api/v1/namespaces/"
+PROXY_PREFIX = "/shoal/v1/namespaces/"
 CLUSTER_SUFFIXES = ((), ("svc",), ("svc", "cluster", "local"))
 
 
@@ -143,7 +143,7 @@ def parse_address(host: str | None, target: str) -> Address | None:
     """The Service a request addresses, from its request target or its Host header.
 
     ``target`` is the raw request target (path and query). The API-server proxy path
-    ``/api/v1/namespaces/NS/services/[SCHEME:]NAME[:PORT]/proxy/REST`` wins and forwards
+    ``/shoal/v1/namespaces/NS/services/[SCHEME:]NAME[:PORT]/proxy/REST`` wins and forwards
     ``/REST``; otherwise the Host header ``NAME.NAMESPACE[.svc[.cluster.local]][:PORT]``
     names the Service and the target is forwarded as it is. None when neither does.
     """
@@ -207,7 +207,7 @@ class RoutingTable:
         if addr is None:
             raise ServiceNotFound(
                 "no Service addressed: use Host NAME.NAMESPACE[.svc.cluster.local] or the path "
-                "/api/v1/namespaces/NS/services/NAME[:PORT]/proxy/...")
+                "/shoal/v1/namespaces/NS/services/NAME[:PORT]/proxy/...")
         svc = self.services.get((addr.namespace, addr.name))
         if svc is None:
             raise ServiceNotFound(f"service {addr.namespace}/{addr.name} not found")

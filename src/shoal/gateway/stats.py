@@ -126,7 +126,7 @@ class GatewayStats:
                 del counter[k]
 
     def report(self, pods: Iterable[str]) -> dict:
-        """The body of ``POST /api/v1/kube/metrics``: every routed pod, plus any with requests in flight."""
+        """The body of ``POST /shoal/v1/kube/metrics``: every routed pod, plus any with requests in flight."""
         now = self.clock()
         out = {}
         for pod in {*pods, *self.inflight}:

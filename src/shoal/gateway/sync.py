@@ -1,6 +1,6 @@
 """Where the routes come from and where the load figures go.
 
-``ServerLink`` long-polls ``GET /api/v1/kube/routes`` and posts ``/api/v1/kube/metrics``
+``ServerLink`` long-polls ``GET /shoal/v1/kube/routes`` and posts ``/shoal/v1/kube/metrics``
 every second (docs/SERVING.md, "Gateway"); ``RoutesFile`` reads the same routes JSON from
 a file and reloads it when it changes, so a gateway runs without a server. Neither ever
 stops the proxy: on any failure the last good table stays in use and the link backs off.
@@ -24,8 +24,8 @@ from shoal.gateway.routing import RoutesError, RoutingTable
 
 log = logging.getLogger("shoal.gateway")
 
-ROUTES_PATH = "/api/v1/kube/routes"
-METRICS_PATH = "/api/v1/kube/metrics"
+ROUTES_PATH = "/shoal/v1/kube/routes"
+METRICS_PATH = "/shoal/v1/kube/metrics"
 
 
 class Backoff:

@@ -137,7 +137,7 @@ def create_app(server: Server) -> fastpath.FastPaths:
     def healthz():
         return {"ok": True, "version": __version__}
 
-    @app.get("/api/v1/leader")
+    @app.get("/shoal/v1/leader")
     def leader(p: Principal = Depends(principal)):
         """Which server leads (schedules, runs the controllers) and what this one is (scontrol ping)."""
         lead = server.leader
@@ -167,7 +167,7 @@ def create_app(server: Server) -> fastpath.FastPaths:
 
     submitting = InFlight()
 
-    @app.post("/api/v1/jobs", status_code=201)
+    @app.post("/shoal/v1/jobs", status_code=201)
     def submit(body: JobSubmit, p: Principal = Depends(user_or_admin)):
         now = server.clock()
         with submitting as others:
@@ -176,7 +176,7 @@ def create_app(server: Server) -> fastpath.FastPaths:
             server.controller.submitted(alone=not others)
         return out
 
-    @app.post("/api/v1/jobs/test")
+    @app.post("/shoal/v1/jobs/test")
     def test_only(body: JobSubmit, p: Principal = Depends(user_or_admin)):
         """sbatch --test-only: validate exactly as a submit would, plan it, and roll it back."""
         now = server.clock()
@@ -198,7 +198,7 @@ def create_app(server: Server) -> fastpath.FastPaths:
             finally:
                 s.rollback()
 
-    @app.get("/api/v1/jobs")
+    @app.get("/shoal/v1/jobs")
     def list_jobs(job_id: list[str] = Query(default=[]), user: str | None = None,
                   partition: str | None = None, state: list[str] = Query(default=[]),
                   name: str | None = None, all: bool = False,
@@ -263,7 +263,7 @@ def create_app(server: Server) -> fastpath.FastPaths:
             rows = list(s.scalars(q.order_by(JobRow.id)))
             return _jobs_json(s, rows)
 
-    @app.get("/api/v1/jobs/{job_id}")
+    @app.get("/shoal/v1/jobs/{job_id}")
     def get_job(job_id: int, p: Principal = Depends(principal)):
         with server.sessions() as s:
             row = _job(s, job_id)
@@ -272,7 +272,7 @@ def create_app(server: Server) -> fastpath.FastPaths:
                 raise jobsvc.JobError(f"Invalid job id specified: {job_id}", 404)  # as Slurm hides it
             return JSONResponse(_jobs_json(s, [row])[0])
 
-    @app.post("/api/v1/jobs/cancel")
+    @app.post("/shoal/v1/jobs/cancel")
     @retry_on_conflict
     def bulk_cancel(body: BulkCancelRequest, p: Principal = Depends(principal)):
         now = server.clock()
@@ -303,7 +303,7 @@ def create_app(server: Server) -> fastpath.FastPaths:
         _after_change(touched)
         return {"jobs": done}
 
-    @app.post("/api/v1/jobs/{job_id}/cancel")
+    @app.post("/shoal/v1/jobs/{job_id}/cancel")
     @retry_on_conflict
     def cancel(job_id: str, body: CancelRequest | None = None, p: Principal = Depends(principal)):
         """Cancel or signal a job: `12` (with all its array tasks) or `12_3` (one task)."""
@@ -354,12 +354,12 @@ def create_app(server: Server) -> fastpath.FastPaths:
             server.hub.bump(touched)
         server.controller.wake()
 
-    @app.post("/api/v1/jobs/{job_id}/hold")
+    @app.post("/shoal/v1/jobs/{job_id}/hold")
     @retry_on_conflict
     def hold(job_id: int, p: Principal = Depends(principal)):
         return _set_hold(job_id, p, True)
 
-    @app.post("/api/v1/jobs/{job_id}/release")
+    @app.post("/shoal/v1/jobs/{job_id}/release")
     @retry_on_conflict
     def release(job_id: int, p: Principal = Depends(principal)):
         return _set_hold(job_id, p, False)
@@ -380,7 +380,7 @@ def create_app(server: Server) -> fastpath.FastPaths:
         server.controller.wake()
         return {"jobs": [r.id for r in pending]}
 
-    @app.post("/api/v1/jobs/{job_id}/requeue")
+    @app.post("/shoal/v1/jobs/{job_id}/requeue")
     @retry_on_conflict
     def requeue(job_id: int, p: Principal = Depends(principal)):
         now = server.clock()
@@ -395,7 +395,7 @@ def create_app(server: Server) -> fastpath.FastPaths:
         _after_change(set(names))
         return {"jobs": [job_id]}
 
-    @app.patch("/api/v1/jobs/{job_id}")
+    @app.patch("/shoal/v1/jobs/{job_id}")
     @retry_on_conflict
     def update(job_id: int, body: JobUpdate, p: Principal = Depends(principal)):
         with server.sessions() as s, s.begin():
@@ -428,7 +428,7 @@ def create_app(server: Server) -> fastpath.FastPaths:
 
     # ------------------------------------------------------------------ steps (srun)
 
-    @app.post("/api/v1/jobs/{job_id}/steps", status_code=201)
+    @app.post("/shoal/v1/jobs/{job_id}/steps", status_code=201)
     @retry_on_conflict
     def create_step(job_id: int, body: StepCreate, p: Principal = Depends(principal)):
         with server.sessions() as s, s.begin():
@@ -437,7 +437,7 @@ def create_app(server: Server) -> fastpath.FastPaths:
             nodes = {n.name: n for n in s.scalars(select(NodeRow))}
             return stepsvc.create_step(s, server, row, body, nodes, server.clock())
 
-    @app.post("/api/v1/jobs/{job_id}/steps/{step_id}/complete")
+    @app.post("/shoal/v1/jobs/{job_id}/steps/{step_id}/complete")
     @retry_on_conflict
     def complete_step(job_id: int, step_id: int, body: StepComplete, p: Principal = Depends(principal)):
         with server.sessions() as s, s.begin():
@@ -449,7 +449,7 @@ def create_app(server: Server) -> fastpath.FastPaths:
             stepsvc.complete_step(step, body.exit_code, body.signal, server.clock())
         return {"ok": True}
 
-    @app.post("/api/v1/jobs/{job_id}/complete")
+    @app.post("/shoal/v1/jobs/{job_id}/complete")
     @retry_on_conflict
     def complete_interactive(job_id: int, body: InteractiveComplete, p: Principal = Depends(principal)):
         now = server.clock()
@@ -469,12 +469,12 @@ def create_app(server: Server) -> fastpath.FastPaths:
 
     # ------------------------------------------------------------------ nodes and partitions
 
-    @app.get("/api/v1/nodes")
+    @app.get("/shoal/v1/nodes")
     def list_nodes(p: Principal = Depends(principal)):
         with server.sessions() as s:
             return JSONResponse({"nodes": _nodes_json(s, list(s.scalars(select(NodeRow).order_by(NodeRow.name))))})
 
-    @app.get("/api/v1/nodes/{name}")
+    @app.get("/shoal/v1/nodes/{name}")
     def get_node(name: str, p: Principal = Depends(principal)):
         with server.sessions() as s:
             row = s.get(NodeRow, name)
@@ -482,7 +482,7 @@ def create_app(server: Server) -> fastpath.FastPaths:
                 raise jobsvc.JobError(f"Invalid node name specified: {name}", 404)
             return _nodes_json(s, [row])[0]
 
-    @app.patch("/api/v1/nodes/{name}")
+    @app.patch("/shoal/v1/nodes/{name}")
     @retry_on_conflict
     def update_node(name: str, body: NodeUpdate, p: Principal = Depends(operator)):
         now = server.clock()
@@ -522,7 +522,7 @@ def create_app(server: Server) -> fastpath.FastPaths:
         _after_change(touched | {name})
         return out
 
-    @app.get("/api/v1/partitions")
+    @app.get("/shoal/v1/partitions")
     def list_partitions(p: Principal = Depends(principal)):
         return {"partitions": [
             {"name": pt.name, "nodes": compress(pt.nodes) if pt.nodes else "", "node_names": list(pt.nodes),
@@ -533,17 +533,17 @@ def create_app(server: Server) -> fastpath.FastPaths:
 
     # ------------------------------------------------------------------ reservations
 
-    @app.get("/api/v1/reservations")
+    @app.get("/shoal/v1/reservations")
     def list_reservations(p: Principal = Depends(principal)):
         with server.sessions() as s:
             return {"reservations": resvsvc.list_json(s, server.clock())}
 
-    @app.get("/api/v1/reservations/{name}")
+    @app.get("/shoal/v1/reservations/{name}")
     def get_reservation(name: str, p: Principal = Depends(principal)):
         with server.sessions() as s:
             return resvsvc.get_json(s, name, server.clock())
 
-    @app.post("/api/v1/reservations", status_code=201)
+    @app.post("/shoal/v1/reservations", status_code=201)
     @retry_on_conflict
     def create_reservation(body: ReservationCreate, p: Principal = Depends(operator)):
         with server.sessions() as s, s.begin():
@@ -551,7 +551,7 @@ def create_app(server: Server) -> fastpath.FastPaths:
         server.controller.wake()
         return out
 
-    @app.patch("/api/v1/reservations/{name}")
+    @app.patch("/shoal/v1/reservations/{name}")
     @retry_on_conflict
     def update_reservation(name: str, body: ReservationUpdate, p: Principal = Depends(operator)):
         with server.sessions() as s, s.begin():
@@ -559,7 +559,7 @@ def create_app(server: Server) -> fastpath.FastPaths:
         server.controller.wake()
         return out
 
-    @app.delete("/api/v1/reservations/{name}")
+    @app.delete("/shoal/v1/reservations/{name}")
     @retry_on_conflict
     def delete_reservation(name: str, p: Principal = Depends(operator)):
         with server.sessions() as s, s.begin():
@@ -569,7 +569,7 @@ def create_app(server: Server) -> fastpath.FastPaths:
 
     # ------------------------------------------------------------------ priority and fair-share
 
-    @app.get("/api/v1/priority")
+    @app.get("/shoal/v1/priority")
     def priority(job_id: list[str] = Query(default=[]), user: str | None = None,
                  p: Principal = Depends(principal)):
         """sprio: pending jobs' multifactor priorities, computed as the scheduler computes them."""
@@ -579,7 +579,7 @@ def create_app(server: Server) -> fastpath.FastPaths:
         return priosvc.priorities_json(snap, server.sched_config, set(ids) or None,
                                        set(user.split(",")) if user else None)
 
-    @app.get("/api/v1/shares")
+    @app.get("/shoal/v1/shares")
     def shares(p: Principal = Depends(principal)):
         """sshare: the account tree with shares, decayed usage and fair-share factors."""
         with server.sessions() as s:
@@ -590,13 +590,13 @@ def create_app(server: Server) -> fastpath.FastPaths:
 
     # ------------------------------------------------------------------ identity (tokens: server/tokens.py)
 
-    @app.get("/api/v1/whoami")
+    @app.get("/shoal/v1/whoami")
     def whoami(p: Principal = Depends(principal)):
         return {"user": p.user, "role": p.role, "groups": list(p.groups), "job_id": p.job_id}
 
     # ------------------------------------------------------------------ agents
 
-    @app.post("/api/v1/agents/register")
+    @app.post("/shoal/v1/agents/register")
     @retry_on_conflict
     def register(body: AgentRegister, authorization: str | None = Header(default=None)):
         p = server.auth.resolve(authorization, None, None)
@@ -640,7 +640,7 @@ def create_app(server: Server) -> fastpath.FastPaths:
             "kill_wait_s": server.config.nodes.kill_wait_s,
         }
 
-    @app.get("/api/v1/agents/{node}/work")
+    @app.get("/shoal/v1/agents/{node}/work")
     async def work(node: str, epoch: str | None = None, gen: int | None = None,
                    wait: float = Query(default=0, ge=0, le=60),
                    authorization: str | None = Header(default=None)):
@@ -659,7 +659,7 @@ def create_app(server: Server) -> fastpath.FastPaths:
 
         return await fastpath.in_thread(build)
 
-    @app.post("/api/v1/agents/{node}/report")
+    @app.post("/shoal/v1/agents/{node}/report")
     def report(node: str, body: AgentReport, authorization: str | None = Header(default=None)):
         return agent_report(node, body, authorization)
 
@@ -822,9 +822,9 @@ def create_app(server: Server) -> fastpath.FastPaths:
         return fastpath.json_answer(await fastpath.in_thread(agent_report, unquote(match["node"]), report,
                                                             headers.get("authorization")))
 
-    fast.add("POST", r"/api/v1/commands/(?P<name>[^/]+)", fast_command)
-    fast.add("GET", r"/api/v1/agents/(?P<node>[^/]+)/work", fast_work)
-    fast.add("POST", r"/api/v1/agents/(?P<node>[^/]+)/report", fast_report)
+    fast.add("POST", r"/shoal/v1/commands/(?P<name>[^/]+)", fast_command)
+    fast.add("GET", r"/shoal/v1/agents/(?P<node>[^/]+)/work", fast_work)
+    fast.add("POST", r"/shoal/v1/agents/(?P<node>[^/]+)/report", fast_report)
     # In front of the whole app, FastAPI's own middlewares included (error pages, body limit):
     # these requests do not pass through them (an error escaping a fast route is uvicorn's 500).
     return fastpath.FastPaths(app, routes=fast)

@@ -116,20 +116,20 @@ class InProcessApi:
         self._principal: Principal | None = None
 
     def get(self, path: str, params: dict | None = None, timeout: float | None = None):
-        if path != "/api/v1/jobs":
+        if path != "/shoal/v1/jobs":
             raise RunLocally(f"GET {path}")
         params = {k: v for k, v in (params or {}).items() if v is not None}
         return self._call(lambda p: self.routes.list_jobs(params, p))
 
     def post(self, path: str, body: dict | None = None, timeout: float | None = None):
         body = body or {}
-        if path == "/api/v1/jobs":
+        if path == "/shoal/v1/jobs":
             return self._call(lambda p: self.routes.submit(body, p))
-        if path == "/api/v1/jobs/test":
+        if path == "/shoal/v1/jobs/test":
             return self._call(lambda p: self.routes.test_only(body, p))
-        if path == "/api/v1/jobs/cancel":
+        if path == "/shoal/v1/jobs/cancel":
             return self._call(lambda p: self.routes.bulk_cancel(body, p))
-        job_id, _, tail = path.removeprefix("/api/v1/jobs/").partition("/")
+        job_id, _, tail = path.removeprefix("/shoal/v1/jobs/").partition("/")
         if tail == "cancel":
             return self._call(lambda p: self.routes.cancel(job_id, body, p))
         raise RunLocally(f"POST {path}")
@@ -214,9 +214,9 @@ async def answer(routes: LocalRoutes, resolve: Callable[[str | None, str | None,
 
 
 def router(routes: LocalRoutes, resolve: Callable[[str | None, str | None, str | None], Principal]) -> APIRouter:
-    """POST /api/v1/commands/{sbatch,squeue,scancel} (in the OpenAPI schema; the server's
+    """POST /shoal/v1/commands/{sbatch,squeue,scancel} (in the OpenAPI schema; the server's
     fast path answers it the same way, without FastAPI's layers)."""
-    r = APIRouter(prefix="/api/v1/commands")
+    r = APIRouter(prefix="/shoal/v1/commands")
 
     @r.post("/{name}")
     async def command(name: str, request: Request, authorization: str | None = Header(default=None),

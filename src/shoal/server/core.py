@@ -43,7 +43,7 @@ class Server:
     def __init__(self, db_url: str, config: ClusterConfig, state_dir: str | Path, clock=time.time,
                  join_token: str | None = None, url: str = "") -> None:
         self.config = config
-        self.url = url  # where clients reach this server (what /api/v1/leader names)
+        self.url = url  # where clients reach this server (what /shoal/v1/leader names)
         self.state_dir = Path(state_dir)
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.clock = clock

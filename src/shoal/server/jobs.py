@@ -524,7 +524,7 @@ def listed(session: Session):
     return JobRow.state.in_(ACTIVE) | JobRow.id.in_(completing) if completing else JobRow.state.in_(ACTIVE)
 
 
-# squeue's default table reads only these keys of a Job (docs/API.md); GET /api/v1/jobs
+# squeue's default table reads only these keys of a Job (docs/API.md); GET /shoal/v1/jobs
 # ?view=queue reads them from their columns, without loading and rendering whole rows.
 QUEUE_VIEW = {
     "job_id": JobRow.id, "array_job_id": JobRow.array_job_id, "array_task_id": JobRow.array_task_id,

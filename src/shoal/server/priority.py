@@ -22,7 +22,7 @@ def weights_json(config: SchedConfig) -> dict:
 
 def priorities_json(snapshot: Snapshot, config: SchedConfig, job_ids: set[int] | None = None,
                     users: set[str] | None = None) -> dict:
-    """GET /api/v1/priority: each pending job's priority and its weighted and normalised factors."""
+    """GET /shoal/v1/priority: each pending job's priority and its weighted and normalised factors."""
     breakdowns = job_priorities(snapshot, config.multifactor)
     fs = fairshare_state(snapshot, config.multifactor)
     jobs = []
@@ -48,7 +48,7 @@ def priorities_json(snapshot: Snapshot, config: SchedConfig, job_ids: set[int] |
 
 
 def shares_json(snapshot: Snapshot, config: SchedConfig) -> dict:
-    """GET /api/v1/shares: sshare's rows, root first, depth first."""
+    """GET /shoal/v1/shares: sshare's rows, root first, depth first."""
     fs = fairshare_state(snapshot, config.multifactor)
     rows = [{"account": r.account, "user": r.user, "depth": r.depth, "raw_shares": r.raw_shares,
              "norm_shares": r.norm_shares, "raw_usage": r.raw_usage, "norm_usage": r.norm_usage,

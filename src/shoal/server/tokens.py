@@ -1,4 +1,4 @@
-"""Routes for API tokens, under /api/v1/tokens: create (admin), list and revoke.
+"""Routes for API tokens, under /shoal/v1/tokens: create (admin), list and revoke.
 
 A token's value is shown once, when it is made; afterwards it is named by its public id
 (``auth.token_id``: the first characters of its hash). Admins list and revoke every token,
@@ -8,7 +8,7 @@ this one before answering, the others when they hear the change feed's notificat
 PostgreSQL sends as the deletion commits; ``auth.CACHE_S`` bounds it should the feed be down.
 
 A node's credential (and step key) is revoked by bumping its generation
-(``POST /api/v1/tokens/nodes/NODE/revoke``, admin): its agent is refused from its next
+(``POST /shoal/v1/tokens/nodes/NODE/revoke``, admin): its agent is refused from its next
 request on, on every server alike, until it joins again with a join token.
 """
 
@@ -36,7 +36,7 @@ def public(row: TokenRow) -> dict:
 
 
 def router(server, principal, admin) -> APIRouter:
-    r = APIRouter(prefix="/api/v1/tokens")
+    r = APIRouter(prefix="/shoal/v1/tokens")
 
     def person(p: Principal = Depends(principal)) -> Principal:
         if p.role not in ROLES:

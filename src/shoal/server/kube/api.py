@@ -1,4 +1,4 @@
-"""Routes for Kubernetes-style objects, under /api/v1/kube (see docs/SERVING.md)."""
+"""Routes for Kubernetes-style objects, under /shoal/v1/kube (see docs/SERVING.md)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def _status_body(e: ObjectError) -> dict:
 
 
 def router(server, principal, admin, retry_on_conflict) -> APIRouter:
-    r = APIRouter(prefix="/api/v1/kube")
+    r = APIRouter(prefix="/shoal/v1/kube")
 
     def node_addresses(s) -> dict[str, str]:
         return {n.name: n.address for n in s.scalars(select(NodeRow))}
