@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from shoal.agent.certs import AgentCertificate
+from shoal.agent.cgroups import CgroupError, Containment, Usage, detect, fake_device_nodes
 from shoal.agent.gpus import (
     FakeNVML,
     GPUDiscoveryError,
@@ -69,6 +70,7 @@ class AgentConfig:
     run_as_submitter: bool | None = None  # jobs run as their users; None: when the agent is root
     ca_file: str | None = None  # the cluster CA, to verify an https:// server (jobs get it as $SHOAL_CA)
     tls: bool = False  # serve the step server over HTTPS with a certificate the cluster CA issues
+    cgroups: str = "auto"  # job containment: auto (what the node has), v1, v2 or off (docs/CGROUPS.md)
 
 
 class Agent:
@@ -76,9 +78,12 @@ class Agent:
         self.cfg = cfg
         self.name = cfg.name
         users = JobUsers(cfg.run_as_submitter)
-        self.runtime = Runtime(cfg.name, cfg.workdir, self._on_exit, users)
+        containment = self._containment()
+        self.runtime = Runtime(cfg.name, cfg.workdir, self._on_exit, users, containment)
+        if cfg.fake_nvml is not None and self.runtime.containment.hierarchy is not None:
+            self.runtime.device_dir = fake_device_nodes(cfg.workdir / "dev", (g.index for g in cfg.inventory.gpus))
         self.pods = PodManager(cfg.name, cfg.workdir, cfg.address, self._on_pod_change, images=cfg.images,
-                               default_runtime=cfg.runtime, users=users)
+                               default_runtime=cfg.runtime, users=users, containment=containment)
         self._pod_ids: dict[str, tuple[int, int]] = {}  # run key -> (job id, run)
         self._pod_updates: dict[str, list[dict]] = {}  # run key -> events not yet reported
         self._pod_exits_sent: set[str] = set()
@@ -114,6 +119,21 @@ class Agent:
         self._fence_lock = threading.Lock()
         self._fenced: set[str] = set()  # runs a fence stopped: never reported again
         self._unannounced: list[str] | None = None  # fenced runs the server has yet to hear of; None: not fenced
+
+    def _containment(self) -> Containment:
+        """Find the node's cgroups and say in one line what jobs will be contained by."""
+        try:
+            hierarchy = detect(self.cfg.cgroups, self.cfg.name)
+        except CgroupError as e:
+            log.warning("no cgroups (%s): jobs run uncontained", e.strerror)
+            hierarchy = None
+        if hierarchy is not None:
+            log.info("%s", hierarchy.describe())
+        elif self.cfg.cgroups == "off":
+            log.warning("no cgroups (--cgroups off): jobs run uncontained")
+        else:
+            log.warning("no cgroups (none mounted, or not root): jobs run uncontained")
+        return Containment(hierarchy, (g.index for g in self.cfg.inventory.gpus))
 
     def _open_nvml(self):
         """NVML kept open for utilisation samples; None without GPUs or when it fails."""
@@ -253,7 +273,7 @@ class Agent:
                     self._pod_ids[entry["key"]] = (entry["job_id"], entry["run"])
                 self.pods.ensure(entry)
                 continue
-            self.runtime.ensure(entry["key"], entry["job_id"], entry["run"], entry.get("user", ""))
+            self.runtime.ensure(entry["key"], entry["job_id"], entry["run"], entry.get("user", ""), entry)
             if "batch" in entry:
                 ca = self.cfg.ca_file or (str(self.certificate.ca_file) if self.certificate is not None else None)
                 self.runtime.start_batch(entry, {"SHOAL_SERVER": self.cfg.server, **({"SHOAL_CA": ca} if ca else {})})
@@ -322,13 +342,19 @@ class Agent:
         """The last usage sample as Prometheus text (the step server's ``GET /metrics``)."""
         return prometheus_text(self.usage.last, self.usage.gpus, self.name, self._gpu_pods, self._pod_names)
 
-    def _on_exit(self, run: Run, exit_code: int, sig: int, when: float, reason: str | None = None) -> None:
+    def _on_exit(self, run: Run, exit_code: int, sig: int, when: float, reason: str | None = None,
+                 usage: Usage | None = None) -> None:
         if run.key in self._fenced:
             return  # killed by the fence: the server has ended or restarted this run already
         event = {"type": "exit", "key": run.key, "job_id": run.job_id, "run": run.run,
                  "exit_code": exit_code, "signal": sig, "time": when}
         if reason:
             event["reason"] = reason  # why it never ran (squeue's and sacct's REASON)
+        if usage is not None:  # from the job's cgroup
+            event.update(oom_kills=usage.oom_kills, max_rss_kb=usage.max_rss_bytes // 1024,
+                         cpu_s=round(usage.cpu_seconds, 3))
+            if usage.oom_kills:
+                log.warning("job %s: %d OOM kill(s) in its cgroup: it ends OUT_OF_MEMORY", run.key, usage.oom_kills)
         self.events.put(event)
         self._report_now.set()
 

@@ -90,19 +90,28 @@ def output_flags(append: bool) -> int:
     return os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
 
 
+def join_cgroups(fds: Sequence[int]) -> None:
+    """Move the calling process into the cgroups whose ``cgroup.procs`` are open as ``fds``.
+    Runs in a child between fork and exec (a ``preexec_fn``): plain system calls only."""
+    for fd in fds:
+        os.write(fd, b"0")
+
+
 def spawn(argv: Sequence[str], *, identity: Identity | None, env: Mapping[str, str], cwd: str | None = None,
           cwd_fallback: str | None = None, files: Sequence[OpenAs] = (), note_fd: int = 1,
-          stdin=subprocess.DEVNULL, stdout=None, stderr=None) -> subprocess.Popen:
+          stdin=subprocess.DEVNULL, stdout=None, stderr=None, cgroup_fds: Sequence[int] = ()) -> subprocess.Popen:
     """Start ``argv`` in its own session, as ``identity`` (None: as the agent).
 
     With an identity, or with ``files`` to open, the child changes directory and opens the
     files itself, after becoming the user. When ``cwd`` cannot be entered and ``cwd_fallback``
     is given, the child goes there instead and writes slurmstepd's note to ``note_fd``.
+    ``cgroup_fds``: open ``cgroup.procs`` files the child joins first .
     Raises LaunchError (the message says which path and why) or OSError from exec.
     """
     if identity is None and not files:
         return subprocess.Popen(list(argv), cwd=cwd, env=dict(env), stdin=stdin, stdout=stdout, stderr=stderr,
-                                start_new_session=True, close_fds=True)
+                                start_new_session=True, close_fds=True,
+                                preexec_fn=(lambda: join_cgroups(cgroup_fds)) if cgroup_fds else None)
     why_r, why_w = os.pipe()  # the child's reason for giving up (close_fds shuts it before exec)
     plan = [(f.fd, os.fsencode(f.path), f.flags, f.same_as) for f in files]
     wd = os.fsencode(cwd) if cwd else None
@@ -112,6 +121,7 @@ def spawn(argv: Sequence[str], *, identity: Identity | None, env: Mapping[str, s
         # Runs in the child after setgroups/setgid/setuid: only plain system calls here.
         note = b""
         where = wd
+        join_cgroups(cgroup_fds)  # the fds were opened by the agent, so the write is allowed after setuid
         try:
             if wd is not None:
                 try:

@@ -22,12 +22,14 @@ def parse_labels(items: list[str]) -> dict[str, str]:
     return out
 
 
-AGENT_DEFAULTS = {"address": "0.0.0.0", "port": 6818, "gpu_model": "A100-SXM4-80GB", "tls": "auto"}
+AGENT_DEFAULTS = {"address": "0.0.0.0", "port": 6818, "gpu_model": "A100-SXM4-80GB", "tls": "auto",
+                  "cgroups": "auto"}
 _CONFIG_KEYS = {"server", "join_token", "join_token_file", "ca_file", "name", "address", "tls", "port", "workdir",
                 "fake_gpus",
                 "gpu_model", "fake_gpus_file", "cpus", "memory", "labels", "features", "taints", "runtime",
-                "images", "run_jobs_as"}
+                "images", "run_jobs_as", "cgroups"}
 RUNTIMES = ("process", "podman", "docker", "enroot", "apptainer")
+CGROUP_MODES = ("auto", "v1", "v2", "off")  # --cgroups: see agent/cgroups.detect
 
 
 def parse_taint_text(item) -> dict:
@@ -111,6 +113,8 @@ def apply_config_file(args) -> None:
         raise ValueError("the server URL is required: --server or 'server:' in --config")
     if args.tls not in ("auto", "on", "off"):
         raise ValueError(f"tls must be auto, on or off, not {args.tls!r}")
+    if args.cgroups not in CGROUP_MODES:
+        raise ValueError(f"cgroups must be one of {', '.join(CGROUP_MODES)}, not {args.cgroups!r}")
     if args.run_jobs_as not in (None, "submitter", "agent"):
         raise ValueError(f"run_jobs_as must be submitter or agent, not {args.run_jobs_as!r}")
     if args.run_jobs_as == "submitter" and os.geteuid() != 0:
@@ -170,7 +174,7 @@ def run(args) -> int:
                       taints=args.taint, runtime=args.runtime, images=args.images,
                       fake_nvml=fake, ca_file=ca_file, tls=serves_tls(args.tls, args.address),
                       run_as_submitter=None if args.run_jobs_as is None
-                      else args.run_jobs_as == "submitter")
+                      else args.run_jobs_as == "submitter", cgroups=args.cgroups)
     try:
         agent = Agent(cfg)
     except OSError as e:

@@ -31,6 +31,7 @@ from pathlib import Path
 import psutil
 
 from shoal.agent import supervise
+from shoal.agent.cgroups import Cgroup, Containment, close_all, joining
 from shoal.agent.containers import (ContainerError, ContainerPaths, ContainerRuntime,
                                     CreateContainerConfigError, Launch, Step, container_env, get_runtime)
 from shoal.agent.identity import Identity, JobUsers, OpenAs, UnknownUser, output_flags
@@ -152,6 +153,7 @@ class _Container:
     ready: bool = False
     ended: bool = False  # will not start again
     thread: threading.Thread | None = None
+    oom_kills: int = 0  # the kernel's OOM kills seen in its cgroup so far (they only grow)
 
     @property
     def name(self) -> str:
@@ -181,6 +183,7 @@ class _Pod:
     # it may have been deleted while no agent watched.
     listed: threading.Event = field(default_factory=threading.Event)
     held: set[str] = field(default_factory=set)  # adopted containers awaiting their first readiness probe
+    cgroup: Cgroup | None = None  # every container's processes, under the pod's limits
 
     @property
     def pod(self) -> dict:
@@ -205,8 +208,10 @@ class PodManager:
 
     def __init__(self, node: str, workdir: Path, address: str, on_change: OnChange,
                  images: dict[str, list[str]] | None = None, default_runtime: str = "process", *,
-                 backoff_base_s: float = 10.0, backoff_max_s: float = 300.0, users: JobUsers | None = None) -> None:
+                 backoff_base_s: float = 10.0, backoff_max_s: float = 300.0, users: JobUsers | None = None,
+                 containment: Containment | None = None) -> None:
         self.node = node
+        self.containment = containment or Containment(None)
         self.users = users or JobUsers()
         self.workdir = Path(workdir)
         self.address = address
@@ -238,6 +243,7 @@ class PodManager:
                 known.listed.set()
                 return
             pod = self._new_pod(entry)
+            pod.cgroup = self.containment.pod(pod.key, pod.spec, entry.get("gpus", ()))
             pod.dir.mkdir(parents=True, exist_ok=True)
             fd = os.open(pod.dir / _ENTRY, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # env may hold secrets
             with os.fdopen(fd, "w") as f:
@@ -263,6 +269,7 @@ class PodManager:
                 if not runs or self._closed or key in self.pods:
                     continue
                 pod = self._new_pod(entry)
+                pod.cgroup = self.containment.existing(pod.key)
                 pod.listed.clear()
                 watched = {}
                 for c in pod.containers:
@@ -374,6 +381,8 @@ class PodManager:
                       and self._gone(pod)]:
                 pod = self.pods.pop(k)
                 self._sent.pop(k, None)
+                if pod.cgroup is not None:  # what its containers left, detached or not, goes with it
+                    self.containment.release(k, pod.cgroup)
                 (pod.dir / _ENTRY).unlink(missing_ok=True)  # no later agent is to adopt it
 
     def shutdown(self) -> None:
@@ -526,7 +535,12 @@ class PodManager:
                 run=int(pod.entry.get("run", 0)), user=pod.entry.get("user", ""), argv=list(launch.argv),
                 env=_as(ident, launch.env), cwd=launch.cwd or os.getcwd(), cwd_fallback=None,
                 files=[OpenAs(1, str(log_file), output_flags(append=True)), OpenAs(2, same_as=1)], identity=ident)
-            return Supervised(jobdir, supervise.start(jobdir, spec)), None
+            fds = pod.cgroup.child(f"container_{c.name}").open_procs() if pod.cgroup is not None else []
+            try:
+                return Supervised(jobdir, supervise.start(
+                    jobdir, spec, preexec_fn=joining(fds))), None
+            finally:
+                close_all(fds)
         except (OSError, ValueError) as e:
             shutil.rmtree(jobdir, ignore_errors=True)
             return None, f"cannot start the container's supervisor: {getattr(e, 'strerror', None) or e}"
@@ -536,6 +550,8 @@ class PodManager:
         "start-failed" (the runtime could not pull the image or create the container)."""
         status = run.popen.wait()
         rc = -status.signal if status.signal else status.exit_code
+        ooms = pod.cgroup.sub(f"container_{c.name}").usage().oom_kills if pod.cgroup is not None else c.oom_kills
+        oom_killed, c.oom_kills = ooms > c.oom_kills, ooms
         pull_error = engine_error = None
         if run.kill_reason is None and not status.reason:
             tail = _tail(run.log)
@@ -550,9 +566,9 @@ class PodManager:
                 run.finish(128, 0, "StartError" if status.reason.startswith("launch failed") else "Error",
                            status.reason)
             elif rc < 0:
-                run.finish(128 - rc, -rc, "Error")
-            else:
-                run.finish(rc, 0, "Completed" if rc == 0 else "Error")
+                run.finish(128 - rc, -rc, "OOMKilled" if oom_killed else "Error")
+            else:  # an OOM kill in its cgroup names the end, as containerd's does, whichever process it hit
+                run.finish(rc, 0, "Completed" if rc == 0 else "OOMKilled" if oom_killed else "Error")
             _kill_all(run.probe_procs)
             c.started = c.ready = False
             pod.held.discard(c.name)

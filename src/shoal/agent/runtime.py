@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from shoal.agent import supervise
+from shoal.agent.cgroups import (CGROUPS_FILE, Cgroup, CgroupError, Containment, Usage, close_all, joining,
+                                 read_cgroup_list, write_cgroup_list)
 from shoal.agent.identity import JobUsers, OpenAs, UnknownUser, output_flags
 from shoal.agent.supervise import killpg as _killpg
 from shoal.model.filename import expand_pattern
@@ -108,9 +110,10 @@ class Run:
     batch_started: bool = False
     killing_since: float | None = None
     killed_hard: bool = False
+    cgroup: Cgroup | None = None  # while it exists, the run is alive until it is empty
 
     def alive(self) -> bool:
-        return any(p.alive for p in self.procs)
+        return any(p.alive for p in self.procs) or (self.cgroup is not None and self.cgroup.populated())
 
 
 def _kill(pid: int, sig: int) -> None:
@@ -133,11 +136,14 @@ def set_gpu_env(env: dict[str, str], gpus: list[int]) -> None:
 class Runtime:
     """All runs on this node. Thread-safe: the work loop, step server and reaper share it."""
 
-    def __init__(self, node: str, workdir: Path, on_exit, users: JobUsers | None = None) -> None:
+    def __init__(self, node: str, workdir: Path, on_exit, users: JobUsers | None = None,
+                 containment: Containment | None = None) -> None:
         self.node = node
         self.workdir = workdir
-        self.on_exit = on_exit  # callback(run: Run, exit_code, signal, when, reason=None)
+        self.on_exit = on_exit  # callback(run: Run, exit_code, signal, when, reason=None, usage=None)
         self.users = users or JobUsers()
+        self.containment = containment or Containment(None)
+        self.device_dir: Path | None = None  # fake GPUs' stand-in device nodes, named to jobs
         self.runs: dict[str, Run] = {}
         self.lock = threading.RLock()
 
@@ -145,12 +151,32 @@ class Runtime:
         with self.lock:
             return self.runs.get(key)
 
-    def ensure(self, key: str, job_id: int, run: int, user: str = "") -> Run:
+    def ensure(self, key: str, job_id: int, run: int, user: str = "", entry: dict | None = None) -> Run:
+        """The run, made on first sight; with its work ``entry``, in its own cgroup."""
         with self.lock:
             r = self.runs.get(key)
             if r is None:
                 r = self.runs[key] = Run(key, job_id, run, user)
+                if entry is not None:
+                    r.cgroup = self.containment.job(key, entry.get("memory_mb"), entry.get("cpus", 1),
+                                                    entry.get("gpus", ()))
             return r
+
+    def step_cgroup(self, run: Run, name: str, jobdir: Path | None = None) -> list[int]:
+        """Open the cgroup of the run's step ``name`` for a child to join before exec
+        (``identity.join_cgroups``); [] when the run is uncontained. The caller closes the fds."""
+        if run.cgroup is None:
+            return []
+        try:
+            step = run.cgroup.child(name)
+            if jobdir is not None:  # the batch step: the list starts with the job's directories
+                write_cgroup_list(jobdir, [*run.cgroup.paths, *step.paths])
+            elif (listed := self.workdir / "jobs" / run.key / CGROUPS_FILE).exists():
+                write_cgroup_list(listed.parent, [*read_cgroup_list(listed.parent), *step.paths])
+            return step.open_procs()
+        except (CgroupError, OSError) as e:
+            log.error("run %s: cannot make step %s's cgroup, it runs uncontained: %s", run.key, name, e)
+            return []
 
     def alive_keys(self) -> list[str]:
         with self.lock:
@@ -203,6 +229,8 @@ class Runtime:
         if ident is not None:
             env.update(ident.environment())
         set_gpu_env(env, entry["gpus"])
+        if self.device_dir is not None:
+            env["SHOAL_FAKE_DEVICE_DIR"] = str(self.device_dir)
         names = dict(job_id=entry["job_id"], job_name=b["job_name"], user=entry["user"], node=self.node,
                      array_job_id=b.get("array_job_id"), array_task_id=b.get("array_task_id"))
         # Relative output paths are taken from the submit directory, even when the job
@@ -218,12 +246,16 @@ class Runtime:
         launch = supervise.Launch(key=entry["key"], job_id=entry["job_id"], run=entry["run"], user=entry["user"],
                                   argv=[str(script), *b.get("argv", [])], env=env, cwd=cwd, cwd_fallback="/tmp",
                                   files=files, identity=ident)
+        fds = self.step_cgroup(run, "step_batch", jobdir)
         try:
-            popen = supervise.start(jobdir, launch)
+            # The supervisor joins the step's cgroup before it execs: the task and all it forks are in.
+            popen = supervise.start(jobdir, launch, preexec_fn=joining(fds))
         except OSError as e:
             log.error("job %s: cannot start its supervisor: %s", entry["key"], e)
             self.on_exit(run, 1, 0, time.time(), f"launch failed: supervisor: {e.strerror}")
             return
+        finally:
+            close_all(fds)
         self._watch(run, Supervised(jobdir, popen))
 
     def adopt(self) -> list[str]:
@@ -245,6 +277,8 @@ class Runtime:
             if any(p.kind == "batch" for p in run.procs):
                 return
             run.batch_started = True
+            if run.cgroup is None:
+                run.cgroup = self.containment.existing(run.key)
         if supervise.supervisor_alive(jobdir):
             log.warning("run %s: adopted from an earlier agent; its supervisor still runs it", run.key)
         else:
@@ -280,7 +314,18 @@ class Runtime:
         status = task.wait()
         if status.reason:
             log.error("job %s: %s (supervisor's log: %s)", run.key, status.reason, task.jobdir / supervise.LOG)
-        self.on_exit(run, status.exit_code, status.signal, status.end_time, status.reason)
+        # The batch script's end is the job's (proctrack/cgroup): what it left, detached or not, is killed.
+        usage = self.release_cgroup(run)
+        self.on_exit(run, status.exit_code, status.signal, status.end_time, status.reason, usage)
+
+    def release_cgroup(self, run: Run) -> Usage | None:
+        """Empty and remove the run's cgroup (blocks until it is empty); its usage, or None."""
+        cg = run.cgroup
+        if cg is None:
+            return None
+        usage = self.containment.release(run.key, cg)
+        run.cgroup = None
+        return usage
 
     # ---------------------------------------------------------------- steps
 
@@ -302,11 +347,16 @@ class Runtime:
                     if p.alive:
                         p.send(signal.SIGCONT)
                         p.send(signal.SIGTERM)
+                if run.cgroup is not None:  # and every process it tracks, detached ones too
+                    run.cgroup.signal(signal.SIGCONT)
+                    run.cgroup.signal(signal.SIGTERM)
             elif not run.killed_hard and now - run.killing_since >= kill_wait:
                 run.killed_hard = True
                 for p in run.procs:
                     if p.alive:
                         p.send(signal.SIGKILL)
+                if run.cgroup is not None:
+                    run.cgroup.kill(timeout=0)
 
     def signal(self, key: str, signum: int, target: str) -> None:
         with self.lock:
@@ -326,6 +376,7 @@ class Runtime:
         with self.lock:
             gone = [self.runs.pop(k) for k, r in list(self.runs.items()) if k not in keep and not r.alive()]
         for run in gone:
+            self.release_cgroup(run)  # empty by now: only its directories are left
             for p in run.procs:
                 if isinstance(p.popen, Supervised):
                     # Its exit has been read; the server lists it no more, so no later agent
@@ -338,3 +389,5 @@ class Runtime:
                 for p in run.procs:
                     if p.alive:
                         p.send(signal.SIGKILL)
+                if run.cgroup is not None:
+                    run.cgroup.kill(timeout=0)

@@ -29,6 +29,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs
 
+from shoal.agent.cgroups import close_all
 from shoal.agent.identity import UnknownUser, spawn
 from shoal.agent.pods import ContainerNotRunning, LogNotFound
 from shoal.agent.runtime import Runtime, _killpg, set_gpu_env
@@ -321,6 +322,7 @@ def _run_step(runtime: Runtime, run, req: dict, conn: socket.socket, wfile, node
             emit({"t": task["procid"], "e": f"slurmstepd: error: user {run.user} is unknown on {node}\n"})
             exits[task["procid"]] = [1, 0]
         req = {**req, "tasks": []}
+    fds = runtime.step_cgroup(run, f"step_{req['step_id']}") if req["tasks"] else []
     for task in req["tasks"]:
         env = dict(req["env"])
         env.update({
@@ -338,13 +340,14 @@ def _run_step(runtime: Runtime, run, req: dict, conn: socket.socket, wfile, node
         set_gpu_env(env, task["gpus"])
         try:
             p = spawn(req["argv"], identity=ident, env=env, cwd=req.get("cwd") or "/", cwd_fallback="/tmp",
-                      note_fd=2, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                      note_fd=2, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cgroup_fds=fds)
         except OSError as e:
             emit({"t": task["procid"], "e": f"slurmstepd: error: execve(): {req['argv'][0]}: {e.strerror}\n"})
             exits[task["procid"]] = [2, 0]
             continue
         runtime.add_step_proc(run, p, req["step_id"])
         procs[task["procid"]] = p
+    close_all(fds)
     _stream_tasks(procs, conn, emit, exits)
 
 

@@ -172,11 +172,12 @@ def stepd() -> str | None:
     return str(path) if os.access(path, os.X_OK) else None
 
 
-def start(jobdir: Path, launch: Launch) -> subprocess.Popen:
+def start(jobdir: Path, launch: Launch, preexec_fn=None) -> subprocess.Popen:
     """Write the launch into ``jobdir`` and start its supervisor in a session of its own.
 
     The lock is taken here and its open file handed to the supervisor, so the run has a
     live holder from this moment on, even if this agent dies before the child has run a line.
+    ``preexec_fn`` runs in the child before exec (the agent's: join the run's cgroup).
     """
     command = [sys.executable, "-P", "-m", "shoal.agent.supervise"]
     binary = stepd()
@@ -195,7 +196,8 @@ def start(jobdir: Path, launch: Launch) -> subprocess.Popen:
         with open(jobdir / LOG, "ab") as log:
             return subprocess.Popen([*command, str(jobdir), str(lock)],
                                     cwd="/", stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
-                                    start_new_session=True, close_fds=True, pass_fds=(lock,))
+                                    start_new_session=True, close_fds=True, pass_fds=(lock,),
+                                    preexec_fn=preexec_fn)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         os.close(lock)

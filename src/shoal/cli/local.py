@@ -155,6 +155,8 @@ def up(args) -> int:
             cmd += ["--runtime", args.runtime]
         if getattr(args, "run_jobs_as", None):
             cmd += ["--run-jobs-as", args.run_jobs_as]
+        if getattr(args, "cgroups", None):
+            cmd += ["--cgroups", args.cgroups]
         if use_uts:
             cmd = ["unshare", "--uts", "--", *cmd, "--hostname"]
         pids["agents"][name] = _spawn(cmd, sdir / "logs" / f"{name}.log")

@@ -61,6 +61,9 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--run-jobs-as", choices=("submitter", "agent"),
                    help="whose uid jobs and pods run with: the submitting user's (the default when the agent "
                         "is root, as slurmd) or the agent's own (the only choice when it is not root)")
+    a.add_argument("--cgroups", choices=("auto", "v1", "v2", "off"),
+                   help="contain each job in a cgroup (memory, CPUs, GPU devices, every process): auto (default) "
+                        "uses what the node mounts, v1 or v2 insist, off runs jobs uncontained")
 
     u = sub.add_parser("up", help="start a local cluster (server + N agents) in the background")
     u.add_argument("--nodes", type=int, default=4)
@@ -87,6 +90,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="process runtime: what to run for an image without a command")
     u.add_argument("--run-jobs-as", choices=("submitter", "agent"),
                    help="every agent's --run-jobs-as (default: submitter when run as root)")
+    u.add_argument("--cgroups", choices=("auto", "v1", "v2", "off"), help="every agent's --cgroups")
     u.add_argument("--gateway", type=int, metavar="PORT",
                    help="also start a gateway on 127.0.0.1:PORT routing to Services' ready pods")
     u.add_argument("--heartbeat-timeout", type=float, help="seconds before a silent node is DOWN")

@@ -75,6 +75,20 @@ def check_transition(current: JobState, new: JobState) -> JobState:
     return new
 
 
+# Slurm's SIG_OOM (253), as its ExitCode column shows it: 253 & 0x7f, so "0:125".
+OOM_SIGNAL = 125
+
+
+def run_end(exit_code: int, signal: int, oom_kills: int = 0) -> tuple[JobState, int, int]:
+    """How a batch run ended (state, exit code, signal) from its script's exit and the OOM kills
+    in its cgroup: any OOM kill makes it OUT_OF_MEMORY with ExitCode 0:125, as Slurm's
+    task/cgroup reports it, whatever the script's own exit."""
+    if oom_kills:
+        return JobState.OUT_OF_MEMORY, 0, OOM_SIGNAL
+    ok = exit_code == 0 and not signal
+    return (JobState.COMPLETED if ok else JobState.FAILED), exit_code, signal
+
+
 def exit_code_text(exit_code: int | None, signal: int | None) -> str:
     """Slurm's ExitCode column: 'rc:signal'."""
     return f"{exit_code or 0}:{signal or 0}"

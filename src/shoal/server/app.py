@@ -17,7 +17,7 @@ from sqlalchemy.orm.exc import StaleDataError
 from shoal import __version__
 from shoal.model.arrays import format_array
 from shoal.model.hostlist import compress
-from shoal.model.job import JobState
+from shoal.model.job import JobState, run_end
 from shoal.model.node import NodeState, display_state
 from shoal.model.gpu import gpu_gres
 from shoal.model.resources import GPU, Allocation
@@ -711,9 +711,8 @@ def create_app(server: Server) -> fastpath.FastPaths:
             jobsvc.end_preempted(s, row, ev.time or now, server.qos_table,
                                  exit_code=ev.exit_code or 0, signal=ev.signal or 0)
             return names
-        ok = (ev.exit_code or 0) == 0 and not ev.signal
-        jobsvc.finish(s, row, JobState.COMPLETED if ok else JobState.FAILED, ev.time or now,
-                      exit_code=ev.exit_code or 0, signal=ev.signal or 0,
+        state, exit_code, sig = run_end(ev.exit_code or 0, ev.signal or 0, ev.oom_kills)
+        jobsvc.finish(s, row, state, ev.time or now, exit_code=exit_code, signal=sig,
                       reason=ev.reason[:64] if ev.reason else None)  # the reason column's width
         return names
 

@@ -260,6 +260,7 @@ class AgentEvent(BaseModel):
     signal: int | None = None
     time: float | None = None
     reason: str | None = Field(default=None, max_length=1024)  # why the run never started
+    oom_kills: int = 0  # the kernel's OOM kills in the run's cgroup: it ends OUT_OF_MEMORY
 
 
 class PodReport(BaseModel):

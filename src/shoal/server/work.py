@@ -166,6 +166,7 @@ def run_entry(row: JobRow, mine: dict, nodeid: int, server) -> dict:
     entry = {
         "key": job_run_key(row.id, row.restart_count), "job_id": row.id, "run": row.restart_count,
         "user": row.user, "gpus": mine["gpus"], "cpus": mine["cpus"], "nodeid": nodeid,
+        "memory_mb": mine.get("memory_mb"),  # the run's cgroup memory limit on this node
     }
     if row.kind == "pod":  # a draining pod keeps running until the controller cancels it
         entry["pod"] = pod_entry(row, node, server)

@@ -1,0 +1,235 @@
+"""Stories about containment: a job's memory limit is enforced by the kernel and the job ends
+OUT_OF_MEMORY, a process that detached itself dies with its job, a job opens only its own
+GPUs' device nodes, and a node without cgroups still runs jobs, with a warning.
+
+One 1-node cluster with 2 fake GPUs (stand-in device nodes) serves the module; the
+uncontained node is a second, small cluster. Needs root and cgroup v1 (this machine: hybrid)
+or v2; the v2 story runs on a cgroup2 mount, with or without controllers.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from shoal.agent import cgroups
+from tests.integration.cluster import LocalCluster, wait_until
+
+NODE = "node01"  # shoal up names its nodes node01, node02...
+ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY")
+V1, V2 = cgroups.parse_mounts(Path("/proc/self/mounts").read_text())
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="cgroups are made by a root agent")
+needs_v1 = pytest.mark.skipif("memory" not in V1, reason="no cgroup v1 memory controller on this machine")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory) -> LocalCluster:
+    c = LocalCluster(tmp_path_factory.mktemp("cgroups"), nodes=1, gpus_per_node=2, kill_wait=2.0)
+    c.up()
+    yield c
+    c.down()
+
+
+def sacct(cluster, job_id: int) -> str:
+    return cluster.run(["sacct", "-j", str(job_id), "-X", "-n", "-P", "-o", "State,ExitCode"]).stdout.strip()
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
+
+
+def jobdir(cluster, job_id: int) -> Path:
+    return cluster.root / "state" / "nodes" / NODE / "jobs" / f"{job_id}.0"
+
+
+@needs_v1
+def test_agent_says_what_it_found(cluster):
+    log = (cluster.root / "state" / "logs" / f"{NODE}.log").read_text()
+    assert "cgroup v1 (controllers: freezer memory cpuset devices cpuacct pids)" in log, log
+
+
+@needs_v1
+def test_a_job_over_its_memory_ends_out_of_memory(cluster):
+    # 400 MB of touched memory under --mem=100M: the kernel kills it, not the job's own exit.
+    job_id = cluster.sbatch("--mem=100M", "--wrap",
+                            "python3 -c \"b = b'x' * (400 * 1024 * 1024); print('survived')\"; exit 0")
+    job = cluster.wait_for(job_id, states=ENDED, timeout=60)
+    assert job["state"] == "OUT_OF_MEMORY", job
+    assert sacct(cluster, job_id) == "OUT_OF_MEMORY|0:125"
+    squeue = cluster.run(["squeue", "-j", str(job_id), "-t", "all", "-h", "-o", "%T %t"]).stdout.strip()
+    assert squeue in ("", "OUT_OF_MEMORY OOM"), squeue
+    out = (cluster.workdir / f"slurm-{job_id}.out").read_text()
+    assert "survived" not in out
+    # Its cgroup is gone with it.
+    assert not any((d / f"job_{job_id}.0").exists() for d in _bases(cluster))
+
+
+@needs_v1
+def test_a_job_within_its_memory_completes_and_its_processes_are_in_its_cgroup(cluster):
+    marks = cluster.workdir / "inside.txt"
+    job_id = cluster.sbatch("--mem=200M", "-c", "1", "--wrap",
+                            f"cat /proc/self/cgroup > {marks}; grep Cpus_allowed_list /proc/self/status >> {marks}; "
+                            f"cat $(grep memory /proc/self/cgroup | cut -d: -f3 | sed 's|^|/sys/fs/cgroup/memory|')"
+                            f"/../memory.limit_in_bytes >> {marks}; python3 -c \"b = b'x' * (50 * 1024 * 1024)\"")
+    job = cluster.wait_for(job_id, states=ENDED, timeout=30)
+    assert job["state"] == "COMPLETED", job
+    text = marks.read_text()
+    assert f"shoal/{NODE}/job_{job_id}.0/step_batch" in text, text
+    cpus = text.split("Cpus_allowed_list:")[1].split()[0]
+    assert len(cgroups.parse_cpu_list(cpus)) == 1, f"one CPU asked, the job may run on {cpus}"
+    assert str(200 * 1024 * 1024) in text.split(), text
+
+
+@needs_v1
+def test_a_detached_process_dies_with_its_job(cluster):
+    pidfile = cluster.workdir / "detached.pid"
+    job_id = cluster.sbatch("--wrap", f"setsid nohup sleep 1000 > /dev/null 2>&1 < /dev/null & echo $! > {pidfile}; "
+                                      "sleep 0.5")
+    wait_until(lambda: pidfile.exists() and pidfile.read_text().strip(), 30, "the detached sleep's pid")
+    pid = int(pidfile.read_text())
+    listed = wait_until(lambda: cgroups.read_cgroup_list(jobdir(cluster, job_id)), 10, "JOBDIR/cgroups")
+    assert all(p.is_dir() for p in listed), listed
+    assert any(str(pid) in (p / "cgroup.procs").read_text().split() for p in listed)
+    job = cluster.wait_for(job_id, states=ENDED, timeout=30)
+    assert job["state"] == "COMPLETED", job
+    assert not pid_alive(pid), "the detached sleep outlived its COMPLETED job"
+    assert not any(p.exists() for p in listed), "the job's cgroups were not removed"
+
+
+@needs_v1
+def test_scancel_kills_a_detached_process_too(cluster):
+    pidfile = cluster.workdir / "cancelled.pid"
+    job_id = cluster.sbatch("--wrap", f"setsid nohup sleep 1000 > /dev/null 2>&1 < /dev/null & echo $! > {pidfile}; "
+                                      "sleep 1000")
+    wait_until(lambda: pidfile.exists() and pidfile.read_text().strip(), 30, "the detached sleep's pid")
+    pid = int(pidfile.read_text())
+    cluster.run(["scancel", str(job_id)])
+    job = cluster.wait_for(job_id, states=ENDED, timeout=30)
+    assert job["state"] == "CANCELLED", job
+    assert not pid_alive(pid), "the detached sleep outlived its cancelled job"
+
+
+@needs_v1
+def test_a_job_opens_only_its_own_gpus_device_nodes(cluster):
+    # GPU 0 goes to a first job; the second gets GPU 1 and may not open /dev/nvidia0's stand-in.
+    holder = cluster.sbatch("--gres=gpu:1", "--wrap", "sleep 1000")
+    cluster.wait_for(holder, states=("RUNNING",), timeout=30, settled=False)
+    out = cluster.workdir / "devices.txt"
+    job_id = cluster.sbatch("--gres=gpu:1", "--wrap", f"""
+echo gpus=$SLURM_JOB_GPUS > {out}
+for d in nvidia0 nvidia1 nvidiactl; do
+  python3 -c "import os, sys
+try:
+    os.open(sys.argv[1], os.O_RDWR)
+except OSError as e:
+    print(sys.argv[2], os.strerror(e.errno))" $SHOAL_FAKE_DEVICE_DIR/$d $d >> {out}
+done""")
+    job = cluster.wait_for(job_id, states=ENDED, timeout=30)
+    cluster.run(["scancel", str(holder)])
+    assert job["state"] == "COMPLETED", job
+    lines = dict(line.split(" ", 1) for line in out.read_text().splitlines()[1:])
+    mine = out.read_text().splitlines()[0].split("=")[1]
+    other = "0" if mine == "1" else "1"
+    # The driver is absent: an allowed stand-in answers ENXIO, a denied one EPERM from the device cgroup.
+    assert lines[f"nvidia{mine}"] == "No such device or address", lines
+    assert lines[f"nvidia{other}"] == "Operation not permitted", lines
+    assert lines["nvidiactl"] == "No such device or address", lines
+
+
+@needs_v1
+def test_srun_steps_run_in_their_own_cgroups(cluster):
+    out = cluster.workdir / "steps.txt"
+    job_id = cluster.sbatch("--wrap", f"srun grep -h freezer /proc/self/cgroup > {out}")
+    job = cluster.wait_for(job_id, states=ENDED, timeout=30)
+    assert job["state"] == "COMPLETED", job
+    assert f"shoal/{NODE}/job_{job_id}.0/step_0" in out.read_text()
+
+
+def test_a_node_without_cgroups_runs_jobs_with_a_warning(tmp_path):
+    c = LocalCluster(tmp_path, nodes=1, gpus_per_node=0, extra=("--cgroups", "off"))
+    c.up()
+    try:
+        marks = c.workdir / "uncontained.txt"
+        job_id = c.sbatch("--mem=100M", "--wrap", f"grep freezer /proc/self/cgroup > {marks}")
+        assert c.wait_for(job_id, states=ENDED, timeout=30)["state"] == "COMPLETED"
+        assert "shoal" not in marks.read_text()
+        log = (c.root / "state" / "logs" / f"{NODE}.log").read_text()
+        assert f"WARNING agent[{NODE}]: no cgroups (--cgroups off): jobs run uncontained" in log, log
+    finally:
+        c.down()
+
+
+@pytest.mark.skipif(V2 is None, reason="no cgroup2 mount on this machine")
+def test_cgroup_v2_tracks_and_kills_every_process(tmp_path):
+    """The v2 path on a real cgroup2 mount: made, joined before exec, cgroup.kill, removed.
+    Limits need delegated controllers, which this machine's cgroup2 may not have (then the
+    hierarchy says "process tracking only", and only tracking is checked)."""
+    node = f"v2test{os.getpid()}"
+    h = cgroups.detect("v2", node)
+    assert h.version == 2 and h.describe().startswith("cgroup v2")
+    containment = cgroups.Containment(h)
+    cg = containment.job("7.0", 64, 1, ())
+    step = cg.child("step_batch")
+    fds = step.open_procs()
+    try:
+        p = subprocess.Popen(["bash", "-c", "setsid sleep 1000 & echo $!; exec sleep 1000"], stdout=subprocess.PIPE,
+                             text=True, start_new_session=True, preexec_fn=lambda: os.write(fds[0], b"0"))
+    finally:
+        cgroups.close_all(fds)
+    detached = int(p.stdout.readline())
+    assert {p.pid, detached} <= cg.pids()
+    assert cg.populated()
+    if "memory" in h.controllers:
+        assert (cg.paths[0] / "memory.max").read_text().strip() == str(64 * 1024 * 1024)
+    usage = containment.release("7.0", cg)
+    p.wait(timeout=5)
+    assert p.returncode == -signal.SIGKILL
+    assert not pid_alive(detached)
+    assert usage.cpu_seconds >= 0 and not cg.paths[0].exists()
+    for d in (h.base["unified"], h.base["unified"].parent):
+        try:
+            d.rmdir()
+        except OSError:
+            pass
+
+
+def _bases(cluster) -> list[Path]:
+    own, _ = cgroups.parse_own(Path("/proc/self/cgroup").read_text())
+    return [V1[c] / own.get(c, "/").lstrip("/") / "shoal" / NODE for c in V1 if c in cgroups.V1_CONTROLLERS]
+
+
+@needs_v1
+def test_a_pod_over_its_memory_limit_is_oom_killed(cluster, tmp_path):
+    from tests.integration.traffic import apply, pods
+
+    apply(cluster, tmp_path / "pod.yaml", """
+apiVersion: v1
+kind: Pod
+metadata: {name: hungry, labels: {app: hungry}}
+spec:
+  restartPolicy: Never
+  containers:
+  - name: main
+    image: python
+    command: [sh, -c, "python3 -c \\"b = b'x' * (400 * 1024 * 1024)\\""]
+    resources: {limits: {memory: 100Mi, cpu: "1"}}
+""")
+
+    def terminated():
+        found = pods(cluster, "app=hungry")
+        state = found[0]["status"].get("containerStatuses", [{}])[0].get("state", {}) if found else {}
+        return state.get("terminated")
+
+    ended = wait_until(terminated, 60, "the pod's container to end")
+    assert ended["reason"] == "OOMKilled" and ended["exitCode"] == 137, ended
+    cluster.run(["shoal", "delete", "pod", "hungry"])

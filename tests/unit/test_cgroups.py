@@ -1,0 +1,71 @@
+"""The pure parts of job containment: what the node mounts, where the agent's own cgroup is,
+which CPUs a job gets, what its limits are, and how an OOM kill ends a run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from shoal.agent.cgroups import job_limits, parse_cpu_list, parse_mounts, parse_own, pick_cpus
+from shoal.model.job import JobState, exit_code_text, run_end
+
+HYBRID_MOUNTS = """\
+tmpfs /sys/fs/cgroup tmpfs rw,relatime,mode=755 0 0
+cgroup /sys/fs/cgroup/cpu cgroup rw,relatime,cpu 0 0
+cgroup /sys/fs/cgroup/cpuacct cgroup rw,relatime,cpuacct 0 0
+cgroup /sys/fs/cgroup/cpuset cgroup rw,relatime,cpuset 0 0
+cgroup /sys/fs/cgroup/memory cgroup rw,relatime,memory 0 0
+cgroup /sys/fs/cgroup/devices cgroup rw,relatime,devices 0 0
+cgroup /sys/fs/cgroup/freezer cgroup rw,relatime,freezer 0 0
+cgroup /sys/fs/cgroup/pids cgroup rw,relatime,pids 0 0
+cgroup /sys/fs/cgroup/systemd cgroup rw,relatime,name=systemd 0 0
+cgroup2 /sys/fs/cgroup/unified cgroup2 rw,relatime 0 0
+"""
+UNIFIED_MOUNTS = "cgroup2 /sys/fs/cgroup cgroup2 rw,nosuid,nodev,noexec,relatime,nsdelegate 0 0\n"
+
+
+def test_a_hybrid_node_has_v1_controllers_and_a_cgroup2_mount():
+    v1, v2 = parse_mounts(HYBRID_MOUNTS)
+    assert v1["memory"] == Path("/sys/fs/cgroup/memory") and v1["freezer"] == Path("/sys/fs/cgroup/freezer")
+    assert "cpu" not in v1 and "systemd" not in v1  # neither limits nor tracks a job here
+    assert v2 == Path("/sys/fs/cgroup/unified")
+
+
+def test_a_unified_node_has_only_cgroup2():
+    v1, v2 = parse_mounts(UNIFIED_MOUNTS)
+    assert v1 == {} and v2 == Path("/sys/fs/cgroup")
+
+
+def test_the_agents_own_cgroup_per_hierarchy():
+    own_v1, own_v2 = parse_own("4:memory:/process_api/abc\n3:cpuset:/\n2:cpu,cpuacct:/x\n0::/system.slice/shoal.service\n")
+    assert own_v1["memory"] == "/process_api/abc" and own_v1["cpuacct"] == "/x" and own_v1["cpuset"] == "/"
+    assert own_v2 == "/system.slice/shoal.service"
+
+
+def test_a_job_gets_the_least_used_cpus():
+    assert pick_cpus([0, 1, 2, 3], {}, 2) == (0, 1)
+    assert pick_cpus([0, 1, 2, 3], {0: 1, 1: 1}, 2) == (2, 3)
+    assert pick_cpus([0, 1, 2, 3], {0: 2, 1: 1, 2: 1, 3: 1}, 1) == (1,)
+    # More CPUs than the node has (a fake node advertising 64 on a 2-core machine): all of them.
+    assert pick_cpus([0, 1], {0: 5}, 64) == (0, 1)
+
+
+def test_cpu_lists_read_as_the_kernel_writes_them():
+    assert parse_cpu_list("0-3,8,10-11\n") == [0, 1, 2, 3, 8, 10, 11]
+    assert parse_cpu_list("") == []
+
+
+def test_limits_deny_the_gpus_the_job_was_not_given():
+    limits = job_limits(100, (1,), gpus=[1], node_gpus=[0, 1, 2, 3])
+    assert limits.memory_bytes == 100 * 1024 * 1024
+    assert limits.denied_gpus == (0, 2, 3)
+    assert job_limits(None, None, [], []).memory_bytes is None
+
+
+def test_an_oom_kill_ends_the_run_out_of_memory_with_slurms_exit_code():
+    assert run_end(0, 0, oom_kills=1) == (JobState.OUT_OF_MEMORY, 0, 125)
+    assert run_end(137, 0, oom_kills=2)[0] is JobState.OUT_OF_MEMORY
+    state, code, sig = run_end(0, 0, oom_kills=1)
+    assert exit_code_text(code, sig) == "0:125"
+    assert run_end(0, 0) == (JobState.COMPLETED, 0, 0)
+    assert run_end(3, 0) == (JobState.FAILED, 3, 0)
+    assert run_end(0, 9) == (JobState.FAILED, 0, 9)
