@@ -84,7 +84,8 @@ def test_a_job_within_its_memory_completes_and_its_processes_are_in_its_cgroup(c
     job = cluster.wait_for(job_id, states=ENDED, timeout=30)
     assert job["state"] == "COMPLETED", job
     text = marks.read_text()
-    assert f"shoal/{NODE}/job_{job_id}.0/step_batch" in text, text
+    name = cgroups.instance_name(NODE, cluster.root / "state" / "nodes" / NODE)
+    assert f"shoal/{name}/job_{job_id}.0/step_batch" in text, text
     cpus = text.split("Cpus_allowed_list:")[1].split()[0]
     assert len(cgroups.parse_cpu_list(cpus)) == 1, f"one CPU asked, the job may run on {cpus}"
     assert str(200 * 1024 * 1024) in text.split(), text
@@ -152,7 +153,8 @@ def test_srun_steps_run_in_their_own_cgroups(cluster):
     job_id = cluster.sbatch("--wrap", f"srun grep -h freezer /proc/self/cgroup > {out}")
     job = cluster.wait_for(job_id, states=ENDED, timeout=30)
     assert job["state"] == "COMPLETED", job
-    assert f"shoal/{NODE}/job_{job_id}.0/step_0" in out.read_text()
+    name = cgroups.instance_name(NODE, cluster.root / "state" / "nodes" / NODE)
+    assert f"shoal/{name}/job_{job_id}.0/step_0" in out.read_text()
 
 
 def test_a_node_without_cgroups_runs_jobs_with_a_warning(tmp_path):
@@ -205,7 +207,8 @@ def test_cgroup_v2_tracks_and_kills_every_process(tmp_path):
 
 def _bases(cluster) -> list[Path]:
     own, _ = cgroups.parse_own(Path("/proc/self/cgroup").read_text())
-    return [V1[c] / own.get(c, "/").lstrip("/") / "shoal" / NODE for c in V1 if c in cgroups.V1_CONTROLLERS]
+    name = cgroups.instance_name(NODE, cluster.root / "state" / "nodes" / NODE)
+    return [V1[c] / own.get(c, "/").lstrip("/") / "shoal" / name for c in V1 if c in cgroups.V1_CONTROLLERS]
 
 
 @needs_v1

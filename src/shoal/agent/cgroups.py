@@ -1,11 +1,12 @@
 """Job containment with Linux cgroups, as Slurm's proctrack/cgroup and task/cgroup do.
 
-Every run (job) gets a cgroup under the agent's own, ``shoal/<node>/job_<id>.<run>``, and each
-of its steps one below it (``step_batch``, ``step_<N>``), so several agents sharing a machine
-never meet. The job's cgroup carries its limits: memory (and memory+swap, so it really runs
+Every run (job) gets a cgroup under the agent's own, ``shoal/<node>-<instance>/job_<id>.<run>``,
+and each of its steps one below it (``step_batch``, ``step_<N>``); ``instance`` comes from the
+agent's work dir, so neither several agents of one cluster nor several local clusters sharing
+a machine ever meet. The job's cgroup carries its limits: memory (and memory+swap, so it really runs
 out) from the allocation, a cpuset of the allocation's size, and on cgroup v1 a device list
 that denies the GPUs the job was not given. A process joins its step's cgroup itself, between
-fork and exec (``identity.join_cgroups``), so nothing it starts is ever outside; at the job's end the cgroup
+fork and exec (``join_command``, ``identity.join_cgroups``), so nothing it starts is ever outside; at the job's end the cgroup
 is frozen, killed and thawed (v1) or ``cgroup.kill``-ed (v2), emptied and removed, and its
 usage (peak memory, CPU time) and the kernel's OOM kills are read first.
 
@@ -23,8 +24,6 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-
-from shoal.agent.identity import join_cgroups
 
 log = logging.getLogger("shoal.agent")
 
@@ -298,10 +297,17 @@ def read_cgroup_list(jobdir: Path) -> list[Path]:
     return [Path(p) for p in _read(jobdir / CGROUPS_FILE).split("\n") if p]
 
 
-def joining(fds: Sequence[int]):
-    """A ``preexec_fn`` moving the child into the cgroups open as ``fds`` before it execs, so
-    nothing it starts is ever outside them (None: no cgroups)."""
-    return (lambda: join_cgroups(fds)) if fds else None
+# Joins each cgroup.procs named before "--", then execs the rest: the process is inside before
+# it runs a line of its own. A preexec_fn would do the same, but makes Python fork (not vfork)
+# the whole agent, some 30 ms at an agent's size (BENCHMARKS.md, "Cgroups"); sh costs about 1 ms.
+_JOIN_SCRIPT = 'while [ "$1" != -- ]; do echo 0 > "$1" || exit 126; shift; done; shift; exec "$@"'
+
+
+def join_command(cg: Cgroup | None) -> list[str]:
+    """The argv prefix that starts a command inside ``cg`` (none when None)."""
+    if cg is None:
+        return []
+    return ["/bin/sh", "-c", _JOIN_SCRIPT, "sh", *(str(d / "cgroup.procs") for d in cg.paths), "--"]
 
 
 def close_all(fds: Iterable[int]) -> None:
@@ -414,10 +420,17 @@ class Hierarchy:
                 pass
 
 
+def instance_name(node: str, workdir: Path) -> str:
+    """The agent's directory under ``shoal/``: its node's name and a tag of its work dir."""
+    import hashlib
+
+    return f"{node}-{hashlib.sha1(str(workdir).encode()).hexdigest()[:8]}"
+
+
 def detect(mode: str, node: str, mounts: str | None = None, self_cgroup: str | None = None) -> Hierarchy | None:
     """This node's job hierarchy: ``auto`` takes cgroup v1 when its memory controller is
     mounted (hybrid machines), else v2; ``v1``/``v2`` insist; ``off`` (or nothing usable): None.
-    Makes ``shoal/<node>`` under the agent's own cgroup in each hierarchy.
+    Makes ``shoal/<node>`` (an :func:`instance_name`) under the agent's own cgroup in each hierarchy.
     Raises CgroupError when the version asked for is not there."""
     if mode == "off":
         return None
@@ -526,6 +539,17 @@ class Containment:
         gpus = list(gpus)
         memory_mb, cpus = pod_limits(spec, gpus)
         return self.job(key, memory_mb, cpus, gpus)
+
+    def close(self) -> None:
+        """Remove this agent's empty cgroups (a busy one, a run left to a later agent, stays)."""
+        if self.hierarchy is None:
+            return
+        for d in self.hierarchy.base.values():
+            for root, _, _ in sorted(os.walk(d), key=lambda w: -len(w[0])):
+                try:
+                    os.rmdir(root)
+                except OSError:
+                    pass
 
     def existing(self, key: str) -> Cgroup | None:
         """The cgroup an earlier agent made for this run, if it is still there."""

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from shoal.agent.certs import AgentCertificate
-from shoal.agent.cgroups import CgroupError, Containment, Usage, detect, fake_device_nodes
+from shoal.agent.cgroups import CgroupError, Containment, Usage, detect, fake_device_nodes, instance_name
 from shoal.agent.gpus import (
     FakeNVML,
     GPUDiscoveryError,
@@ -123,7 +123,7 @@ class Agent:
     def _containment(self) -> Containment:
         """Find the node's cgroups and say in one line what jobs will be contained by."""
         try:
-            hierarchy = detect(self.cfg.cgroups, self.cfg.name)
+            hierarchy = detect(self.cfg.cgroups, instance_name(self.cfg.name, self.cfg.workdir))
         except CgroupError as e:
             log.warning("no cgroups (%s): jobs run uncontained", e.strerror)
             hierarchy = None
@@ -215,6 +215,7 @@ class Agent:
         return sorted(set(self.runtime.alive_keys()) | set(self.pods.alive_keys()))
 
     def shutdown(self) -> None:
+        self.runtime.containment.close()
         self.stop.set()
         self._report_now.set()
         self.step_server.shutdown()

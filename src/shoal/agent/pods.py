@@ -31,7 +31,7 @@ from pathlib import Path
 import psutil
 
 from shoal.agent import supervise
-from shoal.agent.cgroups import Cgroup, Containment, close_all, joining
+from shoal.agent.cgroups import Cgroup, Containment, join_command
 from shoal.agent.containers import (ContainerError, ContainerPaths, ContainerRuntime,
                                     CreateContainerConfigError, Launch, Step, container_env, get_runtime)
 from shoal.agent.identity import Identity, JobUsers, OpenAs, UnknownUser, output_flags
@@ -535,12 +535,8 @@ class PodManager:
                 run=int(pod.entry.get("run", 0)), user=pod.entry.get("user", ""), argv=list(launch.argv),
                 env=_as(ident, launch.env), cwd=launch.cwd or os.getcwd(), cwd_fallback=None,
                 files=[OpenAs(1, str(log_file), output_flags(append=True)), OpenAs(2, same_as=1)], identity=ident)
-            fds = pod.cgroup.child(f"container_{c.name}").open_procs() if pod.cgroup is not None else []
-            try:
-                return Supervised(jobdir, supervise.start(
-                    jobdir, spec, preexec_fn=joining(fds))), None
-            finally:
-                close_all(fds)
+            inside = pod.cgroup.child(f"container_{c.name}") if pod.cgroup is not None else None
+            return Supervised(jobdir, supervise.start(jobdir, spec, join_command(inside))), None
         except (OSError, ValueError) as e:
             shutil.rmtree(jobdir, ignore_errors=True)
             return None, f"cannot start the container's supervisor: {getattr(e, 'strerror', None) or e}"

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from shoal.agent import supervise
-from shoal.agent.cgroups import (CGROUPS_FILE, Cgroup, CgroupError, Containment, Usage, close_all, joining,
+from shoal.agent.cgroups import (CGROUPS_FILE, Cgroup, CgroupError, Containment, Usage, join_command,
                                  read_cgroup_list, write_cgroup_list)
 from shoal.agent.identity import JobUsers, OpenAs, UnknownUser, output_flags
 from shoal.agent.supervise import killpg as _killpg
@@ -162,21 +162,21 @@ class Runtime:
                                                     entry.get("gpus", ()))
             return r
 
-    def step_cgroup(self, run: Run, name: str, jobdir: Path | None = None) -> list[int]:
-        """Open the cgroup of the run's step ``name`` for a child to join before exec
-        (``identity.join_cgroups``); [] when the run is uncontained. The caller closes the fds."""
+    def step_cgroup(self, run: Run, name: str, jobdir: Path | None = None) -> Cgroup | None:
+        """Make the cgroup of the run's step ``name`` (listed in ``jobdir``'s cgroups file);
+        None when the run is uncontained."""
         if run.cgroup is None:
-            return []
+            return None
         try:
             step = run.cgroup.child(name)
             if jobdir is not None:  # the batch step: the list starts with the job's directories
                 write_cgroup_list(jobdir, [*run.cgroup.paths, *step.paths])
             elif (listed := self.workdir / "jobs" / run.key / CGROUPS_FILE).exists():
                 write_cgroup_list(listed.parent, [*read_cgroup_list(listed.parent), *step.paths])
-            return step.open_procs()
+            return step
         except (CgroupError, OSError) as e:
             log.error("run %s: cannot make step %s's cgroup, it runs uncontained: %s", run.key, name, e)
-            return []
+            return None
 
     def alive_keys(self) -> list[str]:
         with self.lock:
@@ -246,16 +246,13 @@ class Runtime:
         launch = supervise.Launch(key=entry["key"], job_id=entry["job_id"], run=entry["run"], user=entry["user"],
                                   argv=[str(script), *b.get("argv", [])], env=env, cwd=cwd, cwd_fallback="/tmp",
                                   files=files, identity=ident)
-        fds = self.step_cgroup(run, "step_batch", jobdir)
         try:
             # The supervisor joins the step's cgroup before it execs: the task and all it forks are in.
-            popen = supervise.start(jobdir, launch, preexec_fn=joining(fds))
+            popen = supervise.start(jobdir, launch, join_command(self.step_cgroup(run, "step_batch", jobdir)))
         except OSError as e:
             log.error("job %s: cannot start its supervisor: %s", entry["key"], e)
             self.on_exit(run, 1, 0, time.time(), f"launch failed: supervisor: {e.strerror}")
             return
-        finally:
-            close_all(fds)
         self._watch(run, Supervised(jobdir, popen))
 
     def adopt(self) -> list[str]:

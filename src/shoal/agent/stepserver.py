@@ -322,7 +322,8 @@ def _run_step(runtime: Runtime, run, req: dict, conn: socket.socket, wfile, node
             emit({"t": task["procid"], "e": f"slurmstepd: error: user {run.user} is unknown on {node}\n"})
             exits[task["procid"]] = [1, 0]
         req = {**req, "tasks": []}
-    fds = runtime.step_cgroup(run, f"step_{req['step_id']}") if req["tasks"] else []
+    step = runtime.step_cgroup(run, f"step_{req['step_id']}") if req["tasks"] else None
+    fds = step.open_procs() if step is not None else []  # each task joins them between fork and exec
     for task in req["tasks"]:
         env = dict(req["env"])
         env.update({

@@ -32,6 +32,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -172,12 +173,12 @@ def stepd() -> str | None:
     return str(path) if os.access(path, os.X_OK) else None
 
 
-def start(jobdir: Path, launch: Launch, preexec_fn=None) -> subprocess.Popen:
+def start(jobdir: Path, launch: Launch, wrapper: Sequence[str] = ()) -> subprocess.Popen:
     """Write the launch into ``jobdir`` and start its supervisor in a session of its own.
 
     The lock is taken here and its open file handed to the supervisor, so the run has a
     live holder from this moment on, even if this agent dies before the child has run a line.
-    ``preexec_fn`` runs in the child before exec (the agent's: join the run's cgroup).
+    ``wrapper`` prefixes the supervisor's argv (the agent's: join the run's cgroup, then exec).
     """
     command = [sys.executable, "-P", "-m", "shoal.agent.supervise"]
     binary = stepd()
@@ -194,10 +195,9 @@ def start(jobdir: Path, launch: Launch, preexec_fn=None) -> subprocess.Popen:
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)
         with open(jobdir / LOG, "ab") as log:
-            return subprocess.Popen([*command, str(jobdir), str(lock)],
+            return subprocess.Popen([*wrapper, *command, str(jobdir), str(lock)],
                                     cwd="/", stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
-                                    start_new_session=True, close_fds=True, pass_fds=(lock,),
-                                    preexec_fn=preexec_fn)
+                                    start_new_session=True, close_fds=True, pass_fds=(lock,))
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         os.close(lock)
