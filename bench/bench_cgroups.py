@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
                     t, l = start_latency(clusters[mode], i)
                     total[mode].append(t)
                     launch[mode].append(l)
-                if i % 4 == 0:  # arrays are long: a quarter of the rounds
+                if i % 2 == 0:  # arrays are long: half of the rounds
                     for mode in order:
                         arrays[mode].append(array_run(clusters[mode], args.array, i))
         finally:

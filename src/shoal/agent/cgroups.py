@@ -27,7 +27,11 @@ from pathlib import Path
 
 log = logging.getLogger("shoal.agent")
 
-V1_CONTROLLERS = ("freezer", "memory", "cpuset", "devices", "cpuacct", "pids")
+# pids is left out: no limit is set on it, and every hierarchy joined costs each launch a migration.
+V1_CONTROLLERS = ("freezer", "memory", "cpuset", "devices", "cpuacct")
+# Where a step gets a directory of its own (tracking, usage); in the others its processes join
+# the job's directory, whose limits it shares anyway: fewer directories to make and remove.
+V1_STEP_CONTROLLERS = ("freezer", "memory", "cpuacct")
 V2_CONTROLLERS = ("memory", "cpuset", "cpu", "pids")
 CGROUPS_FILE = "cgroups"  # in the run's directory: its cgroup directories, one a line (for the supervisors' fence)
 NVIDIA_MAJOR = 195  # NVIDIA's character devices: /dev/nvidiaN is 195:N, /dev/nvidiactl 195:255
@@ -188,16 +192,16 @@ class Cgroup:
         return list(dict.fromkeys(self.dirs.values()))
 
     def sub(self, name: str) -> Cgroup:
-        """A sub-cgroup (a step, a container), made or not."""
-        return Cgroup(self.version, {c: d / name for c, d in self.dirs.items()})
+        """A sub-cgroup (a step, a container), made or not; on v1 only where steps have their own."""
+        return Cgroup(self.version, {c: d / name if self.version == 2 or c in V1_STEP_CONTROLLERS else d
+                                     for c, d in self.dirs.items()})
 
     def child(self, name: str) -> Cgroup:
-        """A sub-cgroup, made now; cpusets are copied down, as v1 needs."""
+        """A sub-cgroup, made now."""
         sub = self.sub(name)
         for c, d in sub.dirs.items():
-            _mkdir(d)
-            if c == "cpuset" and self.version == 1:
-                _inherit_cpuset(d)
+            if d != self.dirs[c]:
+                _mkdir(d)
         return sub
 
     def open_procs(self) -> list[int]:
