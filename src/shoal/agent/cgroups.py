@@ -238,6 +238,8 @@ class Cgroup:
         """Kill every process in it, detached or not, and wait until it is empty (True) or
         ``timeout`` has passed (False). v1 freezes first, so nothing forks between the read of
         the pids and the kill; v2 has ``cgroup.kill`` for that."""
+        if not self.populated():  # the common end: the script was the last of them
+            return True
         if self.version == 2:
             kill_file = self.paths[0] / "cgroup.kill"
             if kill_file.exists():
