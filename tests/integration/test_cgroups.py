@@ -118,6 +118,8 @@ def test_scancel_kills_a_detached_process_too(cluster):
     job = cluster.wait_for(job_id, states=ENDED, timeout=30)
     assert job["state"] == "CANCELLED", job
     assert not pid_alive(pid), "the detached sleep outlived its cancelled job"
+    # The signals reached the script, not its supervisor: how it ended is still known.
+    assert (job["exit_code"], job["signal"]) == (0, 15), job
 
 
 @needs_v1

@@ -230,9 +230,9 @@ class Cgroup:
                 (self.paths[0] / "cgroup.events").exists() else False
         return bool(self.pids())
 
-    def signal(self, sig: int) -> None:
-        """Send ``sig`` to every process in it (scancel's TERM reaches detached ones too)."""
-        _kill_each(self.pids(), sig)
+    def signal(self, sig: int, spare: Iterable[int] = ()) -> None:
+        """Send ``sig`` to every process in it but ``spare`` (scancel's TERM reaches detached ones too)."""
+        _kill_each(self.pids() - set(spare), sig)
 
     def kill(self, timeout: float = 10.0) -> bool:
         """Kill every process in it, detached or not, and wait until it is empty (True) or

@@ -345,15 +345,38 @@ class Runtime:
                         p.send(signal.SIGCONT)
                         p.send(signal.SIGTERM)
                 if run.cgroup is not None:  # and every process it tracks, detached ones too
-                    run.cgroup.signal(signal.SIGCONT)
-                    run.cgroup.signal(signal.SIGTERM)
+                    self._signal_cgroup(run, signal.SIGCONT)
+                    self._signal_cgroup(run, signal.SIGTERM)
             elif not run.killed_hard and now - run.killing_since >= kill_wait:
                 run.killed_hard = True
                 for p in run.procs:
                     if p.alive:
                         p.send(signal.SIGKILL)
                 if run.cgroup is not None:
-                    run.cgroup.kill(timeout=0)
+                    self._signal_cgroup(run, signal.SIGKILL)
+
+    def _signal_cgroup(self, run: Run, sig: int) -> None:
+        """Signal the processes in the run's cgroup that its process groups' signals missed
+        (detached ones). Spared: the groups' members, signalled once already (a TERM trap's
+        children must not get a second), and the batch supervisor, which must live to record
+        how the script ended (what it leaves goes when the script's end is read)."""
+        cg = run.cgroup
+        if cg is None:
+            return
+        groups = {pid for p in run.procs if (pid := p.popen.pid) is not None}
+        marker = os.fsencode(self.workdir / "jobs" / run.key)  # a supervisor's argv names its run's dir
+        spare = set()
+        for pid in cg.pids():
+            try:
+                if os.getpgid(pid) in groups:
+                    spare.add(pid)
+                    continue
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if marker in f.read().split(b"\0"):
+                        spare.add(pid)
+            except OSError:
+                continue
+        cg.signal(sig, spare)
 
     def signal(self, key: str, signum: int, target: str) -> None:
         with self.lock:
@@ -387,4 +410,4 @@ class Runtime:
                     if p.alive:
                         p.send(signal.SIGKILL)
                 if run.cgroup is not None:
-                    run.cgroup.kill(timeout=0)
+                    self._signal_cgroup(run, signal.SIGKILL)
