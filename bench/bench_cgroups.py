@@ -1,15 +1,15 @@
 #!/usr/bin/env python3
 """Cgroup containment's cost: per-job set-up and tear-down, and submit-to-start with cgroups on and off.
 
-Two local clusters side by side (`shoal up --cgroups auto` and `--cgroups off`, 2 nodes x 4
-fake GPUs each), measured in interleaved rounds so machine noise hits both alike: in each
-round one job on each cluster (submit-to-first-line, as bench_foundation's latency), and an
+Four local clusters side by side (`shoal up --cgroups auto` and `--cgroups off`, 2 nodes x 4
+fake GPUs each, with nodes of 64 fake CPUs and of the machine's own count), measured in
+interleaved rounds so machine noise hits all alike: in each round one job on each cluster (submit-to-first-line, as bench_foundation's latency), and an
 array of jobs on each (first submission to all done). Then, in this process, the agent's own
 steps for one job (make the job's cgroup with its limits, the batch step's, open them;
 kill-and-remove the emptied cgroup) and what joining costs a launch (a fork with the
 ``preexec_fn``, against one without). Writes the ``## Cgroups`` section of BENCHMARKS.md.
 
-    sudo .venv/bin/python bench/bench_cgroups.py            # ~2 minutes
+    sudo .venv/bin/python bench/bench_cgroups.py            # ~5 minutes
     sudo .venv/bin/python bench/bench_cgroups.py --rounds 5 --no-write
 """
 
@@ -128,24 +128,28 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     started = time.time()
     micro, found = setup_cost(200)
+    real = len(os.sched_getaffinity(0))
+    # Fake-sized nodes (64 CPUs on this machine: no cpusets) and real-sized ones (cpusets on).
+    sizes = {"fake": 64, "real": real}
     with tempfile.TemporaryDirectory(prefix="shoal-bench-cg-") as tmp:
-        clusters = {mode: LocalCluster(Path(tmp) / mode, nodes=2, gpus_per_node=4, cpus_per_node=64,
-                                       extra=("--cgroups", mode)) for mode in ("auto", "off")}
+        clusters = {(size, mode): LocalCluster(Path(tmp) / f"{size}-{mode}", nodes=2, gpus_per_node=4,
+                                               cpus_per_node=cpus, extra=("--cgroups", mode))
+                    for size, cpus in sizes.items() for mode in ("auto", "off")}
         for c in clusters.values():
             c.up()
         try:
-            total = {m: [] for m in clusters}
-            launch = {m: [] for m in clusters}
-            arrays = {m: [] for m in clusters}
+            total = {k: [] for k in clusters}
+            launch = {k: [] for k in clusters}
+            arrays = {k: [] for k in clusters}
             for i in range(args.rounds):
                 order = list(clusters) if i % 2 == 0 else list(reversed(clusters))
-                for mode in order:
-                    t, l = start_latency(clusters[mode], i)
-                    total[mode].append(t)
-                    launch[mode].append(l)
+                for key in order:
+                    t, l = start_latency(clusters[key], i)
+                    total[key].append(t)
+                    launch[key].append(l)
                 if i % 2 == 0:  # arrays are long: half of the rounds
-                    for mode in order:
-                        arrays[mode].append(array_run(clusters[mode], args.array, i))
+                    for key in order:
+                        arrays[key].append(array_run(clusters[key], args.array, i))
         finally:
             for c in clusters.values():
                 c.down()
@@ -170,16 +174,21 @@ def main(argv: list[str] | None = None) -> int:
         f"| the same joining in a `preexec_fn` (Python then forks a 100 MB process, not vfork: not used) | "
         f"{median_ms(micro['preexec'])} | {p90_ms(micro['preexec'])} |",
         "",
-        f"### Cgroups on and off side by side (two 2-node clusters, {args.rounds} rounds interleaved)", "",
-        "| Figure | cgroups on: median ms | p90 ms | cgroups off: median ms | p90 ms |",
-        "|---|---:|---:|---:|---:|",
-        f"| first script line - just before `sbatch` | {median_ms(total['auto'])} | {p90_ms(total['auto'])} | "
-        f"{median_ms(total['off'])} | {p90_ms(total['off'])} |",
-        f"| first script line - start_time (agent: wake-up, cgroup, launch) | {median_ms(launch['auto'])} | "
-        f"{p90_ms(launch['auto'])} | {median_ms(launch['off'])} | {p90_ms(launch['off'])} |",
-        f"| array of {args.array} `true` jobs, submission to all ended ({len(arrays['auto'])} runs) | "
-        f"{median_ms(arrays['auto'])} | {p90_ms(arrays['auto'])} | {median_ms(arrays['off'])} | "
-        f"{p90_ms(arrays['off'])} |",
+        f"### Cgroups on and off side by side (four 2-node clusters, {args.rounds} rounds interleaved)", "",
+        f"Fake-sized nodes advertise 64 CPUs each on this {real}-CPU machine, so they get no cpusets; real-sized "
+        f"ones advertise {real}, and each job is pinned to a cpuset of its CPUs (then at most {real} 1-CPU jobs run "
+        "on a node at once, so their arrays take longer on and off alike).", "",
+        "| Nodes | Figure | cgroups on: median ms | p90 ms | cgroups off: median ms | p90 ms |",
+        "|---|---|---:|---:|---:|---:|",
+        *(row for size in sizes for row in (
+            f"| {size} | first script line - just before `sbatch` | {median_ms(total[size, 'auto'])} | "
+            f"{p90_ms(total[size, 'auto'])} | {median_ms(total[size, 'off'])} | {p90_ms(total[size, 'off'])} |",
+            f"| {size} | first script line - start_time (agent: wake-up, cgroup, launch) | "
+            f"{median_ms(launch[size, 'auto'])} | {p90_ms(launch[size, 'auto'])} | {median_ms(launch[size, 'off'])} | "
+            f"{p90_ms(launch[size, 'off'])} |",
+            f"| {size} | array of {args.array} `true` jobs, submission to all ended ({len(arrays[size, 'auto'])} runs) | "
+            f"{median_ms(arrays[size, 'auto'])} | {p90_ms(arrays[size, 'auto'])} | {median_ms(arrays[size, 'off'])} | "
+            f"{p90_ms(arrays[size, 'off'])} |"))),
         "",
         "Submission itself (sbatch to the server's submit_time) does not touch the agent and is unchanged; "
         "the set-up runs in the agent's work loop when the run first appears, before the launch.",

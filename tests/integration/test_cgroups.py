@@ -30,7 +30,9 @@ needs_v1 = pytest.mark.skipif("memory" not in V1, reason="no cgroup v1 memory co
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory) -> LocalCluster:
-    c = LocalCluster(tmp_path_factory.mktemp("cgroups"), nodes=1, gpus_per_node=2, kill_wait=2.0)
+    # As many CPUs as the machine has: a node advertising more gets no cpusets (docs/CGROUPS.md).
+    c = LocalCluster(tmp_path_factory.mktemp("cgroups"), nodes=1, gpus_per_node=2, kill_wait=2.0,
+                     cpus_per_node=len(os.sched_getaffinity(0)))
     c.up()
     yield c
     c.down()
@@ -66,6 +68,10 @@ def test_a_job_over_its_memory_ends_out_of_memory(cluster):
     job = cluster.wait_for(job_id, states=ENDED, timeout=60)
     assert job["state"] == "OUT_OF_MEMORY", job
     assert sacct(cluster, job_id) == "OUT_OF_MEMORY|0:125"
+    oom = cluster.run(["sacct", "-X", "-n", "-P", "-o", "JobID", "--state=OOM", "-S", "now-1hour"]).stdout.split()
+    assert str(job_id) in oom, oom
+    show = cluster.run(["scontrol", "show", "job", str(job_id)]).stdout
+    assert "JobState=OUT_OF_MEMORY" in show and "ExitCode=0:125" in show, show
     squeue = cluster.run(["squeue", "-j", str(job_id), "-t", "all", "-h", "-o", "%T %t"]).stdout.strip()
     assert squeue in ("", "OUT_OF_MEMORY OOM"), squeue
     out = (cluster.workdir / f"slurm-{job_id}.out").read_text()

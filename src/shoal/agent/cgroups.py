@@ -383,8 +383,10 @@ class Hierarchy:
         return parse_cpu_list(text) or list(range(os.cpu_count() or 1))
 
     def job(self, name: str, limits: Limits) -> Cgroup:
-        """Make (or find again) the job's cgroup and set its limits."""
-        cg = Cgroup(self.version, {c: d / name for c, d in self.base.items()})
+        """Make (or find again) the job's cgroup and set its limits. On v1 only the hierarchies
+        with something to limit are used: each one a process joins costs its launch a migration."""
+        needed = {"cpuset": limits.cpus is not None, "devices": bool(limits.denied_gpus)}
+        cg = Cgroup(self.version, {c: d / name for c, d in self.base.items() if needed.get(c, True)})
         for c, d in cg.dirs.items():
             _mkdir(d)
         if self.version == 1:
@@ -394,7 +396,8 @@ class Hierarchy:
         return cg
 
     def existing(self, name: str) -> Cgroup:
-        return Cgroup(self.version, {c: d / name for c, d in self.base.items()})
+        """The job's cgroup as found: its directories that exist."""
+        return Cgroup(self.version, {c: d / name for c, d in self.base.items() if (d / name).is_dir()})
 
     def _limit_v1(self, cg: Cgroup, limits: Limits) -> None:
         d = cg.dirs
@@ -517,9 +520,14 @@ class Containment:
     """The agent's cgroups: one per run (``job_<id>.<run>``), limits from its allocation.
     ``hierarchy`` None: jobs run uncontained (said once at start-up)."""
 
-    def __init__(self, hierarchy: Hierarchy | None, node_gpus: Iterable[int] = ()) -> None:
+    def __init__(self, hierarchy: Hierarchy | None, node_gpus: Iterable[int] = (), node_cpus: int = 0) -> None:
         self.hierarchy = hierarchy
         self.node_gpus = tuple(node_gpus)
+        # A node advertising more CPUs than the machine has (fake nodes sharing one machine)
+        # gets no cpusets: its CPUs are fictitious, and pinning by count would only pack real
+        # work onto fewer real CPUs than the node's share.
+        self.constrain_cores = hierarchy is not None and "cpuset" in hierarchy.controllers and \
+            0 < node_cpus <= len(hierarchy.online_cpus)
         self._cpus: dict[str, tuple[int, ...]] = {}  # run key -> its cpuset, while it lives
 
     def job(self, key: str, memory_mb: int | None, cpus: int, gpus: Iterable[int]) -> Cgroup | None:
@@ -529,7 +537,7 @@ class Containment:
         if h is None:
             return None
         cpuset = None
-        if "cpuset" in h.controllers:
+        if self.constrain_cores:
             cpuset = pick_cpus(h.online_cpus, _count(self._cpus.values()), cpus)
         try:
             cg = h.job(f"job_{key}", job_limits(memory_mb, cpuset, gpus, self.node_gpus))
@@ -562,7 +570,7 @@ class Containment:
         if self.hierarchy is None:
             return None
         cg = self.hierarchy.existing(f"job_{key}")
-        return cg if all(d.is_dir() for d in cg.paths) else None
+        return cg if cg.dirs else None
 
     def release(self, key: str, cg: Cgroup) -> Usage:
         """Kill what is left in the run's cgroup, wait until it is empty, read its usage and

@@ -133,7 +133,11 @@ class Agent:
             log.warning("no cgroups (--cgroups off): jobs run uncontained")
         else:
             log.warning("no cgroups (none mounted, or not root): jobs run uncontained")
-        return Containment(hierarchy, (g.index for g in self.cfg.inventory.gpus))
+        containment = Containment(hierarchy, (g.index for g in self.cfg.inventory.gpus), self.cfg.host.cpus)
+        if hierarchy is not None and "cpuset" in hierarchy.controllers and not containment.constrain_cores:
+            log.info("no cpusets: this node advertises %d CPUs, more than the machine's %d", self.cfg.host.cpus,
+                     len(hierarchy.online_cpus))
+        return containment
 
     def _open_nvml(self):
         """NVML kept open for utilisation samples; None without GPUs or when it fails."""
