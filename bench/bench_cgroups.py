@@ -127,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-write", action="store_true", help="print the section, do not write BENCHMARKS.md")
     args = ap.parse_args(argv)
     started = time.time()
+    load_start = os.getloadavg()[0]
     micro, found = setup_cost(200)
     real = len(os.sched_getaffinity(0))
     # Fake-sized nodes (64 CPUs on this machine: no cpusets) and real-sized ones (cpusets on).
@@ -160,7 +161,9 @@ def main(argv: list[str] | None = None) -> int:
     lines = [
         SECTION, "",
         f"Produced by `.venv/bin/python bench/bench_cgroups.py` ({args.rounds} rounds, {minutes:.1f} minutes, {when}, "
-        f"commit {commit}, as root on the machine of the Foundation section). What the agent found: {found}.", "",
+        f"commit {commit}, as root on the machine of the Foundation section; 1-minute load average "
+        f"{load_start:.1f} at the start, {os.getloadavg()[0]:.1f} at the end: the machine was shared). "
+        f"What the agent found: {found}.", "",
         "### Per-job set-up cost (in process, 200 jobs)", "",
         "| Step | median ms | p90 ms |", "|---|---:|---:|",
         f"| make the job's cgroup with its limits, and its batch step's | {median_ms(micro['setup'])} | "
@@ -188,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{p90_ms(launch[size, 'off'])} |",
             f"| {size} | array of {args.array} `true` jobs, submission to all ended ({len(arrays[size, 'auto'])} runs) | "
             f"{median_ms(arrays[size, 'auto'])} | {p90_ms(arrays[size, 'auto'])} | {median_ms(arrays[size, 'off'])} | "
-            f"{p90_ms(arrays[size, 'off'])} |"))),
+            f"{p90_ms(arrays[size, 'off'])} |")),
         "",
         "Submission itself (sbatch to the server's submit_time) does not touch the agent and is unchanged; "
         "the set-up runs in the agent's work loop when the run first appears, before the launch.",

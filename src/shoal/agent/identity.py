@@ -105,7 +105,7 @@ def spawn(argv: Sequence[str], *, identity: Identity | None, env: Mapping[str, s
     With an identity, or with ``files`` to open, the child changes directory and opens the
     files itself, after becoming the user. When ``cwd`` cannot be entered and ``cwd_fallback``
     is given, the child goes there instead and writes slurmstepd's note to ``note_fd``.
-    ``cgroup_fds``: open ``cgroup.procs`` files the child joins first .
+    ``cgroup_fds``: open ``cgroup.procs`` files the child joins before anything else.
     Raises LaunchError (the message says which path and why) or OSError from exec.
     """
     if identity is None and not files:
