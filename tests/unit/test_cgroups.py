@@ -69,3 +69,42 @@ def test_an_oom_kill_ends_the_run_out_of_memory_with_slurms_exit_code():
     assert run_end(0, 0) == (JobState.COMPLETED, 0, 0)
     assert run_end(3, 0) == (JobState.FAILED, 3, 0)
     assert run_end(0, 9) == (JobState.FAILED, 0, 9)
+
+
+def test_v2_paths_controllers_and_limits_on_a_stand_in_hierarchy(tmp_path):
+    """The v2 logic against a directory laid out as cgroupfs would be (the kernel's own files
+    stand in as plain files): where the agent's hierarchy goes, which controllers it hands
+    down, and what a job's limits write. The real cgroup2 story is in tests/integration."""
+    from shoal.agent.cgroups import Limits, detect
+
+    own = tmp_path / "system.slice" / "shoal.service"
+    job = own / "shoal" / "node01-tag" / "job_7.0"
+    job.mkdir(parents=True)
+    (own / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+    for d in (own, own / "shoal", own / "shoal" / "node01-tag", job):
+        (d / "cgroup.subtree_control").write_text("")
+    for name in ("memory.max", "memory.swap.max", "cpuset.cpus"):
+        (job / name).write_text("")
+    (own / "shoal" / "node01-tag" / "cpuset.cpus.effective").write_text("0-3\n")
+    h = detect("v2", "node01-tag", mounts=f"cgroup2 {tmp_path} cgroup2 rw 0 0\n",
+               self_cgroup="0::/system.slice/shoal.service\n")
+    assert h.version == 2 and h.base == {"unified": own / "shoal" / "node01-tag"}
+    assert h.controllers == ("memory", "cpuset", "cpu", "pids")  # io is not one Shoal limits
+    assert h.online_cpus == [0, 1, 2, 3]
+    cg = h.job("job_7.0", Limits(memory_bytes=100 << 20, cpus=(2,)))
+    assert cg.paths == [job]
+    assert (job / "memory.max").read_text() == str(100 << 20)
+    assert (job / "memory.swap.max").read_text() == "0"
+    assert (job / "cpuset.cpus").read_text() == "2"
+    assert cg.sub("step_batch").paths == [job / "step_batch"]  # v2: steps have their own directory
+
+
+def test_no_cgroup_mounted_means_uncontained_and_v1_asked_for_says_why(tmp_path):
+    import pytest
+
+    from shoal.agent.cgroups import CgroupError, detect
+
+    assert detect("auto", "n", mounts="proc /proc proc rw 0 0\n", self_cgroup="") is None
+    assert detect("off", "n") is None
+    with pytest.raises(CgroupError, match="memory and freezer controllers are not mounted"):
+        detect("v1", "n", mounts=UNIFIED_MOUNTS, self_cgroup="0::/\n")
