@@ -303,17 +303,15 @@ def read_cgroup_list(jobdir: Path) -> list[Path]:
     return [Path(p) for p in _read(jobdir / CGROUPS_FILE).split("\n") if p]
 
 
-# Joins each cgroup.procs named before "--", then execs the rest: the process is inside before
-# it runs a line of its own. A preexec_fn would do the same, but makes Python fork (not vfork)
-# the whole agent, some 30 ms at an agent's size (BENCHMARKS.md, "Cgroups"); sh costs about 1 ms.
-_JOIN_SCRIPT = 'while [ "$1" != -- ]; do echo 0 > "$1" || exit 126; shift; done; shift; exec "$@"'
+JOIN_SCRIPT = Path(__file__).with_name("join-cgroups.sh")  # joins the cgroups named, then execs the rest
 
 
 def join_command(cg: Cgroup | None) -> list[str]:
-    """The argv prefix that starts a command inside ``cg`` (none when None)."""
+    """The argv prefix that starts a command inside ``cg`` (none when None), so the command is
+    inside before it runs a line of its own (a fixed script: see join-cgroups.sh for why)."""
     if cg is None:
         return []
-    return ["/bin/sh", "-c", _JOIN_SCRIPT, "sh", *(str(d / "cgroup.procs") for d in cg.paths), "--"]
+    return ["/bin/sh", str(JOIN_SCRIPT), *(str(d / "cgroup.procs") for d in cg.paths), "--"]
 
 
 def close_all(fds: Iterable[int]) -> None:

@@ -111,9 +111,12 @@ class Run:
     killing_since: float | None = None
     killed_hard: bool = False
     cgroup: Cgroup | None = None  # while it exists, the run is alive until it is empty
+    watched: bool = False  # its batch script's end is awaited, or not yet reported
 
     def alive(self) -> bool:
-        return any(p.alive for p in self.procs) or (self.cgroup is not None and self.cgroup.populated())
+        # Alive until the end is queued for the server: the run's cleanup must not go before its exit.
+        return self.watched or any(p.alive for p in self.procs) or \
+            (self.cgroup is not None and self.cgroup.populated())
 
 
 def _kill(pid: int, sig: int) -> None:
@@ -308,12 +311,16 @@ class Runtime:
         return p if p.startswith("/") else os.path.join(cwd, p)
 
     def _wait_batch(self, run: Run, task: Supervised) -> None:
-        status = task.wait()
-        if status.reason:
-            log.error("job %s: %s (supervisor's log: %s)", run.key, status.reason, task.jobdir / supervise.LOG)
-        # The batch script's end is the job's (proctrack/cgroup): what it left, detached or not, is killed.
-        usage = self.release_cgroup(run)
-        self.on_exit(run, status.exit_code, status.signal, status.end_time, status.reason, usage)
+        run.watched = True
+        try:
+            status = task.wait()
+            if status.reason:
+                log.error("job %s: %s (supervisor's log: %s)", run.key, status.reason, task.jobdir / supervise.LOG)
+            # The batch script's end is the job's (proctrack/cgroup): what it left, detached or not, is killed.
+            usage = self.release_cgroup(run)
+            self.on_exit(run, status.exit_code, status.signal, status.end_time, status.reason, usage)
+        finally:
+            run.watched = False
 
     def release_cgroup(self, run: Run) -> Usage | None:
         """Empty and remove the run's cgroup (blocks until it is empty); its usage, or None."""
