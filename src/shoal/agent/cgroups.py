@@ -552,16 +552,22 @@ class Containment:
         memory_mb, cpus = pod_limits(spec, gpus)
         return self.job(key, memory_mb, cpus, gpus)
 
-    def close(self) -> None:
-        """Remove this agent's empty cgroups (a busy one, a run left to a later agent, stays)."""
+    def close(self, wait_s: float = 1.0) -> None:
+        """Remove this agent's empty cgroups, waiting up to ``wait_s`` for processes just
+        killed to go (a busy one, a run left to a later agent, stays)."""
         if self.hierarchy is None:
             return
-        for d in self.hierarchy.base.values():
-            for root, _, _ in sorted(os.walk(d), key=lambda w: -len(w[0])):
-                try:
-                    os.rmdir(root)
-                except OSError:
-                    pass
+        deadline = time.monotonic() + wait_s
+        while True:
+            for d in self.hierarchy.base.values():
+                for root, _, _ in sorted(os.walk(d), key=lambda w: -len(w[0])):
+                    try:
+                        os.rmdir(root)
+                    except OSError:
+                        pass
+            if not any(d.exists() for d in self.hierarchy.base.values()) or time.monotonic() >= deadline:
+                return
+            time.sleep(0.05)
 
     def existing(self, key: str) -> Cgroup | None:
         """The cgroup an earlier agent made for this run, if it is still there."""
