@@ -25,6 +25,7 @@ from shoal.agent import supervise
 from shoal.agent.identity import JobUsers, OpenAs, UnknownUser, output_flags
 from shoal.agent.supervise import killpg as _killpg
 from shoal.model.filename import expand_pattern
+from shoal.model.job import script_sha256
 
 log = logging.getLogger("shoal.agent")
 
@@ -178,11 +179,21 @@ class Runtime:
             log.error("job %s: user %s is unknown on this node: not running it", entry["key"], entry["user"])
             self.on_exit(run, 1, 0, time.time(), f"launch failed: no user {entry['user']} on {self.node}")
             return
+        # The bytes the user submitted (non-UTF-8 ones came as surrogates), checked against
+        # the SHA-256 sbatch took of what it read: a script changed on the way never runs.
+        data = b["script"].encode("utf-8", "surrogateescape")
+        digest = script_sha256(data)
+        if b.get("script_sha256") and digest != b["script_sha256"]:
+            log.error("job %s: its script's SHA-256 is %s, not the submitted %s: not running it",
+                      entry["key"], digest, b["script_sha256"])
+            self.on_exit(run, 1, 0, time.time(), f"launch failed: the batch script received is not the one "
+                                                 f"submitted (SHA-256 {digest[:12]}, not {b['script_sha256'][:12]})")
+            return
         jobdir.mkdir(parents=True, exist_ok=True)
         jobdir.parent.chmod(0o711)  # the job's user reaches their script, and lists nobody's
         jobdir.chmod(0o711)
         script = jobdir / "script"
-        script.write_text(b["script"], encoding="utf-8")
+        script.write_bytes(data)
         script.chmod(0o700)
         if ident is not None:
             os.chown(script, ident.uid, ident.gid)

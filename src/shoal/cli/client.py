@@ -138,6 +138,17 @@ class Client:
                 path = f"{path}?{urlencode(clean)}"
         return self.request("GET", path, timeout=timeout)
 
+    def get_bytes(self, path: str) -> bytes:
+        """GET an answer that is not JSON (a batch script), as the bytes the server sent."""
+        status, data = self._roundtrip(lambda: self._message("GET", path, None), self.timeout)
+        if status >= 400:
+            try:
+                doc = json.loads(data) if data else None
+            except ValueError:
+                doc = None
+            raise _status_error(status, doc, data)
+        return data
+
     def post(self, path: str, body: dict | None = None, timeout: float | None = None):
         return self.request("POST", path, body if body is not None else {}, timeout=timeout)
 
@@ -289,7 +300,12 @@ class Client:
     def _roundtrip(self, message: Callable[[], bytes], timeout: float) -> tuple[int, bytes]:
         sock = self._connect(timeout)
         try:
-            sock.sendall(message())  # built for the server connected to (Host, base path)
+            try:
+                sock.sendall(message())  # built for the server connected to (Host, base path)
+            except (BrokenPipeError, ConnectionResetError):
+                # A server that refuses a request early (413: too large) answers and closes
+                # before reading it all: its answer, when it reached us, says why.
+                pass
             chunks = []
             while True:
                 chunk = sock.recv(65536)

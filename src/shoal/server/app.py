@@ -272,6 +272,20 @@ def create_app(server: Server) -> fastpath.FastPaths:
                 raise jobsvc.JobError(f"Invalid job id specified: {job_id}", 404)  # as Slurm hides it
             return JSONResponse(_jobs_json(s, [row])[0])
 
+    @app.get("/shoal/v1/jobs/{job_id}/script")
+    def get_job_script(job_id: int, p: Principal = Depends(principal)):
+        """``scontrol write batch_script``: the script's bytes exactly as submitted, for its
+        owner (or the job itself) and operators, as slurmctld gives it."""
+        with server.sessions() as s:
+            row = _job(s, job_id)
+            if not p.is_operator and (row.id != p.job_id if p.role == "job" else row.user != p.user):
+                raise jobsvc.JobError("Invalid user id: the batch script is its owner's", 403)
+            script, digest = row.spec.get("script"), row.spec.get("script_sha256")
+        if script is None:
+            raise jobsvc.JobError("Job script not specified: an interactive job has no batch script", 404)
+        return Response(script.encode("utf-8", "surrogateescape"), media_type="application/octet-stream",
+                        headers={"X-Shoal-Script-SHA256": digest} if digest else None)
+
     @app.post("/shoal/v1/jobs/cancel")
     @retry_on_conflict
     def bulk_cancel(body: BulkCancelRequest, p: Principal = Depends(principal)):
