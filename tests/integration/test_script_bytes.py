@@ -131,8 +131,46 @@ def test_a_script_over_the_limit_is_refused_naming_the_limit(cluster):
         assert re.fullmatch(r"sbatch: error: Batch job submission failed: Pathname of a file, directory or other "
                             r"parameter too long \(the batch script is 50000011 bytes; at most 4194304 are "
                             r"accepted\)\n", out.stderr), out.stderr
+    # The compiled front end sends every file argument that may be the script (up to 1 MiB
+    # each): seventeen of them pass the API's limit, and its 413 must reach the user.
+    args = []
+    for i in range(17):
+        (cluster.workdir / f"part{i}.sh").write_bytes(b"#!/bin/sh\n" + b"#" * (1024 * 1024 - 20) + b"\n")
+        args.append(f"part{i}.sh")
+    out = subprocess.run([str(BIN / "sbatch"), *args], env={**cluster.env, "SHOAL_FRONTEND": "native"},
+                         cwd=cluster.workdir, capture_output=True, text=True)
+    assert (out.returncode, out.stderr) == (1, "sbatch: error: Batch job submission failed: request body too large: "
+                                               "the API accepts at most 16777216 bytes (16 MiB)\n")
     client = Client(cluster.server, cluster.admin_token)
     with pytest.raises(ClientError) as e:
         client.post("/shoal/v1/jobs", {"script": "#!/bin/sh\n" + "#" * (20 * 1024 * 1024), "workdir": "/tmp"})
     assert e.value.status == 413
     assert "request body too large: the API accepts at most 16777216 bytes" in str(e.value)
+
+
+def test_the_agent_refuses_to_run_a_script_changed_after_it_was_stored(cluster):
+    """The bytes the agent was given do not match the submitted SHA-256 (here: changed in
+    the store behind the server's back): the job fails naming why, and never runs them."""
+    import sqlite3
+
+    marker = cluster.workdir / "changed-script-ran"
+    job_id = cluster.sbatch("--hold", script="#!/bin/sh\ntrue\n")
+    db = sqlite3.connect(cluster.root / "state" / "server" / "shoal.db")
+    with db:
+        db.execute("UPDATE jobs SET spec = json_set(spec, '$.script', ?) WHERE id = ?",
+                   (f"#!/bin/sh\ntouch {marker}\n", job_id))
+    db.close()
+    cluster.run(python_command("scontrol", "release", str(job_id)))
+    job = cluster.wait_for(job_id, timeout=60)
+    assert (job["state"], job["reason"]) == ("FAILED", "launch failed: batch script differs from the one submitted")
+    assert not marker.exists()
+
+
+def test_a_field_the_server_refuses_is_named_through_both_front_ends(cluster):
+    (cluster.workdir / "ok.sh").write_text("#!/bin/sh\ntrue\n")
+    comment = "x" * 5000
+    for argv, env in ((python_command("sbatch", f"--comment={comment}", "ok.sh"), {}),
+                      ([str(BIN / "sbatch"), f"--comment={comment}", "ok.sh"], {"SHOAL_FRONTEND": "native"})):
+        out = subprocess.run(argv, env={**cluster.env, **env}, cwd=cluster.workdir, capture_output=True, text=True)
+        assert (out.returncode, out.stderr) == (1, "sbatch: error: Batch job submission failed: comment: String "
+                                                   "should have at most 4096 characters\n")

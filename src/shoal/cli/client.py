@@ -308,7 +308,12 @@ class Client:
                 pass
             chunks = []
             while True:
-                chunk = sock.recv(65536)
+                try:
+                    chunk = sock.recv(65536)
+                except ConnectionResetError:
+                    if not chunks:
+                        raise
+                    break  # the reset of a server that closed with our request unread: its answer is in
                 if not chunk:
                     break
                 chunks.append(chunk)

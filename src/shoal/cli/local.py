@@ -10,6 +10,7 @@ a shared filesystem does.
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import json
 import os
@@ -88,8 +89,14 @@ def up(args) -> int:
     except ValueError as e:
         print(f"shoal up: {e}", file=sys.stderr)
         return 2
-    sdir.mkdir(parents=True, exist_ok=True)
-    (sdir / "logs").mkdir(exist_ok=True)
+    try:
+        sdir.mkdir(parents=True, exist_ok=True)
+        (sdir / "logs").mkdir(exist_ok=True)
+        if not os.access(sdir, os.W_OK):  # root too: access() says EROFS for a read-only mount
+            raise OSError(errno.EROFS, "not writable (a read-only file system?)", str(sdir))
+    except OSError as e:
+        print(f"shoal up: error: cannot use the state dir {sdir}: {e.strerror}", file=sys.stderr)
+        return 1
     names = node_names(args.name_prefix, args.nodes)
     addresses = [str(base + i) for i in range(args.nodes)]
     if not all(ipaddress.IPv4Address(a).is_loopback for a in addresses):
@@ -221,13 +228,19 @@ def _write_state(sdir: Path, state: dict) -> None:
 
 
 def _failed(sdir: Path, why: str, log: str | None) -> int:
-    print(f"shoal up: {why}", file=sys.stderr)
+    """Report a failed start-up: the process's own one-line error when it printed one, else
+    the last lines of its log."""
+    tail = []
     if log:
         path = sdir / "logs" / log
         try:
             tail = path.read_text(errors="replace").splitlines()[-15:]
         except OSError:
             tail = []
+    said = next((line.partition(": error: ")[2] for line in reversed(tail)
+                 if line.startswith(("shoal server: error: ", "shoal agent: error: "))), None)
+    print(f"shoal up: {why}: {said}" if said else f"shoal up: {why}", file=sys.stderr)
+    if log and not said:
         if tail:
             print(f"--- last lines of {path}:", file=sys.stderr)
             print("\n".join(tail), file=sys.stderr)
