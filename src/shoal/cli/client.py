@@ -142,11 +142,7 @@ class Client:
         """GET an answer that is not JSON (a batch script), as the bytes the server sent."""
         status, data = self._roundtrip(lambda: self._message("GET", path, None), self.timeout)
         if status >= 400:
-            try:
-                doc = json.loads(data) if data else None
-            except ValueError:
-                doc = None
-            raise _status_error(status, doc, data)
+            raise _status_error(status, _json_or_none(data), data)
         return data
 
     def post(self, path: str, body: dict | None = None, timeout: float | None = None):
@@ -168,10 +164,7 @@ class Client:
 
     def request(self, method: str, path: str, body: dict | None = None, timeout: float | None = None):
         status, data = self._roundtrip(lambda: self._message(method, path, body), timeout or self.timeout)
-        try:
-            doc = json.loads(data) if data else None
-        except ValueError:
-            doc = None
+        doc = _json_or_none(data)
         if status >= 400:
             raise _status_error(status, doc, data)
         return doc
@@ -466,6 +459,13 @@ def _dechunk(body: bytes) -> bytes:
         out.append(rest[:size])
         body = rest[size + 2 :]
     return b"".join(out)
+
+
+def _json_or_none(data: bytes) -> Any:
+    try:
+        return json.loads(data) if data else None
+    except ValueError:
+        return None
 
 
 def _status_error(status: int, doc: Any, data: bytes) -> ClientError:
