@@ -142,7 +142,8 @@ def test_start_up_failures_are_one_line(tmp_path):
         assert _one_line_failure([*server, "--state-dir", str(tmp_path / "s"), "--db", "mysq://x"]) == (
             "shoal server: error: cannot open the state store mysq://x: Can't load plugin: sqlalchemy.dialects:mysq")
         assert _one_line_failure([*server[:4], "--config", str(tmp_path / "missing.yaml"), "--state-dir",
-                                  str(tmp_path / "s")]).startswith("shoal server: cannot read cluster configuration")
+                                  str(tmp_path / "s")]) == (
+            f"shoal server: error: cannot read cluster configuration {tmp_path / 'missing.yaml'}: No such file or directory")
         assert _one_line_failure([sys.executable, "-m", "shoal", "agent", "--server", "http://127.0.0.1:1",
                                   "--join-token", "x", "--workdir", str(ro / "agent"), "--name", "n1",
                                   "--fake-gpus", "1", "--gpu-model", "A100-SXM4-80GB"]) == (
@@ -154,6 +155,10 @@ def test_start_up_failures_are_one_line(tmp_path):
             f"shoal up: error: cannot use the state dir {ro / 'up'}: Read-only file system")
         assert _one_line_failure([*up, "--port", str(port), "--state-dir", str(tmp_path / "up")], client) == (
             f"shoal up: the server exited during start-up: cannot listen on 127.0.0.1:{port}: Address already in use")
+        assert _one_line_failure([*up, "--port", str(free_port()), "--state-dir", str(tmp_path / "up2"),
+                                  "--config", str(tmp_path / "missing.yaml")], client) == (
+            "shoal up: the server exited during start-up: cannot read cluster configuration "
+            f"{tmp_path / 'missing.yaml'}: No such file or directory")
     finally:
         taken.close()
         subprocess.run(["umount", "-l", str(ro)], check=False)

@@ -21,7 +21,7 @@ def run(args) -> int:
     try:
         config = load_cluster_config(args.config)
     except ConfigError as e:
-        print(f"shoal server: {e}", file=sys.stderr)
+        print(f"shoal server: error: {e}", file=sys.stderr)
         return 2
     state_dir = os.path.abspath(args.state_dir)
     db = args.db or f"sqlite:///{os.path.join(state_dir, 'shoal.db')}"
