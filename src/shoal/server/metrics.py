@@ -47,10 +47,12 @@ class NodeUse:
     allocated: dict[str, int] = field(default_factory=lambda: {"gpus": 0, "cpus": 0, "memory": 0})
 
     def split(self, resource: str) -> dict[str, int]:
+        """allocated and idle (an UP node) or allocated and drained (any other): a node's free
+        resources are one or the other, and the series that is always 0 is left out (a third
+        fewer series from a big cluster, whose text is mostly per-node series)."""
         used = min(self.allocated[resource], self.total[resource])
         free = self.total[resource] - used
-        up = self.state == NodeState.UP.value
-        return {"allocated": used, "idle": free if up else 0, "drained": 0 if up else free}
+        return {"allocated": used, "idle" if self.state == NodeState.UP.value else "drained": free}
 
 
 def node_use(nodes: Iterable[tuple[str, str, int, int, list]],
