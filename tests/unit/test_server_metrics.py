@@ -3,6 +3,9 @@ their transaction commits."""
 
 from __future__ import annotations
 
+from prometheus_client.exposition import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
 from shoal.model.job import JobState
 from shoal.model.snapshot import Partition
 from shoal.server import jobs as jobsvc
@@ -37,6 +40,13 @@ def _running(server: Server, now: float) -> int:
     return row.id
 
 
+def _samples(text: str) -> dict:
+    """Every sample of a Prometheus text, by name and labels, without the timing histograms'
+    values (they change between two scrapes)."""
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value if "duration" not in s.name else None
+            for f in text_string_to_metric_families(text) for s in f.samples}
+
+
 def _value(server: Server, name: str, labels: dict) -> float | None:
     return server.metrics.registry.get_sample_value(name, labels)
 
@@ -60,6 +70,8 @@ def test_a_jobs_end_counts_once_its_transaction_commits(tmp_path):
         assert _value(server, "shoal_store_commit_duration_seconds_count", {}) >= 2
         # GPU-seconds by account: the ended run's two GPUs for 60 s, read at the scrape.
         text = server.metrics.exposition().decode()
-        assert 'shoal_account_gpu_seconds_total{account="physics",user="alice"} 120.0' in text
+        assert 'shoal_account_gpu_seconds_total{account="physics",user="alice"} 120\n' in text
+        # The text says what prometheus-client's own exposition says, sample for sample.
+        assert _samples(text) == _samples(generate_latest(server.metrics.registry).decode())
     finally:
         server.engine.dispose()
