@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
@@ -398,5 +398,3 @@ def _reason(reason: str, held: bool) -> str:
         return "JobHeldUser"
     return (reason or "None").split(",")[0]
 
-
-RequestObserver = Callable[[str, str, int, float], None]
