@@ -43,7 +43,7 @@ from shoal.agent.identity import JobUsers
 from shoal.agent.pods import PodManager
 from shoal.agent.runtime import Run, Runtime
 from shoal.agent.stepserver import StepServer
-from shoal.agent.usage import UsageSampler, prometheus_text
+from shoal.agent.usage import UsageSampler, holder_labels, prometheus_text
 from shoal.cli.client import Client, ClientError
 
 log = logging.getLogger("shoal.agent")
@@ -104,7 +104,7 @@ class Agent:
         self._desired: set[str] = set()
         self.usage = UsageSampler(self._open_nvml(), cfg.inventory.gpus)
         self._pod_names: dict[str, tuple[str, str]] = {}  # run key -> (namespace, pod), for /metrics
-        self._gpu_pods: dict[int, tuple[str, str]] = {}  # GPU index -> (namespace, pod)
+        self._gpu_holders: dict[int, dict[str, str]] = {}  # GPU index -> its holder's labels, for /metrics
         self.health_interval = 1.0  # NVML health polls (HealthCheckInterval)
         self._health_lock = threading.Lock()
         self._gpu_problems: list[dict] = []  # lasting GPU problems found by the last poll
@@ -242,7 +242,7 @@ class Agent:
         desired = {r["key"] for r in work["runs"]}
         pods = [(r["key"], r["gpus"], (r["pod"]["namespace"], r["pod"]["name"])) for r in work["runs"] if "pod" in r]
         self._pod_names = {key: name for key, _, name in pods}
-        self._gpu_pods = {g: name for _, gpus, name in pods for g in gpus}
+        self._gpu_holders = {g: holder_labels(r) for r in work["runs"] for g in r["gpus"]}
         kill = {k["key"] for k in work["kill"]}
         self._desired = desired | kill
         for entry in work["runs"]:
@@ -320,7 +320,7 @@ class Agent:
 
     def metrics_text(self) -> str:
         """The last usage sample as Prometheus text (the step server's ``GET /metrics``)."""
-        return prometheus_text(self.usage.last, self.usage.gpus, self.name, self._gpu_pods, self._pod_names)
+        return prometheus_text(self.usage.last, self.usage.gpus, self.name, self._gpu_holders, self._pod_names)
 
     def _on_exit(self, run: Run, exit_code: int, sig: int, when: float, reason: str | None = None) -> None:
         if run.key in self._fenced:

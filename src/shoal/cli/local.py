@@ -192,6 +192,17 @@ def up(args) -> int:
             if not _alive(pids["gateway"]):
                 return _failed(sdir, "the gateway exited during start-up", "gateway.log")
             time.sleep(0.05)
+    if getattr(args, "prometheus", None):
+        from shoal.cli import prometheus
+
+        config = prometheus.scrape_config(server_url, admin_file, [f"{a}:{args.agent_port}" for a in addresses],
+                                          gateway=state.get("gateway"), ca_file=ca_file)
+        try:
+            pids["prometheus"], state["prometheus"] = prometheus.start(sdir, args.prometheus, config, _spawn, _alive)
+        except prometheus.PrometheusError as e:
+            _write_state(sdir, state)
+            return _failed(sdir, str(e), "prometheus.log")
+        _write_state(sdir, state)
     gpus = f"{args.gpus_per_node} x {model.product}" if model else "no GPUs"
     print(f"Shoal local cluster is up: {args.nodes} nodes ({names[0]}..{names[-1]}), {gpus} each, "
           f"{args.cpus_per_node} CPUs, {args.memory_per_node} memory")
@@ -202,6 +213,9 @@ def up(args) -> int:
               "/etc/hosts lists them")
     if state.get("gateway"):
         print(f"  gateway  {state['gateway']}  (Host: NAME.NAMESPACE, or /shoal/v1/namespaces/NS/services/NAME/proxy/)")
+    if state.get("prometheus"):
+        print(f"  metrics  {state['prometheus']}  (Prometheus scraping the server and the agents; "
+              "dashboards in examples/grafana/)")
     print("  try      sinfo; sbatch --wrap hostname; squeue; shoal apply -f app.yaml; shoal down")
     return 0
 
@@ -298,7 +312,7 @@ def _stop(sdir: Path, quiet: bool) -> None:
         return
     pids = state["pids"]
     agents = [p for p in pids["agents"].values() if p]
-    _terminate([pids["gateway"]] if pids.get("gateway") else [])
+    _terminate([pids[p] for p in ("gateway", "prometheus") if pids.get(p)])
     _terminate(agents)
     _terminate([pids["server"]] if pids["server"] else [])
     if state.get("hosts"):

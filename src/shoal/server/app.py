@@ -23,6 +23,7 @@ from shoal.model.gpu import gpu_gres
 from shoal.model.resources import GPU, Allocation
 from shoal.sched.placement import check_feasible
 from shoal.server import commands, fastpath
+from shoal.server import metrics as metricsmod
 from shoal.server import jobs as jobsvc
 from shoal.server import nodes as nodesvc
 from shoal.server import priority as priosvc
@@ -136,6 +137,11 @@ def create_app(server: Server) -> fastpath.FastPaths:
     @app.get("/healthz")
     def healthz():
         return {"ok": True, "version": __version__}
+
+    @app.get("/metrics")
+    def metrics(p: Principal = Depends(principal)):
+        """Prometheus' scrape (docs/METRICS.md): any token may read it, as any may read squeue."""
+        return Response(server.metrics.exposition(), media_type=metricsmod.CONTENT_TYPE_LATEST)
 
     @app.get("/shoal/v1/leader")
     def leader(p: Principal = Depends(principal)):
@@ -841,7 +847,7 @@ def create_app(server: Server) -> fastpath.FastPaths:
     fast.add("POST", r"/shoal/v1/agents/(?P<node>[^/]+)/report", fast_report)
     # In front of the whole app, FastAPI's own middlewares included (error pages, body limit):
     # these requests do not pass through them (an error escaping a fast route is uvicorn's 500).
-    return fastpath.FastPaths(app, routes=fast)
+    return fastpath.FastPaths(app, routes=fast, observe=server.metrics.observe_request)
 
 
 def _queue_listing(jobs: list[dict], user: str | None, partition: str | None, state: list[str],

@@ -336,6 +336,7 @@ def finish(session: Session, row: JobRow, state: JobState, now: float, *, exit_c
     """End a job's run: record the state, and hold its resources as cleanups until its processes are gone."""
     current = JobState(row.state)
     check_transition(current, state)
+    _count_end(session, row, state, now)
     row.state = state.value
     row.end_time = now
     if exit_code is not None:
@@ -354,6 +355,7 @@ def requeue(session: Session, row: JobRow, now: float, *, via: JobState, reason:
     current = JobState(row.state)
     check_transition(current, via)
     if current is JobState.RUNNING:
+        _count_end(session, row, via, now)
         _hold_for_cleanup(session, row, now, "TERM", skip_nodes)
     check_transition(via, JobState.PENDING)
     row.state = JobState.PENDING.value
@@ -387,6 +389,13 @@ def end_preempted(session: Session, row: JobRow, now: float, qos: Mapping[str, Q
         finish(session, row, JobState.PREEMPTED, now, exit_code=exit_code, signal=signal,
                reason="Preempted")
     return how
+
+
+def _count_end(session: Session, row: JobRow, state: JobState, now: float) -> None:
+    """Tell the server's metrics (shoal.server.metrics) that a run ends, once the session commits."""
+    metrics = session.info.get("server_metrics")
+    if metrics is not None:
+        metrics.run_ended(session, row, state.value, now)
 
 
 def _hold_for_cleanup(session: Session, row: JobRow, now: float, kill_signal: str, skip_nodes) -> None:
