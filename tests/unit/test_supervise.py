@@ -196,3 +196,72 @@ def test_the_status_file_is_never_seen_half_written(tmp_path):
     assert seen and set(seen) == {"x"}  # json.loads never met a part
     assert json.loads(path.read_text())["exit_code"] == 49
     assert [p.name for p in tmp_path.iterdir()] == [supervise.STATUS]  # no temp file left behind
+
+
+def _lease(tmp_path: Path, expires_in: float, grace_s: float = 1.0, check_s: float = 0.1) -> Path:
+    path = tmp_path / supervise.LEASE
+    supervise.write_lease(path, supervise.Lease(supervise.boottime() + expires_in, grace_s, check_s))
+    return path
+
+
+def test_a_run_whose_lease_runs_out_is_fenced_by_its_supervisor_alone(tmp_path, supervisor):
+    """No agent watches: the supervisor reads the node's lease itself. Renewed, the run goes on;
+    run out, the job gets SIGTERM (which this one ignores), then SIGKILL after the grace, and
+    the status says it was fenced."""
+    lease = _lease(tmp_path, 0.6, grace_s=1.0)
+    jobdir, launch = _launch(tmp_path, "trap 'echo got TERM' TERM; while :; do sleep 0.05; done")
+    task = Supervised(jobdir, supervise.start(jobdir, launch, lease))
+    for _ in range(4):  # an agent that reports keeps the lease ahead
+        time.sleep(0.3)
+        supervise.write_lease(lease, supervise.Lease(supervise.boottime() + 0.6, 1.0, 0.1))
+    assert not (jobdir / supervise.STATUS).exists()
+    ran_out = time.monotonic() + 0.6
+    status = task.wait()
+    ended = time.monotonic()
+    assert status.fenced and (status.exit_code, status.signal) == (0, signal.SIGKILL), status
+    assert ran_out + 0.9 <= ended <= ran_out + 1.0 + 0.1 + 1.0, (ended - ran_out)  # grace, check period, slack
+    assert "got TERM" in (tmp_path / "slurm-7.out").read_text()
+    assert "fenced: the node's lease ran out" in (jobdir / supervise.LOG).read_text()
+
+
+def test_a_fenced_job_that_ends_on_sigterm_ends_within_the_grace(tmp_path, supervisor):
+    lease = _lease(tmp_path, -1.0, grace_s=30.0)  # run out already: fenced at its first check
+    jobdir, launch = _launch(tmp_path, "exec sleep 60")
+    before = time.monotonic()
+    status = Supervised(jobdir, supervise.start(jobdir, launch, lease)).wait()
+    assert status.fenced and status.signal == signal.SIGTERM
+    assert time.monotonic() - before < 5
+
+
+def test_a_run_that_ends_before_its_lease_is_not_fenced_and_no_lease_means_no_fence(tmp_path, supervisor):
+    jobdir, launch = _launch(tmp_path, "exit 3")
+    status = Supervised(jobdir, supervise.start(jobdir, launch, _lease(tmp_path, 30.0))).wait()
+    assert (status.exit_code, status.fenced) == (3, False)
+    jobdir = tmp_path / "jobs" / "8.0"
+    jobdir.mkdir()
+    launch = supervise.Launch(**{**launch.__dict__, "argv": ["/bin/sh", "-c", "sleep 1; exit 4"]})
+    status = Supervised(jobdir, supervise.start(jobdir, launch, tmp_path / "no-lease")).wait()
+    assert (status.exit_code, status.fenced) == (4, False)  # fencing off: nothing to read
+
+
+def test_the_fence_kills_what_the_jobs_cgroups_list(tmp_path, supervisor):
+    """The cgroup work writes JOBDIR/cgroups; the fence kills every pid its cgroup.procs list,
+    here a process that left the job's process group (setsid); where the kernel has
+    cgroup.kill (v2), it writes 1 there. Stand-in directories play the cgroups."""
+    escaped = subprocess.Popen(["setsid", "sleep", "60"])
+    v1, v2 = tmp_path / "cg1", tmp_path / "cg2"
+    for d in (v1, v2):
+        d.mkdir()
+    (v1 / "cgroup.procs").write_text(f"{escaped.pid}\n")
+    (v2 / "cgroup.procs").write_text("")
+    (v2 / "cgroup.kill").write_text("")
+    try:
+        lease = _lease(tmp_path, -1.0, grace_s=0.2)
+        jobdir, launch = _launch(tmp_path, "exec sleep 60")
+        (jobdir / supervise.CGROUPS).write_text(f"{v1}\n{v2}\n")
+        status = Supervised(jobdir, supervise.start(jobdir, launch, lease)).wait()
+        assert status.fenced
+        assert escaped.wait(timeout=5) in (-signal.SIGTERM, -signal.SIGKILL)
+        assert (v2 / "cgroup.kill").read_text() == "1"
+    finally:
+        escaped.kill()
