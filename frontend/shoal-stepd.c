@@ -262,6 +262,7 @@ static int wait_fencing(pid_t pid, const char *lease_path) {
         struct timespec ts = {(time_t)wait, (long)((wait - (double)(time_t)wait) * 1e9)};
         sigtimedwait(&chld, NULL, &ts);
     }
+    if (kill_at >= 0) signal_run(pid, SIGKILL); /* what the job left behind (the task, unreaped, keeps its group ours) */
     return kill_at >= 0;
 }
 

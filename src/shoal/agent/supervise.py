@@ -323,6 +323,8 @@ def wait_fencing(pid: int, lease_path: Path | None, jobdir: Path | None = None) 
                 _signal_run(pid, jobdir, signal.SIGKILL)
                 wait = CHECK_S
         signal.sigtimedwait([signal.SIGCHLD], max(wait, 0.01))
+    if kill_at is not None:  # what the job left behind goes too (the task, unreaped, keeps its group ours)
+        _signal_run(pid, jobdir, signal.SIGKILL)
     return kill_at is not None
 
 
