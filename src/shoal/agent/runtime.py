@@ -219,7 +219,7 @@ class Runtime:
                                   argv=[str(script), *b.get("argv", [])], env=env, cwd=cwd, cwd_fallback="/tmp",
                                   files=files, identity=ident)
         try:
-            popen = supervise.start(jobdir, launch)
+            popen = supervise.start(jobdir, launch, self.workdir / supervise.LEASE)
         except OSError as e:
             log.error("job %s: cannot start its supervisor: %s", entry["key"], e)
             self.on_exit(run, 1, 0, time.time(), f"launch failed: supervisor: {e.strerror}")
@@ -290,8 +290,9 @@ class Runtime:
 
     # ---------------------------------------------------------------- kill / signal
 
-    def kill(self, key: str, kill_wait: float, now: float) -> None:
-        """Begin (or continue) ending a run: TERM at once, KILL after kill_wait."""
+    def kill(self, key: str, kill_wait: float, now: float, fence: bool = False) -> None:
+        """Begin (or continue) ending a run: TERM at once, KILL after kill_wait. A ``fence``
+        leaves the batch script's TERM to its supervisor, which fences it by the same lease."""
         with self.lock:
             run = self.runs.get(key)
             if run is None:
@@ -299,7 +300,7 @@ class Runtime:
             if run.killing_since is None:
                 run.killing_since = now
                 for p in run.procs:
-                    if p.alive:
+                    if p.alive and not (fence and isinstance(p.popen, Supervised)):
                         p.send(signal.SIGCONT)
                         p.send(signal.SIGTERM)
             elif not run.killed_hard and now - run.killing_since >= kill_wait:

@@ -624,6 +624,7 @@ def create_app(server: Server) -> fastpath.FastPaths:
             fenced = nodesvc.fail_fenced_runs(s, server.controller, body.name, body.fenced, now) \
                 if body.fenced else set()
         server.forget_address(body.name)
+        fence = server.config.nodes.fence
         server.hub.bump([body.name, *fenced])
         server.controller.wake()
         if fenced:
@@ -634,9 +635,12 @@ def create_app(server: Server) -> fastpath.FastPaths:
             **({"certificate": certificate, "ca": server.ca.pem()} if certificate else {}),
             "epoch": server.hub.epoch,
             "heartbeat_interval_s": server.config.nodes.heartbeat_interval_s,
-            # The agent's lease: silent this long, the node is DOWN and its work restarted
-            # elsewhere, so the agent stops that work itself (fencing); null: never.
-            "lease_s": server.config.nodes.heartbeat_timeout_s if server.config.nodes.fencing else None,
+            # The agent's lease: silent this long, its supervisors stop its work themselves
+            # (fencing), TERM then KILL after fence_grace_s, all before the heartbeat timeout
+            # ends and the server restarts that work elsewhere; null: never (docs/FENCING.md).
+            "lease_s": fence.lease_s if server.config.nodes.fencing else None,
+            "fence_grace_s": fence.grace_s,
+            "fence_check_s": fence.check_s,
             "kill_wait_s": server.config.nodes.kill_wait_s,
         }
 
