@@ -329,13 +329,19 @@ class Agent:
         """The last usage sample as Prometheus text (the step server's ``GET /metrics``)."""
         return prometheus_text(self.usage.last, self.usage.gpus, self.name, self._gpu_pods, self._pod_names)
 
-    def _on_exit(self, run: Run, exit_code: int, sig: int, when: float, reason: str | None = None) -> None:
+    def _on_exit(self, run: Run, exit_code: int, sig: int, when: float, reason: str | None = None,
+                 fenced: bool = False) -> None:
         if run.key in self._fenced:
-            return  # killed by the fence: the server has ended or restarted this run already
+            return  # killed by this agent's fence: named at its next registration instead
         event = {"type": "exit", "key": run.key, "job_id": run.job_id, "run": run.run,
                  "exit_code": exit_code, "signal": sig, "time": when}
         if reason:
             event["reason"] = reason  # why it never ran (squeue's and sacct's REASON)
+        # Whether it ended by itself: the server corrects a run it gave up only with such an end.
+        if fenced:
+            event["fenced"] = True  # its supervisor's fence, with no agent (or an earlier one) alive
+        elif run.killing_since is not None:
+            event["killed"] = True
         self.events.put(event)
         self._report_now.set()
 

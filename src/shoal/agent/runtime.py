@@ -136,7 +136,7 @@ class Runtime:
     def __init__(self, node: str, workdir: Path, on_exit, users: JobUsers | None = None) -> None:
         self.node = node
         self.workdir = workdir
-        self.on_exit = on_exit  # callback(run: Run, exit_code, signal, when, reason=None)
+        self.on_exit = on_exit  # callback(run: Run, exit_code, signal, when, reason=None, fenced=False)
         self.users = users or JobUsers()
         self.runs: dict[str, Run] = {}
         self.lock = threading.RLock()
@@ -280,7 +280,7 @@ class Runtime:
         status = task.wait()
         if status.reason:
             log.error("job %s: %s (supervisor's log: %s)", run.key, status.reason, task.jobdir / supervise.LOG)
-        self.on_exit(run, status.exit_code, status.signal, status.end_time, status.reason)
+        self.on_exit(run, status.exit_code, status.signal, status.end_time, status.reason, fenced=status.fenced)
 
     # ---------------------------------------------------------------- steps
 

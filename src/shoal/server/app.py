@@ -17,7 +17,7 @@ from sqlalchemy.orm.exc import StaleDataError
 from shoal import __version__
 from shoal.model.arrays import format_array
 from shoal.model.hostlist import compress
-from shoal.model.job import JobState
+from shoal.model.job import JobState, LateExit
 from shoal.model.node import NodeState, display_state
 from shoal.model.gpu import gpu_gres
 from shoal.model.resources import GPU, Allocation
@@ -704,9 +704,18 @@ def create_app(server: Server) -> fastpath.FastPaths:
         return {"ok": True}
 
     def _agent_exit(s, row: JobRow | None, node: str, ev, now: float) -> set[str]:
-        if row is None or row.restart_count != ev.run or row.batch_host != node:
+        if row is None:
+            return set()
+        if row.lost_run is not None:  # its node fell silent and came back: how did the run end?
+            outcome = nodesvc.late_exit_of_lost_run(row, node, ev.run, ev.exit_code or 0, ev.signal or 0,
+                                                    ev.time or now, not (ev.fenced or ev.killed))
+            if outcome is not LateExit.IGNORE:
+                return {node}
+        if row.restart_count != ev.run or row.batch_host != node:
             return set()  # a report about an old run: already handled
         names = set(Allocation.from_json(row.allocation).node_names) if row.allocation else set()
+        if ev.fenced and row.state == JobState.RUNNING.value:  # stopped at its lease's end, as on a node failure
+            return server.controller.fail_node_jobs(s, node, now, only=lambda r: r.id == row.id) | names
         if row.state != JobState.RUNNING.value:
             if row.exit_code is None:
                 row.exit_code, row.signal = ev.exit_code or 0, ev.signal or 0

@@ -260,6 +260,8 @@ class AgentEvent(BaseModel):
     signal: int | None = None
     time: float | None = None
     reason: str | None = Field(default=None, max_length=1024)  # why the run never started
+    fenced: bool = False  # its supervisor stopped it: the node's lease had run out
+    killed: bool = False  # the agent stopped it (scancel, a time limit, the server no longer listing it)
 
 
 class PodReport(BaseModel):
