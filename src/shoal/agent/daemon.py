@@ -87,6 +87,8 @@ class Agent:
         self._pod_exits_sent: set[str] = set()
         self._pod_lock = threading.Lock()
         self.events: queue.Queue = queue.Queue()
+        self._pending: list[dict] = []  # events taken from ``events``, not yet accepted by the server
+        self._events_lock = threading.Lock()
         self.stop = threading.Event()
         self.credential: str | None = None
         self.step_key: str = ""
@@ -143,6 +145,11 @@ class Agent:
         fenced = self._unannounced
         if fenced:
             body["fenced"] = fenced
+        with self._events_lock:
+            self._drain_events()
+            sending = list(self._pending)
+            if sending:
+                body["events"] = sending
         if self.certificate is not None:
             body["csr"] = self.certificate.request()
         self._server.token = self.cfg.join_token
@@ -153,6 +160,7 @@ class Agent:
                 raise ClientError("the server issued no certificate for this agent's HTTPS (is it older than "
                                   "the agent?); start the agent with --tls off to serve plain HTTP")
             self.step_server.tls = self.certificate.accept(reply["certificate"], reply["ca"])
+        self._accepted(sending)
         self.revoked.clear()
         self.credential = reply["credential"]
         self.step_key = reply["step_key"]
@@ -345,8 +353,21 @@ class Agent:
         self.events.put(event)
         self._report_now.set()
 
+    def _drain_events(self) -> None:
+        """Move queued events to the pending list (under _events_lock)."""
+        while True:
+            try:
+                self._pending.append(self.events.get_nowait())
+            except queue.Empty:
+                return
+
+    def _accepted(self, sent: list[dict]) -> None:
+        """The server has these events: drop them (the registration and the reporter may both send some)."""
+        ids = {id(e) for e in sent}
+        with self._events_lock:
+            self._pending = [e for e in self._pending if id(e) not in ids]
+
     def _reporter(self) -> None:
-        pending: list[dict] = []
         unsent: dict[str, dict] = {}  # pod reports a failed post did not deliver, by run key
         sampled = float("-inf")
         while not self.stop.is_set():
@@ -373,11 +394,9 @@ class Agent:
                     unsent[rp["key"]] = {**rp, "events": (old["events"] if old else []) + rp["events"]}
             except Exception:  # a bug here must never stop the heartbeats: the node would go DOWN
                 log.exception("collecting kills and pod reports failed; the heartbeat goes on")
-            while True:
-                try:
-                    pending.append(self.events.get_nowait())
-                except queue.Empty:
-                    break
+            with self._events_lock:
+                self._drain_events()
+                pending = list(self._pending)
             usage = {}
             if time.monotonic() - sampled >= self.heartbeat_interval * 0.9:
                 # Once per heartbeat, however often pod changes wake the reporter.
@@ -394,7 +413,7 @@ class Agent:
                 self._server.post(f"/shoal/v1/agents/{self.name}/report",
                                   {"events": pending, "alive": self.alive_keys(),
                                    "pods": list(unsent.values()), "gpu_health": gpu_health, **usage}, timeout=10)
-                pending = []
+                self._accepted(pending)
                 unsent = {}
                 with self._fence_lock:
                     self._renew(sent)

@@ -247,9 +247,13 @@ class Runtime:
             run.batch_started = True
         if supervise.supervisor_alive(jobdir):
             log.warning("run %s: adopted from an earlier agent; its supervisor still runs it", run.key)
-        else:
-            log.warning("run %s: adopted from an earlier agent; it ended while no agent watched", run.key)
-        self._watch(run, Supervised(jobdir))
+            self._watch(run, Supervised(jobdir))
+            return
+        log.warning("run %s: adopted from an earlier agent; it ended while no agent watched", run.key)
+        task = Supervised(jobdir)
+        with self.lock:
+            run.procs.append(Proc(task, "batch"))
+        self._wait_batch(run, task)  # at once: its exit goes with the registration that follows
 
     def _watch(self, run: Run, task: Supervised) -> None:
         with self.lock:

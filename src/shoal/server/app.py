@@ -620,12 +620,17 @@ def create_app(server: Server) -> fastpath.FastPaths:
             row.gpus, row.labels, row.features = gpus, body.labels, body.features
             row.boot_time, row.last_heartbeat = body.boot_time, now
             row.tls = certificate is not None
+            ended = {r.id: r for r in s.scalars(select(JobRow).where(
+                JobRow.id.in_({ev.job_id for ev in body.events})))} if body.events else {}
+            exits: set[str] = set()
+            for ev in body.events:
+                exits |= _agent_exit(s, ended.get(ev.job_id), body.name, ev, now)
             generation = row.credential_gen or 0
             fenced = nodesvc.fail_fenced_runs(s, server.controller, body.name, body.fenced, now) \
                 if body.fenced else set()
         server.forget_address(body.name)
         fence = server.config.nodes.fence
-        server.hub.bump([body.name, *fenced])
+        server.hub.bump([body.name, *fenced, *exits])
         server.controller.wake()
         if fenced:
             server.kube.wake()
