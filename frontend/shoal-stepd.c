@@ -23,6 +23,8 @@
  *   to the task's group and to each pid of the cgroups listed in `cgroups`, SIGKILL after
  *   the grace, cgroup.kill where there is one) and status.json says "fenced": true.
  *
+ * - `shoal-stepd --step LEASE ARGV...` runs one srun task the same way (step_main).
+ *
  * The launch comes from `launch.bin`, written by supervise.start next to launch.json:
  * NUL-terminated fields, each list led by its length (Launch.to_bin says the order).
  * libc only: cc -O2 -Wall -o shoal-stepd shoal-stepd.c
@@ -36,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -222,14 +225,14 @@ static void signal_cgroups(int sig, int rounds) {
     fclose(list);
 }
 
-static void signal_run(pid_t pid, int sig) {
-    killpg(pid, sig);
+static void signal_run(pid_t group, int sig) {
+    killpg(group, sig);
     signal_cgroups(sig, sig == SIGKILL ? 100 : 1);
 }
 
-/* supervise.wait_fencing: wait for the task to end (unreaped), fencing it when the lease in
- * lease_path runs out; 1 when it was fenced. SIGCHLD is blocked. */
-static int wait_fencing(pid_t pid, const char *lease_path) {
+/* supervise.wait_fencing: wait for the task to end (unreaped), fencing its process group when
+ * the lease in lease_path runs out; 1 when it was fenced. SIGCHLD is blocked. */
+static int wait_fencing(pid_t pid, pid_t group, const char *lease_path) {
     sigset_t chld;
     sigemptyset(&chld);
     sigaddset(&chld, SIGCHLD);
@@ -247,14 +250,14 @@ static int wait_fencing(pid_t pid, const char *lease_path) {
                 kill_at = monotonic() + grace;
                 fprintf(stderr, "fenced: the node's lease ran out %.1fs ago (no report reached the server): "
                         "SIGTERM to the job, SIGKILL in %gs\n", now - expires, grace);
-                signal_run(pid, SIGCONT);
-                signal_run(pid, SIGTERM);
+                signal_run(group, SIGCONT);
+                signal_run(group, SIGTERM);
             }
         }
         if (kill_at >= 0) {
             wait = kill_at - monotonic();
             if (wait <= 0) { /* and again each check while the task is not gone */
-                signal_run(pid, SIGKILL);
+                signal_run(group, SIGKILL);
                 wait = CHECK_S;
             }
         }
@@ -262,7 +265,7 @@ static int wait_fencing(pid_t pid, const char *lease_path) {
         struct timespec ts = {(time_t)wait, (long)((wait - (double)(time_t)wait) * 1e9)};
         sigtimedwait(&chld, NULL, &ts);
     }
-    if (kill_at >= 0) signal_run(pid, SIGKILL); /* what the job left behind (the task, unreaped, keeps its group ours) */
+    if (kill_at >= 0) signal_run(group, SIGKILL); /* what the job left behind (the task, unreaped, keeps its group ours) */
     return kill_at >= 0;
 }
 
@@ -449,9 +452,54 @@ static pid_t start_task(const Launch *l, char *reason, size_t cap) {
     return 0;
 }
 
+/* ------------------------------------------------------------------ a step's task */
+
+static void ignore_signal(int sig) { (void)sig; }
+
+/* shoal-stepd --step LEASE ARGV...: supervise.step_main. One srun task under a supervisor in
+ * its own process group (the agent signals the group, which reaches both; we only survive
+ * the catchable ones), so the task is fenced by the lease even with no agent alive. Exits
+ * as the task did. */
+static int step_main(const char *lease_path, char **argv) {
+    /* Caught, not ignored: an exec resets them to default for the task. */
+    struct sigaction sa = {.sa_handler = ignore_signal};
+    for (int i = 0; i < N_FORWARDED; i++) sigaction(FORWARDED[i], &sa, NULL);
+    sigset_t blocked;
+    sigemptyset(&blocked);
+    sigaddset(&blocked, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &blocked, NULL);
+    pid_t pid = fork();
+    if (pid < 0) { perror("shoal-stepd: fork"); return 2; }
+    if (pid == 0) {
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        execvp(argv[0], argv);
+        fprintf(stderr, "slurmstepd: error: execve(): %s: %s\n", argv[0], strerror(errno));
+        _exit(2);
+    }
+    /* Our copies of the output pipes would hold them open after the task: only it keeps them. */
+    int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+    for (int fd = 0; null >= 0 && fd <= 2; fd++) dup2(null, fd);
+    wait_fencing(pid, getpgrp(), lease_path);
+    int st;
+    while (waitpid(pid, &st, 0) < 0)
+        if (errno != EINTR) return 1;
+    if (!WIFSIGNALED(st)) return WEXITSTATUS(st);
+    struct rlimit none = {0, 0};
+    setrlimit(RLIMIT_CORE, &none);
+    signal(WTERMSIG(st), SIG_DFL);
+    sigset_t all;
+    sigfillset(&all);
+    sigprocmask(SIG_UNBLOCK, &all, NULL);
+    raise(WTERMSIG(st));
+    return 128 + WTERMSIG(st);
+}
+
 int main(int argc, char **argv) {
+    if (argc >= 4 && strcmp(argv[1], "--step") == 0) return step_main(argv[2], argv + 3);
     if (argc != 3 && argc != 4) {
-        fputs("usage: shoal-stepd JOBDIR LOCK_FD [LEASE] (started by the agent)\n", stderr);
+        fputs("usage: shoal-stepd JOBDIR LOCK_FD [LEASE] | --step LEASE ARGV... (started by the agent)\n", stderr);
         return 2;
     }
     /* The lock's descriptor is only kept open (closing it would say "ended"), never inherited. */
@@ -485,7 +533,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < n_queued; i++) killpg(pid, queued[i]);
     sigprocmask(SIG_UNBLOCK, &fwd, NULL);
 
-    int fenced = argc == 4 && wait_fencing(pid, argv[3]);
+    int fenced = argc == 4 && wait_fencing(pid, pid, argv[3]);
     int st;
     while (waitpid(pid, &st, 0) < 0)
         if (errno != EINTR) { perror("shoal-stepd: waitpid"); return 1; }

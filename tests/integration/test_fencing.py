@@ -25,11 +25,14 @@ pytestmark = pytest.mark.slow
 
 
 def _ticking(log) -> str:
-    """A script that writes `start`, a tick every 0.1 s and `end` lines: RUN NODE TIME."""
+    """A script that writes `start`, a tick every 0.1 s and `end` lines (RUN NODE TIME), and
+    runs an srun step that ticks into the same file: a step left alive extends its run."""
+    note = f'echo "$1 $SLURM_RESTART_COUNT $SLURMD_NODENAME $(date +%s.%N)" >> {log}'
     return f"""#!/bin/bash
-note() {{ echo "$1 $SLURM_RESTART_COUNT $SLURMD_NODENAME $(date +%s.%N)" >> {log}; }}
+note() {{ {note}; }}
 trap 'note end; exit 143' TERM
 note start
+srun bash -c 'while :; do {note.replace("$1", "step")}; sleep 0.1; done' &
 while [ ! -e {log}.done ]; do note tick; sleep 0.1; done
 note end
 """
@@ -110,6 +113,8 @@ def test_a_requeue_job_never_runs_twice_at_once_when_its_agent_is_cut_off_killed
         assert (done["state"], done["restart_count"]) == ("COMPLETED", 5), done
         runs = _assert_never_overlapped(log)
         assert sorted(runs) == list(range(6)) and runs[0][0] == "node03", runs
+        stepped = {int(line.split()[1]) for line in log.read_text().splitlines() if line.startswith("step")}
+        assert 0 in stepped, "the first run's srun step never ticked"
     finally:
         for agent in agents.values():
             agent.terminate()

@@ -265,3 +265,46 @@ def test_the_fence_kills_what_the_jobs_cgroups_list(tmp_path, supervisor):
         assert (v2 / "cgroup.kill").read_text() == "1"
     finally:
         escaped.kill()
+
+
+def _step(tmp_path: Path, lease: Path, *argv: str) -> subprocess.Popen:
+    """An srun task as the step server starts it: its supervisor first, a session of its own."""
+    return subprocess.Popen([*supervise.step_command(lease), *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True, text=True)
+
+
+def test_a_step_task_under_its_supervisor_exits_and_dies_as_the_task_does(tmp_path, supervisor):
+    lease = _lease(tmp_path, 30.0)
+    p = _step(tmp_path, lease, "sh", "-c", "echo out; echo err >&2; exit 7")
+    assert p.communicate(timeout=10) == ("out\n", "err\n") and p.returncode == 7
+    p = _step(tmp_path, lease, "sh", "-c", "echo started; exec sleep 60")
+    assert p.stdout.readline() == "started\n"
+    os.killpg(p.pid, signal.SIGTERM)  # as the agent signals a step: its group, supervisor and task
+    p.communicate(timeout=10)
+    assert p.returncode == -signal.SIGTERM
+    p = _step(tmp_path, lease, "no-such-command-anywhere")
+    assert p.communicate(timeout=10)[1] == "slurmstepd: error: execve(): no-such-command-anywhere: No such file or directory\n"
+    assert p.returncode == 2
+
+
+def test_a_step_task_is_fenced_by_its_supervisor_when_the_lease_runs_out(tmp_path, supervisor):
+    lease = _lease(tmp_path, 1.0, grace_s=0.5)
+    p = _step(tmp_path, lease, "sh", "-c", "trap '' TERM; echo started; while :; do sleep 0.05; done")
+    assert p.stdout.readline() == "started\n"
+    before = time.monotonic()
+    p.communicate(timeout=10)
+    assert p.returncode == -signal.SIGKILL and time.monotonic() - before < 5
+    _wait_for(lambda: not _living_in_group(p.pid), 5)  # nothing of the group is left
+
+
+def _living_in_group(pgid: int) -> list[int]:
+    """The processes of group ``pgid`` that are not zombies."""
+    living = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            living.append(int(stat.parent.name))
+    return living

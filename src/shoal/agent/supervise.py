@@ -33,6 +33,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -297,13 +298,15 @@ def _ended(pid: int) -> bool:
     return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
 
 
-def wait_fencing(pid: int, lease_path: Path | None, jobdir: Path | None = None) -> bool:
+def wait_fencing(pid: int, lease_path: Path | None, jobdir: Path | None = None, group: int | None = None) -> bool:
     """Wait for the task ``pid`` to end (left unreaped), fencing it when the lease in
-    ``lease_path`` runs out: SIGCONT and SIGTERM to its group (and the run's cgroups), SIGKILL
-    after the lease's grace. Returns whether it was fenced. SIGCHLD must be blocked."""
+    ``lease_path`` runs out: SIGCONT and SIGTERM to its process ``group`` (its own by default)
+    and the run's cgroups, SIGKILL after the lease's grace. Returns whether it was fenced.
+    SIGCHLD must be blocked."""
     if lease_path is None:
         return False  # no fencing: the caller's wait blocks, never woken
     kill_at = None  # time.monotonic() when SIGKILL is due, once fenced
+    group = pid if group is None else group
     while not _ended(pid):
         wait = CHECK_S
         if kill_at is None:
@@ -315,21 +318,21 @@ def wait_fencing(pid: int, lease_path: Path | None, jobdir: Path | None = None) 
                     print(f"fenced: the node's lease ran out {boottime() - lease.expires:.1f}s ago (no report "
                           f"reached the server): SIGTERM to the job, SIGKILL in {lease.grace_s:g}s",
                           file=sys.stderr, flush=True)
-                    _signal_run(pid, jobdir, signal.SIGCONT)
-                    _signal_run(pid, jobdir, signal.SIGTERM)
+                    _signal_run(group, jobdir, signal.SIGCONT)
+                    _signal_run(group, jobdir, signal.SIGTERM)
         if kill_at is not None:
             wait = kill_at - time.monotonic()
             if wait <= 0:  # and again each check while the task is not gone
-                _signal_run(pid, jobdir, signal.SIGKILL)
+                _signal_run(group, jobdir, signal.SIGKILL)
                 wait = CHECK_S
         signal.sigtimedwait([signal.SIGCHLD], max(wait, 0.01))
     if kill_at is not None:  # what the job left behind goes too (the task, unreaped, keeps its group ours)
-        _signal_run(pid, jobdir, signal.SIGKILL)
+        _signal_run(group, jobdir, signal.SIGKILL)
     return kill_at is not None
 
 
-def _signal_run(pid: int, jobdir: Path | None, sig: int) -> None:
-    killpg(pid, sig)
+def _signal_run(group: int, jobdir: Path | None, sig: int) -> None:
+    killpg(group, sig)
     if jobdir is not None:
         signal_cgroups(jobdir, sig, rounds=100 if sig == signal.SIGKILL else 1)
 
@@ -379,6 +382,41 @@ def supervise(jobdir: Path, clock=time.time, lease: Path | None = None) -> int:
     return 0
 
 
+def step_command(lease: Path) -> list[str]:
+    """What an srun task's argv is prefixed with, so that its supervisor fences it by
+    ``lease`` with no agent alive: shoal-stepd's step mode, or this module's."""
+    binary = stepd()
+    if binary is not None:
+        return [binary, "--step", str(lease)]
+    return [sys.executable, "-P", "-m", "shoal.agent.supervise", "--step", str(lease)]
+
+
+def step_main(lease: Path, argv: list[str]) -> int:
+    """One srun task under a supervisor sharing its process group: the agent signals the
+    group, which reaches both (the supervisor survives the catchable signals), and the
+    supervisor fences the group when the lease runs out. Exits as the task did."""
+    for sig in FORWARDED:
+        signal.signal(sig, lambda signum, frame: None)  # caught, not ignored: the task gets the default
+    try:
+        proc = subprocess.Popen(argv, close_fds=False)
+    except OSError as e:
+        print(f"slurmstepd: error: execve(): {argv[0]}: {e.strerror}", file=sys.stderr, flush=True)
+        return 2
+    signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGCHLD])
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):  # our copies of the output pipes would hold them open after the task
+        os.dup2(null, fd)
+    wait_fencing(proc.pid, lease, group=os.getpgrp())
+    rc = proc.wait()
+    if rc >= 0:
+        return rc
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    signal.signal(-rc, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    os.kill(os.getpid(), -rc)
+    return 128 - rc
+
+
 def read_task_pid(jobdir: Path) -> int | None:
     try:
         return int(json.loads((jobdir / TASK).read_text())["pid"])
@@ -387,6 +425,8 @@ def read_task_pid(jobdir: Path) -> int | None:
 
 
 def main(argv: list[str]) -> int:
+    if len(argv) >= 3 and argv[0] == "--step":
+        return step_main(Path(argv[1]), argv[2:])
     if len(argv) not in (2, 3):
         print("usage: python -m shoal.agent.supervise JOBDIR LOCK_FD [LEASE] (started by the agent)",
               file=sys.stderr)
