@@ -9,8 +9,9 @@ heartbeat timeout and restarts the node's work elsewhere. The agent's lease, lea
 registration, is shorter by the fence's grace, check period and clock skew, and is counted
 from when the last report the server took was *sent*. Each accepted report renews it in the
 ``lease`` file, which the runs' supervisors read: when it runs out they stop their runs
-themselves (TERM, KILL after the grace), whether this agent is alive, killed or stopped. The
-agent does the same for what it runs itself (steps, pods), never reports those runs again,
+themselves (TERM, KILL after the grace), whether this agent is alive, killed or stopped; so
+do srun tasks' step supervisors. The agent does the same for what it runs without one (pods,
+tasks started before it had a lease), never reports those runs again,
 and registers anew, naming them, once it reaches the server; it then runs only what the
 server gives it.
 

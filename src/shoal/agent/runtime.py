@@ -83,6 +83,7 @@ class Proc:
     popen: subprocess.Popen | Supervised
     kind: str  # "batch" | "step"
     step_id: int | None = None
+    fences_itself: bool = False  # under a supervisor that reads the node's lease
 
     @property
     def alive(self) -> bool:
@@ -252,12 +253,12 @@ class Runtime:
         log.warning("run %s: adopted from an earlier agent; it ended while no agent watched", run.key)
         task = Supervised(jobdir)
         with self.lock:
-            run.procs.append(Proc(task, "batch"))
+            run.procs.append(Proc(task, "batch", fences_itself=True))
         self._wait_batch(run, task)  # at once: its exit goes with the registration that follows
 
     def _watch(self, run: Run, task: Supervised) -> None:
         with self.lock:
-            run.procs.append(Proc(task, "batch"))
+            run.procs.append(Proc(task, "batch", fences_itself=True))
         threading.Thread(target=self._wait_batch, args=(run, task), daemon=True, name=f"batch-{run.key}").start()
 
     def _launched_before(self, run: Run, pidfile: Path) -> None:
@@ -288,15 +289,15 @@ class Runtime:
 
     # ---------------------------------------------------------------- steps
 
-    def add_step_proc(self, run: Run, popen: subprocess.Popen, step_id: int) -> None:
+    def add_step_proc(self, run: Run, popen: subprocess.Popen, step_id: int, fences_itself: bool = False) -> None:
         with self.lock:
-            run.procs.append(Proc(popen, "step", step_id))
+            run.procs.append(Proc(popen, "step", step_id, fences_itself))
 
     # ---------------------------------------------------------------- kill / signal
 
     def kill(self, key: str, kill_wait: float, now: float, fence: bool = False) -> None:
         """Begin (or continue) ending a run: TERM at once, KILL after kill_wait. A ``fence``
-        leaves the batch script's TERM to its supervisor, which fences it by the same lease."""
+        leaves the TERM of supervised processes to their supervisors, which read the same lease."""
         with self.lock:
             run = self.runs.get(key)
             if run is None:
@@ -304,7 +305,7 @@ class Runtime:
             if run.killing_since is None:
                 run.killing_since = now
                 for p in run.procs:
-                    if p.alive and not (fence and isinstance(p.popen, Supervised)):
+                    if p.alive and not (fence and p.fences_itself):
                         p.send(signal.SIGCONT)
                         p.send(signal.SIGTERM)
             elif not run.killed_hard and now - run.killing_since >= kill_wait:

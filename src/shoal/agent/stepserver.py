@@ -348,7 +348,7 @@ def _run_step(runtime: Runtime, run, req: dict, conn: socket.socket, wfile, node
             emit({"t": task["procid"], "e": f"slurmstepd: error: execve(): {req['argv'][0]}: {e.strerror}\n"})
             exits[task["procid"]] = [2, 0]
             continue
-        runtime.add_step_proc(run, p, req["step_id"])
+        runtime.add_step_proc(run, p, req["step_id"], fences_itself=bool(prefix))
         procs[task["procid"]] = p
     _stream_tasks(procs, conn, emit, exits)
 
