@@ -31,8 +31,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from shoal.agent.certs import AgentCertificate
 from shoal.agent import supervise
+from shoal.agent.certs import AgentCertificate
 from shoal.agent.gpus import (
     FakeNVML,
     GPUDiscoveryError,

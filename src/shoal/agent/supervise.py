@@ -20,6 +20,8 @@ exits. A restarted agent finds the run by its directory and re-adopts it:
   when it has run out, the supervisor fences its run itself, live agent or not: SIGCONT and
   SIGTERM to the task's group (and to the job's cgroups, ``CGROUPS``), SIGKILL after the
   lease's grace, and a status saying ``fenced``. See docs/FENCING.md.
+- ``--step LEASE ARGV...`` (``step_main``) runs one srun task under a supervisor of its own,
+  in the task's process group, fenced by the same lease.
 
 Stdlib only (plus ``identity``, itself stdlib): it starts in a few tens of milliseconds. That
 is still most of a short job's CPU on a node, so ``start`` runs ``shoal-stepd`` instead when

@@ -61,6 +61,20 @@ _TRANSITIONS: dict[JobState, frozenset[JobState]] = {
 }
 
 
+class IllegalTransition(ValueError):
+    """A state change that the job state machine does not allow."""
+
+
+def can_transition(current: JobState, new: JobState) -> bool:
+    return new in _TRANSITIONS.get(current, frozenset())
+
+
+def check_transition(current: JobState, new: JobState) -> JobState:
+    if not can_transition(current, new):
+        raise IllegalTransition(f"job cannot go from {current.value} to {new.value}")
+    return new
+
+
 # What a node that comes back may correct (docs/FENCING.md): the server's guess that a run
 # was lost with its silent node (NODE_FAIL, or PENDING again after a --requeue) becomes how the
 # run really ended. Kept apart from _TRANSITIONS, which no other change may take.
@@ -96,20 +110,6 @@ def late_exit(state: JobState, restart_count: int, lost_run: dict | None, node: 
 def check_correction(current: JobState, new: JobState) -> JobState:
     if new not in _CORRECTIONS.get(current, frozenset()):
         raise IllegalTransition(f"job cannot be corrected from {current.value} to {new.value}")
-    return new
-
-
-class IllegalTransition(ValueError):
-    """A state change that the job state machine does not allow."""
-
-
-def can_transition(current: JobState, new: JobState) -> bool:
-    return new in _TRANSITIONS.get(current, frozenset())
-
-
-def check_transition(current: JobState, new: JobState) -> JobState:
-    if not can_transition(current, new):
-        raise IllegalTransition(f"job cannot go from {current.value} to {new.value}")
     return new
 
 

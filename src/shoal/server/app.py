@@ -629,11 +629,11 @@ def create_app(server: Server) -> fastpath.FastPaths:
             fenced = nodesvc.fail_fenced_runs(s, server.controller, body.name, body.fenced, now) \
                 if body.fenced else set()
         server.forget_address(body.name)
-        fence = server.config.nodes.fence
         server.hub.bump([body.name, *fenced, *exits])
         server.controller.wake()
         if fenced:
             server.kube.wake()
+        fence = server.config.nodes.fence
         return {
             "credential": agent_credential(server.secret, body.name, generation),
             "step_key": node_step_key(server.secret, body.name, generation),

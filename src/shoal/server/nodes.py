@@ -12,8 +12,8 @@ import logging
 
 from shoal.model.job import JobState, LateExit, check_correction, exit_code_text, late_exit
 from shoal.model.node import NodeState
-from shoal.model.timefmt import format_timestamp
 from shoal.model.resources import Allocation
+from shoal.model.timefmt import format_timestamp
 from shoal.server import jobs as jobsvc
 from shoal.store.models import JobRow, NodeRow
 
