@@ -121,7 +121,13 @@ def test_a_requeue_job_never_runs_twice_at_once_when_its_agent_is_cut_off_killed
             agent.wait(timeout=30)
 
 
-def test_jobs_that_ended_while_their_agent_was_dead_are_corrected_when_it_returns(make_cluster):
+@pytest.mark.parametrize("supervisor", ["shoal-stepd", "python"])
+def test_jobs_that_ended_while_their_agent_was_dead_are_corrected_when_it_returns(make_cluster, monkeypatch,
+                                                                                  supervisor):
+    """Under either supervisor (the agents inherit SHOAL_STEPD); the cut, kill and stop rounds
+    above run under the compiled one."""
+    if supervisor == "python":
+        monkeypatch.setenv("SHOAL_STEPD", "python")
     cluster: LocalCluster = make_cluster(nodes=2, gpus_per_node=0, heartbeat_timeout=4)
     w = cluster.workdir
     go, log = w / "go", w / "fenced.log"
