@@ -61,8 +61,10 @@ def node_names(prefix: str, count: int) -> list[str]:
 def default_config(names: list[str], partition: str, args) -> dict:
     from shoal.model.hostlist import compress
 
-    nodes = {"heartbeat_interval_s": 2.0,
-             "heartbeat_timeout_s": args.heartbeat_timeout or 30.0,
+    timeout = args.heartbeat_timeout or 30.0
+    # A short timeout (tests) needs heartbeats often enough that a lease holds several.
+    nodes = {"heartbeat_interval_s": min(2.0, timeout / 5),
+             "heartbeat_timeout_s": timeout,
              "kill_wait_s": args.kill_wait if args.kill_wait is not None else 5.0}
     return {"cluster_name": "local",
             "partitions": [{"name": partition, "nodes": compress(names), "default": True}],

@@ -129,6 +129,7 @@ def render_job(job: Mapping[str, Any], now: float, oneliner: bool = False) -> st
          ("Licenses", "(null)"), ("Network", "(null)")],
         [("Command", _text(job.get("command")))],
         [("WorkDir", _text(job.get("workdir")))],
+        [("AdminComment", job["admin_comment"])] if job.get("admin_comment") else [],
         [("Comment", job["comment"])] if job.get("comment") else [],
         [("StdErr", _text(job.get("stderr")))],
         [("StdIn", "/dev/null")],

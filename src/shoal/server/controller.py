@@ -328,15 +328,17 @@ class Controller(KickedLoop):
                 node.state = NodeState.DOWN.value
                 node.reason = "Not responding"
                 node.reason_time = now
-                touched |= self.fail_node_jobs(session, node.name, now)
+                touched |= self.fail_node_jobs(session, node.name, now, silent=True)
             return touched
 
     def fail_node_jobs(self, session, node: str, now: float, *,
-                       only: Callable[[JobRow], bool] | None = None) -> set[str]:
+                       only: Callable[[JobRow], bool] | None = None, silent: bool = False) -> set[str]:
         """A node is gone: its jobs end NODE_FAIL, or go back to the queue when they asked for --requeue.
 
         ``only`` narrows it to some of the node's jobs (those on a lost GPU, the runs a fenced
         agent stopped); the node is then alive, so their processes are cleaned up as usual.
+        ``silent``: the node stopped answering, so a run may have ended by itself unseen; each
+        job keeps which run it gave up (``lost_run``) for the node to correct when it is back.
         """
         touched: set[str] = set()
         skip = frozenset({node}) if only is None else frozenset()
@@ -346,6 +348,9 @@ class Controller(KickedLoop):
             names = Allocation.from_json(row.allocation).node_names
             if node not in names or (only is not None and not only(row)):
                 continue
+            if silent and row.batch_host == node:
+                row.lost_run = {"run": row.restart_count, "node": node, "start_time": row.start_time,
+                                "allocation": row.allocation, "time": now}
             if row.requeue:
                 jobsvc.requeue(session, row, now, via=JobState.NODE_FAIL, reason="BeginTime", skip_nodes=skip)
             else:

@@ -536,6 +536,7 @@ def to_json(row: JobRow, *, steps: list[StepRow] = (), completing: bool = False)
         "held": row.held,
         "interactive": row.interactive,
         "comment": row.comment,
+        "admin_comment": row.admin_comment,
         "account": spec.get("account"),
         "qos": spec.get("qos"),
         "reservation": row.reservation,

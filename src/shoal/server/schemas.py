@@ -267,6 +267,9 @@ class AgentRegister(StoredText):
     taints: list[Taint] = Field(default_factory=list, max_length=64)
     # Runs this agent stopped because its lease ran out while it could not reach the server.
     fenced: list[str] = Field(default_factory=list, max_length=100_000)
+    # Exits it holds (runs that ended while it was away), taken before the node is UP again, so
+    # no job is started anew before the node has said how its last run really ended.
+    events: list[AgentEvent] = Field(default_factory=list, max_length=100_000)
     # An agent that serves HTTPS: a PEM certificate signing request for its key; the reply
     # carries the certificate the cluster CA issued for it.
     csr: str | None = Field(default=None, max_length=16_384)
@@ -281,6 +284,8 @@ class AgentEvent(BaseModel):
     signal: int | None = None
     time: float | None = None
     reason: str | None = Field(default=None, max_length=1024)  # why the run never started
+    fenced: bool = False  # its supervisor stopped it: the node's lease had run out
+    killed: bool = False  # the agent stopped it (scancel, a time limit, the server no longer listing it)
 
 
 class PodReport(BaseModel):
