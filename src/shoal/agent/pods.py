@@ -536,7 +536,7 @@ class PodManager:
                 env=_as(ident, launch.env), cwd=launch.cwd or os.getcwd(), cwd_fallback=None,
                 files=[OpenAs(1, str(log_file), output_flags(append=True)), OpenAs(2, same_as=1)], identity=ident)
             inside = pod.cgroup.child(f"container_{c.name}") if pod.cgroup is not None else None
-            return Supervised(jobdir, supervise.start(jobdir, spec, join_command(inside))), None
+            return Supervised(jobdir, supervise.start(jobdir, spec, wrapper=join_command(inside))), None
         except (OSError, ValueError) as e:
             shutil.rmtree(jobdir, ignore_errors=True)
             return None, f"cannot start the container's supervisor: {getattr(e, 'strerror', None) or e}"

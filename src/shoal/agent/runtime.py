@@ -263,7 +263,7 @@ class Runtime:
         try:
             # The supervisor joins the step's cgroup before it execs: the task and all it forks are in.
             popen = supervise.start(jobdir, launch, self.workdir / supervise.LEASE,
-                                    join_command(self.step_cgroup(run, "step_batch", jobdir)))
+                                    wrapper=join_command(self.step_cgroup(run, "step_batch", jobdir)))
         except OSError as e:
             log.error("job %s: cannot start its supervisor: %s", entry["key"], e)
             self.on_exit(run, 1, 0, time.time(), f"launch failed: supervisor: {e.strerror}")
