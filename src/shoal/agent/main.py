@@ -152,6 +152,7 @@ def run(args) -> int:
                             compute_capability=inventory.compute_capabilities[0] if inventory.compute_capabilities else None) \
             if inventory.gpus else {}
         labels = merge_labels(labels, parse_labels(args.label))
+        labels = merge_labels(labels, _runtime_label(args.runtime))
         join = args.join_token
         if args.join_token_file:
             join = Path(args.join_token_file).read_text(encoding="utf-8").strip()
@@ -187,6 +188,16 @@ def run(args) -> int:
     signal.signal(signal.SIGINT, _term)
     agent.serve()
     return 0
+
+
+def _runtime_label(runtime: str) -> dict[str, str]:
+    """shoal.io/container-runtime: the runtime this node's steps can run containers with,
+    when its binary is here (sbatch --container-image is refused where no node has one)."""
+    from shoal.agent.stepcontainer import STEP_RUNTIMES
+    from shoal.model.container import RUNTIME_LABEL
+
+    cls = STEP_RUNTIMES.get(runtime)
+    return {RUNTIME_LABEL: runtime} if cls is not None and cls().available() else {}
 
 
 def _gpu_features(gpus) -> set[str]:

@@ -144,6 +144,7 @@ class Launcher:
         self.unbuffered = bool(opts.get("unbuffered")) and not self.label
         self.env = env
         self.cwd = opts.get("workdir") or os.getcwd()
+        self.container = opts.get("container")  # Pyxis' options: the tasks run in this container
         self.exits: dict[int, tuple[int, int]] = {}
         self.lock = threading.Lock()
         self.partial: dict[tuple[int, str], str] = {}
@@ -187,7 +188,7 @@ class Launcher:
             "key": f"{self.step['job_id']}.{self.step['run']}", "job_id": self.step["job_id"],
             "run": self.step["run"], "step_id": self.step["step_id"], "credential": node["credential"],
             "argv": self.command, "cwd": self.cwd, "env": self.env, "nodeid": node["nodeid"],
-            "tasks": node["tasks"],
+            "tasks": node["tasks"], **({"container": self.container} if self.container else {}),
         }).encode()
         head = (f"POST /v1/steps HTTP/1.0\r\nHost: {node['address']}\r\nContent-Type: application/json\r\n"
                 f"Content-Length: {len(body)}\r\n\r\n").encode()

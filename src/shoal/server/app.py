@@ -638,6 +638,7 @@ def create_app(server: Server) -> fastpath.FastPaths:
             # elsewhere, so the agent stops that work itself (fencing); null: never.
             "lease_s": server.config.nodes.heartbeat_timeout_s if server.config.nodes.fencing else None,
             "kill_wait_s": server.config.nodes.kill_wait_s,
+            "containers": server.config.containers.model_dump(),
         }
 
     @app.get("/shoal/v1/agents/{node}/work")

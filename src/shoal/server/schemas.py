@@ -130,9 +130,17 @@ class JobSubmit(StoredText):
     qos: str | None = Field(default=None, max_length=64)
     reservation: str | None = Field(default=None, max_length=64)
     kill_on_invalid_dep: bool | None = None
+    container: dict | None = Field(default=None, description="Pyxis' --container-* options (model.container)")
 
     _argv = field_validator("argv")(check_argv)
     _environment = field_validator("environment")(check_environment)
+
+    @field_validator("container")
+    @classmethod
+    def _container(cls, doc: dict | None) -> dict | None:
+        from shoal.model.container import check_request
+
+        return None if doc is None else check_request(doc)
 
 
 class CancelRequest(BaseModel):

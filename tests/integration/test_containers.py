@@ -1,0 +1,173 @@
+"""Batch containers for real, the Pyxis way: a local registry serves a busybox image under
+nvcr.io's name through the cluster's mirror setting, and rootful podman runs job steps in it.
+
+One cluster serves every story here (module fixture): podman's start-up is the slow part.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from tests.integration.cluster import LocalCluster
+from tests.integration.registry import Registry, build_image, missing_tools, podman, podman_env, push
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(bool(missing_tools()), reason=f"needs {missing_tools()} "
+                                                   "(.ci/run installs them)")]
+
+IMAGE = "nvcr.io/nvidia/pytorch:24.10-py3"
+PRETTY = "Shoal PyTorch stand-in 24.10"
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    root = tmp_path_factory.mktemp("containers")
+    penv = podman_env(root)
+    registry = Registry(root / "registry").start()
+    local = f"localhost/shoal-test-{registry.port}:1"
+    build_image(penv, root, local, PRETTY, files={"/opt/image-marker": "inside\n"})
+    push(penv, local, f"{registry.address}/nvidia/pytorch:24.10-py3")
+    podman(penv, "rmi", local)
+    config = root / "cluster.yaml"
+    config.write_text(json.dumps({
+        "cluster_name": "containers", "partitions": [{"name": "gpu", "nodes": "node[01-02]", "default": True}],
+        "nodes": {"heartbeat_interval_s": 1.0, "kill_wait_s": 2.0},
+        "containers": {"registry_mirrors": {"nvcr.io": registry.address},
+                       "insecure_registries": [registry.address]}}))
+    cluster = LocalCluster(root / "cluster", nodes=2, gpus_per_node=2, config=str(config),
+                           extra=("--runtime", "podman"))
+    cluster.env.update(penv)
+    cluster.up()
+    data, checkpoints = root / "data", root / "checkpoints"
+    data.mkdir()
+    checkpoints.mkdir()
+    (data / "shard-0").write_text("tokens\n")
+    yield {"cluster": cluster, "registry": registry, "data": data, "checkpoints": checkpoints, "podman": penv}
+    cluster.down()
+    registry.stop()
+    podman(penv, "rmi", "--force", f"{registry.address}/nvidia/pytorch:24.10-py3", check=False)
+
+
+def output(cluster: LocalCluster, job_id: int) -> str:
+    return (cluster.workdir / f"slurm-{job_id}.out").read_text()
+
+
+def test_seed_script_runs_its_tasks_inside_the_container(env):
+    """The seed's script (scaled to 2 nodes x 2 GPUs): every task of srun runs in the image
+    pulled through the mirror, sees /data and /checkpoints, its GPU and a rank of its own."""
+    c, data, ckpt = env["cluster"], env["data"], env["checkpoints"]
+    c.workdir.joinpath("train.sh").write_text(
+        'echo "rank=$SLURM_PROCID gpus=$CUDA_VISIBLE_DEVICES node=$SLURMD_NODENAME '
+        'os=$(grep PRETTY /etc/os-release) marker=$(cat /opt/image-marker) data=$(cat /data/shard-0) '
+        'uid=$(id -u) master=$MASTER_ADDR"\n'
+        'touch /checkpoints/rank-$SLURM_PROCID\n')
+    job = c.sbatch(script=f"""#!/bin/bash
+#SBATCH --job-name=llama-70b-pretrain
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=2
+#SBATCH --gpus-per-node=2
+#SBATCH --exclusive
+#SBATCH --container-image={IMAGE}
+#SBATCH --container-mounts={data}:/data,{ckpt}:/checkpoints
+export MASTER_ADDR=$(scontrol show hostname $SLURM_NODELIST | head -1)
+srun --gpus-per-task=1 sh train.sh
+""")
+    done = c.wait_for(job, timeout=120)
+    text = output(c, job)
+    assert done["state"] == "COMPLETED", text
+    lines = sorted(line for line in text.splitlines() if line.startswith("rank="))
+    assert [line.split()[0] for line in lines] == [f"rank={r}" for r in range(4)], text
+    for line in lines:
+        assert f'PRETTY_NAME="{PRETTY}"' in line and "marker=inside" in line and "data=tokens" in line, line
+        assert "master=node01" in line and "uid=0" in line
+    per_node = {}
+    for line in lines:
+        fields = dict(f.split("=", 1) for f in line.split() if "=" in f and not f.startswith(("os", "NAME")))
+        per_node.setdefault(fields["node"], []).append(fields["gpus"])
+    assert {n: sorted(g) for n, g in per_node.items()} == {"node01": ["0", "1"], "node02": ["0", "1"]}
+    assert sorted(p.name for p in ckpt.iterdir()) == [f"rank-{r}" for r in range(4)]
+    sacct = c.run(["sacct", "-j", str(job), "-n", "-X", "-o", "State"]).stdout
+    assert "COMPLETED" in sacct
+
+
+def test_named_container_keeps_its_files_between_steps(env):
+    """--container-name: a file written in step 0 is there in step 1; the container goes at the job's end."""
+    c = env["cluster"]
+    job = c.sbatch(script=f"""#!/bin/bash
+#SBATCH --nodes=1
+srun --container-image={IMAGE} --container-name=work sh -c 'echo installed > /opt/pip-package'
+srun --container-name=work cat /opt/pip-package
+srun --container-image={IMAGE} sh -c 'test -e /opt/pip-package && echo leaked || echo fresh'
+""")
+    done = c.wait_for(job, timeout=90)
+    text = output(c, job)
+    assert done["state"] == "COMPLETED", text
+    assert text.splitlines()[-2:] == ["installed", "fresh"], text
+
+    def gone():
+        names = podman(env["podman"], "ps", "--all", "--format", "{{.Names}}").stdout.split()
+        return not any(n.startswith(f"pyxis_{job}_work_") for n in names)
+
+    deadline = time.time() + 30
+    while not gone():
+        assert time.time() < deadline, "the named container outlived its job"
+        time.sleep(0.5)
+
+
+def test_readonly_mount_and_readonly_root(env):
+    c, data = env["cluster"], env["data"]
+    out = c.run(["srun", "-N1", f"--container-image={IMAGE}", f"--container-mounts={data}:/data:ro",
+                 "--container-readonly", "sh", "-c",
+                 "touch /data/x 2>/dev/null && echo data-writable; touch /opt/y 2>/dev/null && echo root-writable;"
+                 " cat /data/shard-0"], timeout=90)
+    assert out.stdout.strip() == "tokens", out.stdout + out.stderr
+
+
+def test_missing_image_fails_fast_with_the_registrys_message(env):
+    c = env["cluster"]
+    t0 = time.time()
+    out = c.run(["srun", "-N1", "--container-image=nvcr.io/nvidia/no-such-image:1", "true"], check=False, timeout=60)
+    assert out.returncode != 0
+    assert "pyxis: failed to start the container" in out.stderr and "manifest unknown" in out.stderr, out.stderr
+    assert time.time() - t0 < 30
+
+
+def test_missing_mount_source_fails_the_step(env):
+    c = env["cluster"]
+    out = c.run(["srun", "-N1", f"--container-image={IMAGE}", "--container-mounts=/no/such/dir:/data", "true"],
+                check=False, timeout=60)
+    assert out.returncode != 0
+    assert "/no/such/dir: no such file or directory" in out.stderr, out.stderr
+
+
+def test_one_pull_for_concurrent_tasks_then_the_cache(env):
+    """Four tasks of a step on one node start at once: the node pulls the image once (the
+    registry serves its manifest once); the next step finds it in the node's cache."""
+    c = env["cluster"]
+    image = f"{env['registry'].address}/nvidia/pytorch:24.10-py3"
+    podman(env["podman"], "rmi", "--force", image, check=False)
+    index_file = c.root / "state" / "nodes" / "node01" / "images" / "index.json"
+    index_file.unlink(missing_ok=True)
+
+    def manifest_gets() -> int:
+        log = (env["registry"].root / "registry.log").read_text()
+        return log.count('"GET /v2/nvidia/pytorch/manifests/24.10-py3 HTTP/1.1" 200')
+
+    before = manifest_gets()
+    c.run(["srun", "-N1", "-n4", "-w", "node01", f"--container-image={IMAGE}", "true"], timeout=90)
+    assert manifest_gets() == before + 1
+    c.run(["srun", "-N1", "-n4", "-w", "node01", f"--container-image={IMAGE}", "true"], timeout=90)
+    assert manifest_gets() == before + 1
+    assert list(json.loads(index_file.read_text())) == [image]
+
+
+def test_container_image_refused_where_no_node_has_a_runtime(tmp_path):
+    cluster = LocalCluster(tmp_path / "cluster", nodes=1, gpus_per_node=0).up()
+    try:
+        out = cluster.run(["sbatch", f"--container-image={IMAGE}", "--wrap", "true"], check=False)
+        assert out.returncode != 0
+        assert "no node of this partition has a container runtime" in out.stderr, out.stderr
+    finally:
+        cluster.down()
