@@ -299,12 +299,10 @@ class ImageCache:
                                       or f"{argv[0]} exited {out.returncode} pulling {ref}")
         if self.runtime.name not in ("podman", "docker"):
             return CachedImage(ref, str(dest), dest.stat().st_size, {}, [], self.clock())
-        info = subprocess.run([self.runtime.binary, "image", "inspect", ref], capture_output=True, text=True)
-        doc = json.loads(info.stdout)[0] if info.returncode == 0 else {}
-        config = doc.get("Config") or {}
-        env = dict(v.split("=", 1) for v in config.get("Env") or [] if "=" in v)
-        return CachedImage(ref, doc.get("Id", ref), int(doc.get("Size") or 0), env,
-                           list(config.get("Entrypoint") or []), self.clock())
+        image = inspect_image(self.runtime.binary, ref, self.clock())
+        if image is None:
+            raise ContainerStartError(f"{ref} was pulled but {self.runtime.binary} cannot inspect it")
+        return image
 
     def evict(self, keep: str | None = None) -> list[str]:
         """Remove the least recently used images while the cache is over its limit (never
@@ -331,6 +329,18 @@ class ImageCache:
                     removed.append(ref)
             self._save(index)
         return removed
+
+
+def inspect_image(binary: str, ref: str, now: float) -> CachedImage | None:
+    """What podman or docker knows of an image in its store (None: it has none by that name)."""
+    out = subprocess.run([binary, "image", "inspect", ref], capture_output=True, text=True)
+    if out.returncode != 0:
+        return None
+    doc = json.loads(out.stdout)[0]
+    config = doc.get("Config") or {}
+    return CachedImage(ref, doc["Id"], int(doc.get("Size") or 0),
+                       dict(v.split("=", 1) for v in config.get("Env") or [] if "=" in v),
+                       list(config.get("Entrypoint") or []), now)
 
 
 def _last_lines(text: str, n: int = 3) -> str:
@@ -457,14 +467,10 @@ class StepContainers:
         elif ref.kind != {"podman": "podman", "docker": "dockerd"}.get(self.runtime.name):
             raise ContainerStartError(f"{ref.kind}:// images are in another engine's store; "
                                       f"node {self.node} runs {self.runtime.name}")
-        info = subprocess.run([self.runtime.binary, "image", "inspect", name], capture_output=True, text=True)
-        if info.returncode != 0:
-            raise ContainerStartError(_last_lines(info.stderr) or f"no image {name} in {self.runtime.name}")
-        doc = json.loads(info.stdout)[0]
-        config = doc.get("Config") or {}
-        return CachedImage(name, doc["Id"], int(doc.get("Size") or 0),
-                           dict(v.split("=", 1) for v in config.get("Env") or [] if "=" in v),
-                           list(config.get("Entrypoint") or []), time.time())
+        image = inspect_image(self.runtime.binary, name, time.time())
+        if image is None:
+            raise ContainerStartError(f"no image {name} in {self.runtime.name} on node {self.node}")
+        return image
 
     def _named_image(self, cname: str):
         try:

@@ -360,7 +360,8 @@ def _run_step(runtime: Runtime, run, req: dict, conn: socket.socket, wfile, node
         _stream_tasks(procs, conn, emit, exits)
     finally:
         if step_container is not None:
-            containers.finish(step_container)
+            # The tasks have ended and said so: srun need not wait for the container's removal.
+            threading.Thread(target=containers.finish, args=(step_container,), daemon=True).start()
 
 
 def _start_container(containers, req: dict, run, ident, emit, exits: dict[int, list[int]]):
