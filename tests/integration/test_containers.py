@@ -168,6 +168,22 @@ def test_one_pull_for_concurrent_tasks_then_the_cache(env):
     assert list(json.loads(index_file.read_text())) == [image]
 
 
+def test_a_container_sees_exactly_its_gpus(env):
+    """The agent's CDI spec names its GPUs' (stand-in) device nodes: with GPU 0 taken by
+    another job, a step given GPU 1 sees /dev/nvidia1 (char 195:1) and no other GPU, and
+    CUDA numbers it 0 there."""
+    c = env["cluster"]
+    holder = c.sbatch("-w", "node02", "--gpus=1", "--wrap", "sleep 60")
+    c.wait_for(holder, states=("RUNNING",), settled=False)
+    try:
+        out = c.run(["srun", "-w", "node02", "--gpus=1", f"--container-image={IMAGE}", "sh", "-c",
+                     "ls /dev | grep nvidia | tr '\\n' ' '; echo; stat -c '%t:%T' /dev/nvidia1; "
+                     "echo $CUDA_VISIBLE_DEVICES"], timeout=90)
+    finally:
+        c.run(["scancel", str(holder)])
+    assert out.stdout.split("\n")[:3] == ["nvidia1 nvidiactl ", "c3:1", "0"], out.stdout + out.stderr
+
+
 def test_container_image_refused_where_no_node_has_a_runtime(tmp_path):
     cluster = LocalCluster(tmp_path / "cluster", nodes=1, gpus_per_node=0).up()
     try:

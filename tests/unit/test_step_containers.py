@@ -164,3 +164,27 @@ def test_the_cache_reads_its_index_back(tmp_path):
     (source / "a").write_bytes(b"x")
     ImageCache(CopySteps(source), tmp_path / "images").get("a", False)
     assert [i.ref for i in ImageCache(CopySteps(source), tmp_path / "images").images()] == ["a"]
+
+
+def test_the_cdi_spec_names_each_gpu_and_the_common_nodes(tmp_path):
+    from shoal.agent.cdi import gpu_spec, write_node_spec
+
+    spec = gpu_spec("nvidia.com/gpu", {0: "/dev/nvidia0", 1: "/dev/nvidia1"}, {"/dev/nvidiactl": "/dev/nvidiactl"},
+                    libs=["/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15"])
+    assert [d["name"] for d in spec["devices"]] == ["0", "1", "all"]
+    assert spec["devices"][1]["containerEdits"]["deviceNodes"] == [{"path": "/dev/nvidia1", "hostPath": "/dev/nvidia1"}]
+    assert spec["containerEdits"]["mounts"][0]["containerPath"] == "/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15"
+    kind, path = write_node_spec([0, 1], fake=True, workdir=tmp_path, tag="abc", spec_dir=tmp_path / "cdi")
+    written = json.loads(path.read_text())
+    assert kind == written["kind"] == "fake-abc.shoal.io/gpu"
+    assert written["devices"][0]["containerEdits"]["deviceNodes"][0]["hostPath"] == str(tmp_path / "dev" / "nvidia0")
+    assert (tmp_path / "dev" / "nvidia1").is_char_device()
+
+
+def test_cuda_numbers_a_tasks_gpus_within_its_container():
+    from shoal.agent.stepcontainer import StepContainer
+
+    sc = StepContainer(Container("c", "img", gpus=(2, 5)), PodmanSteps(), {"PATH": "/bin"}, (), False)
+    argv, env = sc.task_argv({"CUDA_VISIBLE_DEVICES": "5", "PATH": "/host/bin", "SLURM_PROCID": "1"}, "/w", ["id"])
+    assert env["CUDA_VISIBLE_DEVICES"] == "1"
+    assert "PATH" not in argv[argv.index("--env"):] and env["PATH"] != "/host/bin"  # the image's PATH wins

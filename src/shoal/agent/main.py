@@ -178,7 +178,17 @@ def run(args) -> int:
         print(f"shoal agent: error: cannot listen on {args.address}:{args.port}: {e.strerror}", file=sys.stderr)
         return 2
 
+    cdi = None
+    if args.runtime == "podman" and inventory.gpus:
+        from shoal.agent.cdi import write_node_spec
+
+        cdi = write_node_spec([g.index for g in inventory.gpus], fake is not None, workdir, agent.containers.tag)
+        if cdi is not None:
+            agent.containers.cdi_kind = cdi[0]
+
     def _term(signum, frame):
+        if cdi is not None:
+            cdi[1].unlink(missing_ok=True)
         agent.runtime.kill_all()
         agent.pods.shutdown()
         agent.shutdown()

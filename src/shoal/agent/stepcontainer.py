@@ -47,6 +47,7 @@ class Container:
     user: tuple[int, int] | None = None
     host_user: tuple[int, int] | None = None  # remap-root: container root is this user on the host
     gpus: tuple[int, ...] = ()
+    cdi_kind: str = "nvidia.com/gpu"  # the CDI kind naming ``gpus`` (cdi.py)
     writable: bool = True
     entrypoint: tuple[str, ...] = ()  # the image's ENTRYPOINT, run before a task's command (--container-entrypoint)
     labels: dict[str, str] = field(default_factory=dict)
@@ -103,7 +104,7 @@ class PodmanSteps(StepRuntime):
         for m in c.mounts:
             argv += ["--mount", self.mount(m)]
         for g in c.gpus:
-            argv += ["--device", f"nvidia.com/gpu={g}"]
+            argv += ["--device", f"{c.cdi_kind}={g}"]
         pause = shutil.which("catatonit") or "/usr/libexec/podman/catatonit"
         argv += ["--mount", f"type=bind,source={pause},destination={PAUSE},ro=true",
                  "--entrypoint", json.dumps([PAUSE, "-P"]), c.image]
@@ -381,6 +382,11 @@ class StepContainer:
         those the image sets itself (Pyxis: the image's values win) unless --container-env
         names them."""
         mine = {k: v for k, v in env.items() if k not in self.image_env or k in self.keep_env}
+        if self.container.gpus and mine.get("CUDA_VISIBLE_DEVICES"):
+            # CDI hands the container only these GPUs, which CUDA numbers from 0 there.
+            where = {str(g): str(i) for i, g in enumerate(self.container.gpus)}
+            local = ",".join(where.get(g, g) for g in mine["CUDA_VISIBLE_DEVICES"].split(","))
+            mine["CUDA_VISIBLE_DEVICES"] = mine["GPU_DEVICE_ORDINAL"] = local
         proc_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **mine}
         if self.runtime.name == "apptainer":
             proc_env.update({f"APPTAINERENV_{k}": v for k, v in mine.items()})
@@ -400,6 +406,7 @@ class StepContainers:
         self.root.mkdir(parents=True, exist_ok=True)
         # Names unique on the host: test clusters share one podman store, and number jobs alike.
         self.tag = hashlib.sha256(str(workdir.resolve()).encode()).hexdigest()[:8]
+        self.cdi_kind: str | None = None  # set once the node's GPUs have a CDI specification (cdi.py)
 
     def configure(self, settings: Settings) -> None:
         self.settings = settings
@@ -430,7 +437,8 @@ class StepContainers:
             c = Container(
                 name=cname, image=image.id if image is not None else "", mounts=tuple(mounts),
                 user=(0, 0) if remap else user, host_user=user if remap and user != (0, 0) else None,
-                gpus=tuple(gpus) if _cdi_ready() else (), writable=request.get("writable", True) is not False,
+                gpus=tuple(gpus) if self.cdi_kind else (), cdi_kind=self.cdi_kind or "",
+                writable=request.get("writable", True) is not False,
                 entrypoint=entry, labels={"shoal.job": str(job_id)},
             )
             if not (name and self._running(cname)):
@@ -539,9 +547,3 @@ class StepContainers:
             self.remove(Container(cname, ""))
             meta.unlink(missing_ok=True)
             (self.root / f"{cname}.lock").unlink(missing_ok=True)
-
-
-def _cdi_ready() -> bool:
-    """GPUs go to podman by CDI name only where a CDI specification names them (nvidia-ctk's);
-    without one CUDA_VISIBLE_DEVICES alone picks the task's GPUs."""
-    return any(any(Path(d).glob("nvidia*")) for d in ("/etc/cdi", "/var/run/cdi"))
