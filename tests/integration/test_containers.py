@@ -137,14 +137,24 @@ def test_missing_image_fails_fast_with_the_registrys_message(env):
     assert out.returncode != 0
     assert "pyxis: failed to start the container" in out.stderr and "manifest unknown" in out.stderr, out.stderr
     assert time.time() - t0 < 30
+    job = max(j["job_id"] for j in c.jobs())
+    sacct = c.run(["sacct", "-j", str(job), "-X", "-n", "-o", "State,Reason%40"]).stdout
+    assert sacct.split() == ["FAILED", "ContainerError:", "manifest", "unknown"], sacct
 
 
-def test_missing_mount_source_fails_the_step(env):
+def test_missing_mount_source_fails_the_step_with_a_reason(env):
     c = env["cluster"]
-    out = c.run(["srun", "-N1", f"--container-image={IMAGE}", "--container-mounts=/no/such/dir:/data", "true"],
-                check=False, timeout=60)
-    assert out.returncode != 0
-    assert "/no/such/dir: no such file or directory" in out.stderr, out.stderr
+    job = c.sbatch(script=f"""#!/bin/bash
+#SBATCH --nodes=1
+#SBATCH --container-image={IMAGE}
+#SBATCH --container-mounts=/no/such/dir:/data
+srun true
+""")
+    done = c.wait_for(job, timeout=60)
+    assert done["state"] == "FAILED"
+    assert "/no/such/dir: no such file or directory" in output(c, job)
+    show = c.run(["scontrol", "show", "job", str(job)]).stdout
+    assert "Reason=ContainerError: no such file or directory on node01" in show, show
 
 
 def test_one_pull_for_concurrent_tasks_then_the_cache(env):

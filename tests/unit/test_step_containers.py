@@ -111,8 +111,7 @@ def test_enroot_as_pyxis_drives_it(tmp_path):
     c = Container("pyxis_7_work", "/cache/x.sqsh", mounts=(Mount("/ck", "/ck", ("ro",)),), writable=True)
     assert rt.create(c) == ["enroot", "create", "--force", "--name", "pyxis_7_work", "/cache/x.sqsh"]
     assert rt.task(c, ["A"], "/w", ["id"]) == [
-        "enroot", "start", "--rw", "--mount", "/ck:/ck:none:rbind,ro", "--env", "A", "pyxis_7_work",
-        "sh", "-c", 'cd "$1" && shift && exec "$@"', "sh", "/w", "id"]
+        "enroot", "start", "--rw", "--mount", "/ck:/ck:none:rbind,ro", "--env", "A", "pyxis_7_work", "id"]
     assert rt.remove(c) == ["enroot", "remove", "--force", "pyxis_7_work"]
 
 

@@ -185,7 +185,9 @@ class EnrootSteps(StepRuntime):
                     else f"tmpfs:{m.target}:tmpfs:{flags}"]
         for name in env_names:
             out += ["--env", name]
-        return [*out, c.name, "sh", "-c", 'cd "$1" && shift && exec "$@"', "sh", workdir, *c.entrypoint, *argv]
+        # No workdir flag: Enroot's rc enters $PWD, the directory the runtime process starts
+        # in (StepContainer.cwd), as Pyxis' tasks start in theirs.
+        return [*out, c.name, *c.entrypoint, *argv]
 
     def remove(self, c):
         return [self.binary, "remove", "--force", c.name]

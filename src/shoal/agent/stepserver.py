@@ -348,7 +348,7 @@ def _run_step(runtime: Runtime, run, req: dict, conn: socket.socket, wfile, node
             argv, env = step_container.task_argv(env, req.get("container", {}).get("workdir") or cwd, argv)
             who = None
         try:
-            p = spawn(argv, identity=who, env=env, cwd=cwd if who is not None or step_container is None else "/",
+            p = spawn(argv, identity=who, env=env, cwd=cwd,
                       cwd_fallback="/tmp", note_fd=2, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         except OSError as e:
             emit({"t": task["procid"], "e": f"slurmstepd: error: execve(): {argv[0]}: {e.strerror}\n"})
@@ -385,6 +385,9 @@ def _start_container(containers, req: dict, run, ident, emit, exits: dict[int, l
                                + "".join(f"pyxis:     {line}\n" for line in str(e).splitlines())})
         for task in req["tasks"]:
             exits[task["procid"]] = [1, 0]
+        # srun hands this on with the step's end: sacct's and scontrol's Reason for the job.
+        last = (str(e).strip().splitlines() or ["failed"])[-1]
+        emit({"reason": f"ContainerError: {last.rsplit(': ', 1)[-1]}"[:64]})
         return None
 
 

@@ -196,6 +196,7 @@ class StepComplete(BaseModel):
 
     exit_code: int = 0
     signal: int = 0
+    reason: str | None = Field(default=None, max_length=256)  # why its tasks never started (their container)
 
 
 class InteractiveComplete(BaseModel):
@@ -203,6 +204,7 @@ class InteractiveComplete(BaseModel):
 
     exit_code: int = 0
     signal: int = 0
+    reason: str | None = Field(default=None, max_length=256)
 
 
 class NodeUpdate(StoredText):
