@@ -354,9 +354,11 @@ def _container_env(value: str, ctx: _Context) -> dict[str, Any]:
 def container_request(values: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
     """Fold the ``container_*`` keys into one ``container`` request (model.container),
     over the PYXIS_CONTAINER_* variables as Pyxis reads them; none: no key."""
+    given = {k[len("container_"):]: values.pop(k) for k in list(values) if k.startswith("container_")}
+    if not given and not any(k.startswith("PYXIS_CONTAINER_") for k in environ):
+        return values  # the common case: no import of model.container (dataclasses) on sbatch's path
     from shoal.model.container import ContainerOptionError, request_from_env
 
-    given = {k[len("container_"):]: values.pop(k) for k in list(values) if k.startswith("container_")}
     try:
         request = {**request_from_env(dict(environ)), **given}
     except ContainerOptionError as e:
