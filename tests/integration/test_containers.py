@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tests.integration.cluster import LocalCluster
+from tests.integration.cluster import LocalCluster, wait_until
 from tests.integration.registry import Registry, build_image, missing_tools, podman, podman_env, push
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(bool(missing_tools()), reason=f"needs {missing_tools()} "
@@ -192,6 +192,57 @@ def test_a_container_sees_exactly_its_gpus(env):
     finally:
         c.run(["scancel", str(holder)])
     assert out.stdout.split("\n")[:3] == ["nvidia1 nvidiactl ", "c3:1", "0"], out.stdout + out.stderr
+
+
+def deployment(name: str, image: str, command: list[str], gpus: int = 0) -> dict:
+    container = {"name": "app", "image": image, "command": command}
+    if gpus:
+        container["resources"] = {"limits": {"nvidia.com/gpu": gpus}}
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
+                     "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [container]}}}}
+
+
+def test_a_pod_runs_its_image_through_podman_and_a_missing_tag_backs_off(env):
+    """A Deployment's image, as written (nvcr.io's name), runs through podman from the local
+    registry via the mirror, with its GPU by CDI name; a tag the registry lacks shows
+    ErrImagePull / ImagePullBackOff with kubelet's events."""
+    c = env["cluster"]
+    docs = [deployment("web", IMAGE, ["sh", "-c", "grep PRETTY /etc/os-release; ls /dev | grep nvidia | tr '\\n' ' ';"
+                                                   " echo; echo cuda=$CUDA_VISIBLE_DEVICES; sleep 600"], gpus=1),
+            deployment("missing-tag", "nvcr.io/nvidia/pytorch:99.99-py3", ["true"])]
+    c.run(["shoal", "apply", "-f", "-"], input="\n---\n".join(json.dumps(d) for d in docs))
+    try:
+        def pod_of(app: str):
+            items = json.loads(c.run(["shoal", "get", "pods", "-l", f"app={app}", "-o", "json"]).stdout)["items"]
+            return items[0] if items else None
+
+        def running():
+            p = pod_of("web")
+            return p if p and p["status"].get("phase") == "Running" else None
+
+        name = wait_until(running, 60, "the web pod running")["metadata"]["name"]
+        log = wait_until(lambda: (lambda t: t if "cuda=" in t else None)(c.run(["shoal", "logs", name]).stdout),
+                         30, "the pod's output")
+        lines = log.splitlines()
+        lines = lines[lines.index(f'PRETTY_NAME="{PRETTY}"'):]  # after podman's own pull lines
+        assert len(lines[1].split()) == 2 and lines[1].split()[1] == "nvidiactl", log  # one GPU and the control node
+        assert lines[2] == "cuda=0", log
+
+        def backing_off():
+            p = pod_of("missing-tag")
+            for cs in (p or {}).get("status", {}).get("containerStatuses") or ():
+                w = cs.get("state", {}).get("waiting") or {}
+                if w.get("reason") in ("ErrImagePull", "ImagePullBackOff"):
+                    return p, w
+            return None
+
+        pod, waiting = wait_until(backing_off, 60, "the missing tag's pull error")
+        assert "manifest unknown" in waiting["message"], waiting
+        described = c.run(["shoal", "describe", "pod", pod["metadata"]["name"]]).stdout
+        assert "Failed" in described and "pytorch:99.99-py3" in described, described
+    finally:
+        c.run(["shoal", "delete", "deployment", "web", "missing-tag"], check=False)
 
 
 def test_container_image_refused_where_no_node_has_a_runtime(tmp_path):

@@ -40,6 +40,7 @@ from shoal.agent.gpus import (
 )
 from shoal.agent.host import HostFacts
 from shoal.agent.identity import JobUsers
+from shoal.agent.containers import RegistrySettings
 from shoal.agent.pods import PodManager
 from shoal.agent.runtime import Run, Runtime
 from shoal.agent.stepcontainer import Settings, StepContainers
@@ -155,7 +156,10 @@ class Agent:
         self.step_key = reply["step_key"]
         self.heartbeat_interval = float(reply["heartbeat_interval_s"])
         self.kill_wait = float(reply["kill_wait_s"])
-        self.containers.configure(Settings.from_json(reply.get("containers")))
+        settings = Settings.from_json(reply.get("containers"))
+        self.containers.configure(settings)
+        self.pods.registry = RegistrySettings(settings.registry_mirrors, settings.insecure_registries,
+                                              self.containers.cdi_kind or "nvidia.com/gpu")
         self._server.token = self.credential
         log.info("registered %s with %s (%d CPUs, %d MiB, %d GPUs)", self.name, self.cfg.server,
                  host.cpus, host.memory_mb, len(inv.gpus))
