@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from shoal.agent.stepcontainer import Settings
 from tests.integration.cluster import LocalCluster, wait_until
 from tests.integration.registry import Registry, build_image, missing_tools, podman, podman_env, push
 
@@ -192,6 +193,31 @@ def test_a_container_sees_exactly_its_gpus(env):
     finally:
         c.run(["scancel", str(holder)])
     assert out.stdout.split("\n")[:3] == ["nvidia1 nvidiactl ", "c3:1", "0"], out.stdout + out.stderr
+
+
+def test_tasks_enter_the_keeper_through_the_oci_runtime(env, tmp_path, monkeypatch):
+    """The agent's side alone: a step's container from the node's cache, its tasks run by
+    runc's own exec as the job's user with the image's PATH, output on their own pipes."""
+    import subprocess
+
+    from shoal.agent.stepcontainer import StepContainers
+
+    monkeypatch.setenv("CONTAINERS_CONF", env["podman"]["CONTAINERS_CONF"])
+    containers = StepContainers("podman", "nodeX", tmp_path)
+    containers.configure(Settings.from_json({"registry_mirrors": {"nvcr.io": env["registry"].address},
+                                             "insecure_registries": [env["registry"].address]}))
+    sc = containers.start({"image": IMAGE, "mount_home": False}, job_id=9, step_id=0, user=(1000, 1000),
+                          home=None, cwd=str(tmp_path), gpus=[])
+    try:
+        assert sc.oci is not None and sc.oci.binary.endswith("runc")
+        argv, proc_env = sc.task_argv({"SLURM_PROCID": "secret-3", "PATH": "/host/only"}, str(tmp_path),
+                                      ["sh", "-c", "echo $SLURM_PROCID $PATH; id -u; pwd"])
+        assert "secret-3" not in " ".join(argv)  # values travel in a file, not on the command line
+        out = subprocess.run(argv, env=proc_env, capture_output=True, text=True, timeout=30)
+        assert out.stdout.split() == ["secret-3", "/bin", "1000", str(tmp_path)], out.stderr
+    finally:
+        containers.finish(sc)
+    assert not sc.oci.files.exists()
 
 
 def deployment(name: str, image: str, command: list[str], gpus: int = 0) -> dict:
