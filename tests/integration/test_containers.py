@@ -143,6 +143,14 @@ def test_missing_image_fails_fast_with_the_registrys_message(env):
     assert sacct.split() == ["FAILED", "ContainerError:", "manifest", "unknown"], sacct
 
 
+def test_a_registry_that_refuses_fails_the_step_in_seconds(env):
+    c = env["cluster"]
+    t0 = time.time()
+    out = c.run(["srun", "-N1", "--container-image=docker://127.0.0.1:1/nvidia/x:1", "true"], check=False, timeout=60)
+    assert out.returncode != 0 and "connection refused" in out.stderr, out.stderr
+    assert time.time() - t0 < 30
+
+
 def test_missing_mount_source_fails_the_step_with_a_reason(env):
     c = env["cluster"]
     job = c.sbatch(script=f"""#!/bin/bash

@@ -187,3 +187,15 @@ def test_cuda_numbers_a_tasks_gpus_within_its_container():
     argv, env = sc.task_argv({"CUDA_VISIBLE_DEVICES": "5", "PATH": "/host/bin", "SLURM_PROCID": "1"}, "/w", ["id"])
     assert env["CUDA_VISIBLE_DEVICES"] == "1"
     assert "PATH" not in argv[argv.index("--env"):] and env["PATH"] != "/host/bin"  # the image's PATH wins
+
+
+def test_a_node_without_the_runtimes_binary_fails_the_step_at_once(tmp_path, monkeypatch):
+    from shoal.agent.stepcontainer import StepContainers
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no podman on it
+    containers = StepContainers("podman", "node07", tmp_path)
+    with pytest.raises(ContainerStartError, match="podman: command not found on node node07"):
+        containers.start({"image": "ubuntu"}, job_id=1, step_id=0, user=(0, 0), home=None, cwd="/", gpus=[])
+    with pytest.raises(ContainerStartError, match="no container runtime on node node07"):
+        StepContainers("process", "node07", tmp_path).start({"image": "ubuntu"}, job_id=1, step_id=0, user=(0, 0),
+                                                            home=None, cwd="/", gpus=[])

@@ -552,13 +552,15 @@ class StepContainers:
         return out.returncode == 0 and out.stdout.strip() == "true"
 
     def _create(self, c: Container) -> None:
-        remove = self.runtime.remove(c)
-        if remove:
-            subprocess.run(remove, capture_output=True)  # a stopped one of that name would block it
         argv = self.runtime.create(c)
         if argv is None:
             return
         out = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        remove = self.runtime.remove(c)
+        if out.returncode != 0 and remove and "already in use" in out.stderr:
+            # One left by an agent that died mid-step (names are unique per job and step).
+            subprocess.run(remove, capture_output=True)
+            out = subprocess.run(argv, capture_output=True, text=True, timeout=120)
         if out.returncode != 0:
             raise ContainerStartError(_last_lines(out.stderr or out.stdout) or f"{argv[0]} exited {out.returncode}")
 
