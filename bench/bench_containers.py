@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -92,6 +93,7 @@ def main() -> int:
     table.append(f"\n{args.rounds} cold steps of {n} tasks each fetched the image's manifest {pulls} times "
                  "(one pull per step: the tasks wait on the node's lock for that image).")
     body = "\n".join(table)
+    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
     print(body)
     if not args.no_write:
         write_section("## Container steps", "## Container steps\n\n"
@@ -99,8 +101,8 @@ def main() -> int:
                       "job on one node, bare and in a podman container (runc, a busybox image of a few MiB from a "
                       "local registry through the cluster's mirror setting). Cold: the image removed from the "
                       "node first, so the step pulls it (once for all its tasks); warm: it is in the node's "
-                      "cache. A container step starts one keeper container per node and `podman exec`s each "
-                      f"task in it.\n\n{body}\n")
+                      "cache. A container step starts one keeper container per node and starts each "
+                      f"task in it (its OCI runtime's own exec). Load average during the run: {load}.\n\n{body}\n")
     return 0
 
 
