@@ -199,3 +199,12 @@ def test_a_node_without_the_runtimes_binary_fails_the_step_at_once(tmp_path, mon
     with pytest.raises(ContainerStartError, match="no container runtime on node node07"):
         StepContainers("process", "node07", tmp_path).start({"image": "ubuntu"}, job_id=1, step_id=0, user=(0, 0),
                                                             home=None, cwd="/", gpus=[])
+
+
+def test_container_names_as_pyxis_takes_them():
+    assert parse_srun(["--container-name=work:exec", "id"], cwd="/", environ={}).options["container"]["name"] \
+        == "work:exec"
+    with pytest.raises(OptionError, match="--container-name: invalid name 'my work'"):
+        parse_srun(["--container-name=my work", "id"], cwd="/", environ={})
+    with pytest.raises(OptionError, match="must be \"auto\""):
+        parse_srun(["--container-name=work:later", "id"], cwd="/", environ={})

@@ -458,7 +458,7 @@ class StepContainers:
                                       f"process); --container-image needs podman, enroot, apptainer or docker")
         if not rt.available():
             raise ContainerStartError(f"{rt.binary}: command not found on node {self.node}")
-        name = request.get("name")
+        name = (request.get("name") or "").partition(":")[0]  # Pyxis' :auto|create|exec flags: as auto
         cname = f"pyxis_{job_id}_{name}_{self.tag}" if name else f"shoal_{job_id}.{step_id}_{self.node}_{self.tag}"
         with open(self.root / f"{cname}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # steps sharing a named container create it once
@@ -583,6 +583,7 @@ class StepContainers:
             shutil.rmtree(sc.oci.files, ignore_errors=True)
         if not sc.named:
             self.remove(sc.container)
+            (self.root / f"{sc.container.name}.lock").unlink(missing_ok=True)
 
     def remove(self, c: Container) -> None:
         argv = self.runtime.remove(c) if self.runtime is not None else None

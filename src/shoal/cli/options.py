@@ -357,7 +357,7 @@ def container_request(values: dict[str, Any], environ: Mapping[str, str]) -> dic
     given = {k[len("container_"):]: values.pop(k) for k in list(values) if k.startswith("container_")}
     if not given and not any(k.startswith("PYXIS_CONTAINER_") for k in environ):
         return values  # the common case: no import of model.container (dataclasses) on sbatch's path
-    from shoal.model.container import ContainerOptionError, request_from_env
+    from shoal.model.container import ContainerOptionError, check_request, request_from_env
 
     try:
         request = {**request_from_env(dict(environ)), **given}
@@ -367,6 +367,10 @@ def container_request(values: dict[str, Any], environ: Mapping[str, str]) -> dic
         return values
     if not request.get("image") and not request.get("name"):
         raise OptionError("--container-image is required with the other --container-* options")
+    try:
+        request = check_request(request)
+    except ContainerOptionError as e:
+        raise OptionError(str(e)) from None
     values["container"] = request
     return values
 

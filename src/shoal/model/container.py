@@ -8,6 +8,7 @@ with ``None`` for an option left to the site's default, as Pyxis' ``-1``.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 # The request's keys and their types: the wire form is checked against this.
@@ -24,6 +25,7 @@ ENV_VARS = {
 }
 MOUNT_FLAGS = {"ro", "rw", "private", "rprivate", "shared", "rshared", "slave", "rslave", "bind", "rbind",
                "nosuid", "nodev", "noexec", "x-create=dir", "x-create=file", "x-create=auto"}
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 RUNTIME_LABEL = "shoal.io/container-runtime"  # a node's label: the runtime its agent runs containers with
 _FILE_SUFFIXES = (".sqsh", ".squashfs", ".sqfs", ".tar", ".tar.gz", ".tgz", ".oci", ".sif")
 
@@ -174,10 +176,19 @@ def check_request(doc: dict) -> dict:
             mounts.append(Mount.from_json(m).to_json())
         else:
             raise ContainerOptionError("container mounts must be SRC:DST[:FLAGS] entries")
+    name = doc.get("name")
+    if name is not None:
+        base, _, flag = name.partition(":")
+        if not _NAME.fullmatch(base) or flag not in ("", "auto", "create", "exec", "no_exec"):
+            raise ContainerOptionError(f"--container-name: invalid name {name!r} (letters, digits, _ . -; "
+                                       f'a flag after ":" must be "auto", "create", "exec" or "no_exec")')
     for name in doc.get("env") or []:
         if not isinstance(name, str) or not name or "=" in name:
             raise ContainerOptionError(f"--container-env takes variable names, not {name!r}")
-    return {**{k: v for k, v in doc.items() if v is not None}, "mounts": mounts}
+    out = {k: v for k, v in doc.items() if v is not None}
+    if "mounts" in out:
+        out["mounts"] = mounts
+    return out
 
 
 def request_from_env(environ: dict[str, str]) -> dict:
