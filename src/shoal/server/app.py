@@ -467,6 +467,8 @@ def create_app(server: Server) -> fastpath.FastPaths:
             if step is None:
                 raise jobsvc.JobError(f"no step {job_id}.{step_id}", 404)
             stepsvc.complete_step(step, body.exit_code, body.signal, server.clock())
+            if body.reason:
+                row.reason = body.reason[:64]  # the job's Reason in sacct and scontrol, kept at its end
         return {"ok": True}
 
     @app.post("/shoal/v1/jobs/{job_id}/complete")
@@ -481,7 +483,8 @@ def create_app(server: Server) -> fastpath.FastPaths:
             names = Allocation.from_json(row.allocation).node_names if row.allocation else ()
             if row.state == JobState.RUNNING.value:
                 state = JobState.COMPLETED if body.exit_code == 0 and body.signal == 0 else JobState.FAILED
-                jobsvc.finish(s, row, state, now, exit_code=body.exit_code, signal=body.signal)
+                jobsvc.finish(s, row, state, now, exit_code=body.exit_code, signal=body.signal,
+                              reason=body.reason[:64] if body.reason else None)
             elif row.state == JobState.PENDING.value:
                 jobsvc.finish(s, row, JobState.CANCELLED, now)
         _after_change(set(names))
@@ -667,6 +670,7 @@ def create_app(server: Server) -> fastpath.FastPaths:
             "fence_grace_s": fence.grace_s,
             "fence_check_s": fence.check_s,
             "kill_wait_s": server.config.nodes.kill_wait_s,
+            "containers": server.config.containers.model_dump(),
         }
 
     @app.get("/shoal/v1/agents/{node}/work")
