@@ -801,39 +801,7 @@ def render_yaml(doc: Any) -> str:
 # ---------------------------------------------------------------- nodes from /shoal/v1/nodes
 
 
-def node_object(n: Mapping[str, Any], version: str) -> dict:
-    """A Shoal node (docs/API.md) as a Kubernetes Node, so that get/describe treat it alike."""
-    state = n.get("state") or ""
-    heartbeat = n.get("last_heartbeat")
-    ready = {"UP": "True", "DRAIN": "True", "DOWN": "False"}.get(state, "Unknown")
-    message = ("shoal agent is posting ready status" if ready == "True"
-               else n.get("reason") or "Agent stopped posting node status.")
-    cond = {"type": "Ready", "status": ready,
-            "lastHeartbeatTime": _iso(heartbeat), "lastTransitionTime": _iso(n.get("reason_time") or heartbeat),
-            "reason": "KubeletReady" if ready == "True" else "NodeStatusUnknown", "message": message}
-    gpus = len(n.get("gpus") or ())
-    capacity = {"cpu": str(n.get("cpus") or 0), "memory": f"{int(n.get('memory_mb') or 0) * 1024}Ki",
-                "nvidia.com/gpu": str(gpus), "pods": "110"}
-    addresses = [{"type": "InternalIP", "address": n.get("address") or ""}, {"type": "Hostname", "address": n["name"]}]
-    return {
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": n["name"], "labels": dict(n.get("labels") or {}),
-                     "annotations": {"shoal.io/state": n.get("display_state") or state.lower()},
-                     "creationTimestamp": _iso(n.get("registered_at") or n.get("boot_time"))},
-        "spec": {"taints": [dict(t) for t in n.get("taints") or ()], "unschedulable": state == "DRAIN"},
-        "status": {
-            "conditions": [cond], "addresses": addresses, "capacity": capacity, "allocatable": dict(capacity),
-            "nodeInfo": {"kubeletVersion": n.get("version") or version, "containerRuntimeVersion": "shoal"},
-            "shoal": {"gpusAllocated": n.get("gpus_alloc") or 0, "partitions": n.get("partitions") or [],
-                      "gpus": n.get("gpus") or []},
-        },
-    }
-
-
-def _iso(epoch: float | None) -> str | None:
-    if epoch is None:
-        return None
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+from shoal.kube.nodeview import node_object  # noqa: E402,F401 (get/describe nodes; the server shares it)
 
 
 # ---------------------------------------------------------------- taints
