@@ -4,9 +4,11 @@ both show. Stdlib only, so the commands can use it without the server's imports.
 from __future__ import annotations
 
 import time
-import uuid
-from collections.abc import Mapping
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: the commands must start fast
+    from collections.abc import Mapping
+    from typing import Any
 
 GPU = "nvidia.com/gpu"
 GPUS_ALLOCATED = "shoal.io/gpus-allocated"  # every holder's GPUs: pods, batch jobs, clean-ups
@@ -14,6 +16,8 @@ GPUS_ALLOCATED = "shoal.io/gpus-allocated"  # every holder's GPUs: pods, batch j
 
 def node_object(n: Mapping[str, Any], version: str) -> dict:
     """A Shoal node (docs/API.md) as a Kubernetes Node, so that get/describe treat it alike."""
+    import uuid  # only here: a uid for the Kubernetes API, stable per node name
+
     state = n.get("state") or ""
     heartbeat = n.get("last_heartbeat")
     ready = {"UP": "True", "DRAIN": "True", "DOWN": "False"}.get(state, "Unknown")

@@ -102,8 +102,10 @@ def create_app(server: Server) -> fastpath.FastPaths:
     @app.exception_handler(StaleDataError)
     async def _conflict(request, exc: StaleDataError):
         # Optimistic concurrency: someone else changed the same row first. Safe to retry.
-        return JSONResponse({"detail": "the object was changed concurrently; retry the request"},
-                            status_code=409)
+        message = "the object was changed concurrently; retry the request"
+        if kubeapi_routes.is_kube_path(request.url.path):
+            return JSONResponse(kubeapi_routes.status(message, 409, "Conflict"), status_code=409)
+        return JSONResponse({"detail": message}, status_code=409)
 
     # Async: a synchronous dependency costs a thread hand-off per request, and these only
     # read the token cache (a miss is one indexed lookup, then cached).
@@ -799,7 +801,7 @@ def create_app(server: Server) -> fastpath.FastPaths:
         cancel=lambda job_id, body, p: cancel(job_id, CancelRequest.model_validate(body), p),
     )
     app.include_router(commands.router(command_routes, server.auth.resolve))
-    app.include_router(kubeapi_routes.router(server, principal, _nodes_json))
+    app.include_router(kubeapi_routes.router(server, principal, _nodes_json, retry_on_conflict))
 
     # The requests every job costs, answered without FastAPI's layers (shoal.server.fastpath).
     fast = fastpath.Routes()

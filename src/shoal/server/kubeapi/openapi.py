@@ -10,7 +10,7 @@ import hashlib
 import json
 from functools import lru_cache
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
 from shoal.kube.schema import KINDS
@@ -130,7 +130,26 @@ def index() -> dict:
     return {"paths": paths}
 
 
+def _field(number: int, payload: bytes) -> bytes:
+    """One length-delimited protobuf field (payloads here are all under 128 bytes)."""
+    return bytes([number << 3 | 2, len(payload)]) + payload
+
+
+# OpenAPI v2 as kubectl fetches it (gnostic's openapi_v2.Document in protobuf): swagger and
+# info, no definitions. kubectl validates on the client only what the v3 documents do not
+# say the server validates (a ``kind: List`` file); with no definition it leaves that to the
+# server too, which checks every item strictly.
+V2_PROTOBUF = _field(1, b"2.0") + _field(2, _field(1, b"Shoal") + _field(2, b"v2"))
+V2_MEDIA = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
+
+
 def add_routes(r: APIRouter, principal) -> None:
+    @r.get("/openapi/v2")
+    async def openapi_v2(request: Request, p=Depends(principal)):
+        if "protobuf" in request.headers.get("accept", ""):
+            return Response(V2_PROTOBUF, media_type=V2_MEDIA)
+        return {"swagger": "2.0", "info": {"title": "Shoal", "version": "v2"}, "paths": {}}
+
     @r.get("/openapi/v3")
     async def openapi_index(p=Depends(principal)):
         return index()

@@ -61,7 +61,7 @@ def invalid(r: Resource, name: str, errors: list[dict]) -> JSONResponse:
     causes = [{"reason": "FieldValueInvalid", "message": e["message"], "field": e["path"]} for e in errors]
     text = ", ".join(f"{e['path']}: {e['message']}" if e["path"] else e["message"] for e in errors)
     body = status(f'{kind} "{name}" is invalid: {text}', 422, "Invalid",
-                  {"name": name, "group": r.group, "kind": r.resource, "causes": causes})
+                  {"name": name, "group": r.group, "kind": r.kind, "causes": causes})
     return JSONResponse(body, status_code=422)
 
 
@@ -111,7 +111,8 @@ def label_selector(text: str | None):
 # ---------------------------------------------------------------- the router
 
 
-def router(server, principal, nodes_json) -> APIRouter:
+def router(server, principal, nodes_json, retry_on_conflict) -> APIRouter:
+    """``retry_on_conflict``: runs a write again when the controllers changed its rows first."""
     r = APIRouter()
     server.nodes_json = nodes_json
     cache = server.kube_cache = WatchCache(server.sessions, server)
@@ -178,7 +179,7 @@ def router(server, principal, nodes_json) -> APIRouter:
     # -- each resource's routes
 
     for res in RESOURCES:
-        _resource_routes(r, res, server, cache, principal, access, check_list, visible, changed)
+        _resource_routes(r, res, server, cache, principal, access, check_list, visible, changed, retry_on_conflict)
     return r
 
 
@@ -190,7 +191,7 @@ def _found(doc: dict | None):
 
 
 def _resource_routes(r: APIRouter, res: Resource, server, cache: WatchCache, principal, access, check_list,
-                     visible, changed) -> None:
+                     visible, changed, retry_on_conflict) -> None:
     kind = res.shoal_kind
     root = f"/apis/{res.group}/{res.version}" if res.group else f"/api/{res.version}"
     item_base = f"{root}/namespaces/{{namespace}}/{res.resource}" if res.namespaced else f"{root}/{res.resource}"
@@ -306,6 +307,7 @@ def _resource_routes(r: APIRouter, res: Resource, server, cache: WatchCache, pri
 
     # -- writes
 
+    @retry_on_conflict
     def write(p: Principal, namespace: str | None, doc: dict, name: str | None, dry_run: bool,
               expect_rv: str | None = None):
         """Create (``name`` None) or replace one object through the object service."""
@@ -361,6 +363,10 @@ def _resource_routes(r: APIRouter, res: Resource, server, cache: WatchCache, pri
 
     async def body_of(request: Request):
         raw = await request.body()
+        ctype = request.headers.get("content-type", "")
+        if "protobuf" in ctype or "cbor" in ctype:  # client-go then sends JSON again
+            raise ObjectError(f"the body of the request was in an unknown format - accepted media types include: "
+                              f"application/json, application/yaml", 415, "UnsupportedMediaType")
         try:
             if request.headers.get("content-type", "").startswith("application/apply-patch+yaml"):
                 return yaml.safe_load(raw)
@@ -420,6 +426,7 @@ def _resource_routes(r: APIRouter, res: Resource, server, cache: WatchCache, pri
         except ObjectError as e:
             return error_response(e)
 
+    @retry_on_conflict
     def remove(p: Principal, namespace: str | None, name: str) -> dict:
         if "delete" not in res.verbs:
             raise ObjectError(f'{res.qualified} "{name}" cannot be deleted: {res.notes}', 405, "MethodNotAllowed")
@@ -453,7 +460,7 @@ def _resource_routes(r: APIRouter, res: Resource, server, cache: WatchCache, pri
 
     for sub in res.subresources:
         if sub.name == "scale":
-            _scale_routes(r, res, item_base, server, cache, principal, access, changed)
+            _scale_routes(r, res, item_base, server, cache, principal, changed, retry_on_conflict)
         elif sub.name == "log":
             _log_route(r, item_base, server, principal)
 
@@ -462,7 +469,8 @@ def _dry_run(request: Request) -> bool:
     return "All" in request.query_params.getlist("dryRun")
 
 
-def _scale_routes(r, res: Resource, item_base: str, server, cache: WatchCache, principal, access, changed) -> None:
+def _scale_routes(r, res: Resource, item_base: str, server, cache: WatchCache, principal, changed,
+                  retry_on_conflict) -> None:
     """``deployments/{name}/scale``: an autoscaling/v1 Scale (``kubectl scale``)."""
 
     def scale_of(namespace: str, name: str) -> dict:
@@ -479,6 +487,7 @@ def _scale_routes(r, res: Resource, item_base: str, server, cache: WatchCache, p
                 "status": {"replicas": int((obj.get("status") or {}).get("replicas", 0)),
                            "selector": ",".join(f"{k}={v}" for k, v in sorted(sel.items()))}}
 
+    @retry_on_conflict
     def set_replicas(p: Principal, namespace: str, name: str, body) -> dict:
         current = scale_of(namespace, name)
         doc = merge_patch(current, body) if isinstance(body, dict) else current
