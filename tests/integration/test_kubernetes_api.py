@@ -247,3 +247,39 @@ def test_python_client_watches_pods_across_a_rollout(cluster):
     first_new = next(i for i, (t, n, _) in enumerate(seen) if n == names[1])
     old_gone = next(i for i, (t, n, _) in enumerate(seen) if n == names[0] and t == "DELETED")
     assert first_new < old_gone  # surge: the new pod comes before the old one goes
+
+
+@pytest.mark.slow
+def test_indexed_job_retries_a_failed_index_and_completes(cluster):
+    """A batch/v1 Indexed Job of 4 pods, backoffLimit 2, whose index 2 fails once: retried,
+    every index done, and kubectl wait --for=condition=complete returns."""
+    c = cluster
+    marker = c.root / "index-2-failed-once"
+    script = (f'if [ "$JOB_COMPLETION_INDEX" = 2 ] && [ ! -e {marker} ]; then touch {marker}; exit 1; fi; '
+              'echo shard $JOB_COMPLETION_INDEX done')
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "finetune"},
+           "spec": {"completions": 4, "parallelism": 4, "completionMode": "Indexed", "backoffLimit": 2,
+                    "template": {"spec": {
+                        "restartPolicy": "Never",
+                        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                        "containers": [{"name": "train", "image": "busybox", "command": ["sh", "-c", script],
+                                        "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}}
+    path = c.root / "job.json"
+    path.write_text(json.dumps(job))
+    assert kubectl(c, "apply", "-f", str(path)).stdout.strip() == "job.batch/finetune created"
+    out = kubectl(c, "wait", "--for=condition=complete", "job/finetune", "--timeout=60s", timeout=70)
+    assert out.stdout.strip() == "job.batch/finetune condition met"
+
+    jobs = table(kubectl(c, "get", "jobs").stdout)
+    assert jobs[0] == ["NAME", "STATUS", "COMPLETIONS", "DURATION", "AGE"]
+    assert jobs[1][:3] == ["finetune", "Complete", "4/4"]
+    status = json.loads(kubectl(c, "get", "job", "finetune", "-o", "json").stdout)["status"]
+    assert (status["succeeded"], status["failed"], status["completedIndexes"]) == (4, 1, "0-3")
+    assert [x["type"] for x in status["conditions"]] == ["SuccessCriteriaMet", "Complete"]
+    pods = table(kubectl(c, "get", "pods", "-l", "job-name=finetune").stdout)[1:]
+    statuses = sorted((row[0].rsplit("-", 1)[0], row[2]) for row in pods)
+    assert statuses == sorted([("finetune-0", "Completed"), ("finetune-1", "Completed"), ("finetune-2", "Error"),
+                               ("finetune-2", "Completed"), ("finetune-3", "Completed")])
+    kubectl(c, "delete", "job", "finetune", timeout=90)
+    wait_until(lambda: "No resources found" in kubectl(c, "get", "pods", "-l", "job-name=finetune").stderr, 30,
+               "the Job's pods to go with it")

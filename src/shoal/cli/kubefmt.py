@@ -48,6 +48,7 @@ RESOURCES = (
     Resource("events", "event", "Event", "", ("ev",), True),
     Resource("rolebindings", "rolebinding", "RoleBinding", "rbac.authorization.k8s.io", (), True),
     Resource("nodes", "node", "Node", "", ("no",), False),
+    Resource("jobs", "job", "Job", "batch", (), True),
 )
 BY_PLURAL = {r.plural: r for r in RESOURCES}
 BY_KIND = {r.kind: r for r in RESOURCES}
@@ -675,6 +676,19 @@ def _hpa_row(o, now, wide):
             age(meta(o).get("creationTimestamp"), now)]
 
 
+def _job_row(o, now, wide):
+    spec, st = o.get("spec") or {}, o.get("status") or {}
+    conds = {c.get("type") for c in st.get("conditions") or () if c.get("status") == "True"}
+    status = next((t for t in ("Failed", "Complete", "Suspended", "FailureTarget", "SuccessCriteriaMet")
+                   if t in conds), "Running")
+    start, end = parse_time(st.get("startTime")), parse_time(st.get("completionTime"))
+    row = [status, f"{int(st.get('succeeded') or 0)}/{spec.get('completions', 1)}",
+           human_duration((end or now) - start) if start else "", age(meta(o).get("creationTimestamp"), now)]
+    if wide:
+        row += [*_containers_cells(_template_spec(o)), selector_text(spec.get("selector"))]
+    return row
+
+
 def _namespace_row(o, now, wide):
     return [(o.get("status") or {}).get("phase") or "Active", age(meta(o).get("creationTimestamp"), now)]
 
@@ -735,6 +749,7 @@ PRINTERS = {
     "horizontalpodautoscalers": Printer(["REFERENCE", "TARGETS", "MINPODS", "MAXPODS", "REPLICAS", "AGE"], [],
                                         _hpa_row),
     "namespaces": Printer(["STATUS", "AGE"], [], _namespace_row),
+    "jobs": Printer(["STATUS", "COMPLETIONS", "DURATION", "AGE"], ["CONTAINERS", "IMAGES", "SELECTOR"], _job_row),
     "priorityclasses": Printer(["VALUE", "GLOBAL-DEFAULT", "AGE", "PREEMPTIONPOLICY"], [], _priorityclass_row),
     "rolebindings": Printer(["ROLE", "AGE"], ["USERS", "GROUPS", "SERVICEACCOUNTS"], _rolebinding_row),
     "events": Printer(["LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"],

@@ -160,8 +160,8 @@ def _read(s: Session, resource: Resource, server, created: float) -> dict[Key, t
             obj = objs.event_json(e)
             out[(e.namespace, obj["metadata"]["name"])] = (None, obj)
         return out
-    out = {(r.namespace, r.name): (owner_of(r), _no_nulls(quantities_as_strings(copy.deepcopy(objs.to_json(r)))))
-           for r in objs.list_rows(s, resource.kind)}
+    out = {(r.namespace, r.name): (owner_of(r), _no_nulls(quantities_as_strings(_job_selector(
+        copy.deepcopy(objs.to_json(r)))))) for r in objs.list_rows(s, resource.kind)}
     if resource.kind == "Namespace":
         for name in objs.BUILTIN_NAMESPACES:
             out.setdefault(("", name), (None, {"apiVersion": "v1", "kind": "Namespace",
@@ -182,6 +182,18 @@ def quantities_as_strings(obj: dict) -> dict:
         for part in ("limits", "requests"):
             if isinstance(res.get(part), dict):
                 res[part] = {k: str(v) for k, v in res[part].items()}
+    return obj
+
+
+def _job_selector(obj: dict) -> dict:
+    """A Job shows the selector its controller uses (its pods' controller-uid label), as
+    Kubernetes defaults it: ``kubectl logs job/NAME`` finds the pods by it."""
+    if obj.get("kind") == "Job":
+        label = {"batch.kubernetes.io/controller-uid": obj["metadata"]["uid"]}
+        spec = obj.setdefault("spec", {})
+        spec.setdefault("selector", {"matchLabels": label})
+        tmeta = spec.setdefault("template", {}).setdefault("metadata", {})
+        tmeta["labels"] = {**(tmeta.get("labels") or {}), **label}
     return obj
 
 

@@ -93,6 +93,8 @@ RESOURCES: tuple[Resource, ...] = (
              categories=ALL),
     Resource("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False, short_names=("pc",)),
     Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding"),
+    Resource("batch", "v1", "jobs", "Job", categories=ALL,
+             notes="pods run to completion; no work queues, pod failure policies or suspension yet"),
 )
 
 BY_PATH = {(r.group, r.version, r.resource): r for r in RESOURCES}
