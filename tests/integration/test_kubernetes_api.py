@@ -19,7 +19,7 @@ SERVER = ROOT / "examples" / "serving" / "model_server.py"
 DEPLOYMENT = ROOT / "examples" / "serving" / "vllm-llama-70b.yaml"
 SERVICE = ROOT / "examples" / "serving" / "vllm-service.yaml"
 
-pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
+needs_kubectl = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +45,7 @@ def table(text: str) -> list[list[str]]:
 
 
 @pytest.mark.slow
+@needs_kubectl
 def test_kubectl_transcript(cluster):
     """What a serving team types on a real cluster, and what kubectl prints back."""
     c = cluster
@@ -116,6 +117,7 @@ def test_kubectl_transcript(cluster):
 
 
 @pytest.mark.slow
+@needs_kubectl
 def test_apply_of_a_changed_image_keeps_every_other_field(cluster):
     """Client-side apply's three-way strategic merge: the image changes; probes, GPU limits,
     ports and a label someone added with kubectl label stay as they were."""
@@ -153,6 +155,7 @@ def test_apply_of_a_changed_image_keeps_every_other_field(cluster):
 
 
 @pytest.mark.slow
+@needs_kubectl
 def test_forbidden_outside_a_granted_namespace(cluster):
     c = cluster
     bob = str(c.root / "bob.kubeconfig")
@@ -250,6 +253,7 @@ def test_python_client_watches_pods_across_a_rollout(cluster):
 
 
 @pytest.mark.slow
+@needs_kubectl
 def test_indexed_job_retries_a_failed_index_and_completes(cluster):
     """A batch/v1 Indexed Job of 4 pods, backoffLimit 2, whose index 2 fails once: retried,
     every index done, and kubectl wait --for=condition=complete returns."""

@@ -97,13 +97,6 @@ RESOURCES: tuple[Resource, ...] = (
              notes="pods run to completion; no work queues, pod failure policies or suspension yet"),
 )
 
-BY_PATH = {(r.group, r.version, r.resource): r for r in RESOURCES}
-
-
-def find(group: str, version: str, resource: str) -> Resource | None:
-    return BY_PATH.get((group, version, resource))
-
-
 def group_versions() -> dict[str, list[str]]:
     """Each served group (``""`` the core one) and its versions, in the order declared."""
     out: dict[str, list[str]] = {}
