@@ -169,6 +169,7 @@ def _read(s: Session, resource: Resource, server, created: float) -> dict[Key, t
                                                             "creationTimestamp": objs.rfc3339(created)},
                                                "spec": {"finalizers": ["kubernetes"]},
                                                "status": {"phase": "Active"}}))
+        out = dict(sorted(out.items()))  # by name, as the API server lists
     return out
 
 
