@@ -27,8 +27,8 @@ from shoal.kube.nodeview import node_object
 from shoal.server.kube import objects as objs
 from shoal.server.kube import pods as podsvc
 from shoal.server.kube.service import owner_of
-from shoal.server.kubeapi.registry import RESOURCES, Resource
-from shoal.store.models import EventRow, JobRow, NodeRow, ObjectRow
+from shoal.server.kubeapi.registry import Resource
+from shoal.store.models import EventRow, NodeRow, ObjectRow
 
 EVENTS_KEPT = 20_000  # watch events kept for clients resuming from a position
 POLL_S = 0.25  # how often a watcher looks for changes
@@ -221,5 +221,3 @@ def with_rv(entry: Entry) -> dict:
     obj["metadata"] = {**obj.get("metadata", {}), "resourceVersion": str(entry.rv)}
     return obj
 
-
-__all__ = ["WatchCache", "Entry", "Event", "with_rv", "RESOURCES"]
