@@ -83,15 +83,14 @@ def fan_out(c: LocalCluster, watchers: int, replicas: int, kubeconfig: str) -> t
     conf = json.loads(Path(kubeconfig).read_text())
     token = conf["users"][0]["user"]["token"]
     ca = str(c.root / "state" / "server" / "ca.crt")
-    rv = json.loads(c.run(["kubectl", "get", "pods", "-o", "json"], timeout=120).stdout)["metadata"][
-        "resourceVersion"]
+    rv = json.loads(c.run(["kubectl", "get", "pods", "-o", "json"], timeout=120).stdout)["metadata"]["resourceVersion"]
     t = time.perf_counter()
     ws = [Watcher("127.0.0.1", c.port, token, ca, rv) for _ in range(watchers)]
     for w in ws:
         w.start()
     opened = time.perf_counter() - t
-    before = set(json.loads(c.run(["kubectl", "get", "pods", "-o", "json"], timeout=120).stdout)["items"][i][
-        "metadata"]["name"] for i in range(replicas))
+    listed = json.loads(c.run(["kubectl", "get", "pods", "-o", "json"], timeout=120).stdout)["items"]
+    before = {pod["metadata"]["name"] for pod in listed}
     start = time.perf_counter()
     c.run(["kubectl", "scale", "deploy/many", f"--replicas={replicas + 1}"])
     new = wait_until(lambda: next((n for n in ws[0].added if n not in before), None), 60, "the new pod's event")

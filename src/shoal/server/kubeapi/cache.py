@@ -12,6 +12,7 @@ watches from an old position gets 410 Gone and lists again, as after etcd compac
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import threading
 import time
@@ -19,6 +20,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -64,6 +66,8 @@ class WatchCache:
         self.fingerprints: dict[str, tuple] = {}
         self.events: deque[Event] = deque(maxlen=EVENTS_KEPT)
         self.oldest = self.rv  # events after this position are all still kept
+        self._reads: dict[str, asyncio.Future] = {}  # each resource's read in flight or last done
+        self._read_at: dict[str, float] = {}
 
     # -- reading
 
@@ -78,6 +82,17 @@ class WatchCache:
             self._apply(resource.resource, items)
             self.fingerprints[resource.resource] = mark
             return self.rv
+
+    async def poll(self, resource: Resource) -> None:
+        """``sync`` for watchers: however many watch a resource, it is read at most once per
+        ``POLL_S``, and every watcher waits on that one read."""
+        loop = asyncio.get_running_loop()
+        name = resource.resource
+        read = self._reads.get(name)
+        if read is None or (read.done() and loop.time() - self._read_at.get(name, 0.0) >= POLL_S):
+            read = self._reads[name] = asyncio.ensure_future(run_in_threadpool(self.sync, resource))
+            self._read_at[name] = loop.time()
+        await asyncio.shield(read)
 
     def items(self, resource: Resource) -> tuple[int, list[Entry]]:
         """(position, every object) after bringing the resource up to date."""
@@ -133,8 +148,8 @@ class WatchCache:
         jobs, nodes = self.server.job_changes, self.server.node_changes
         if not (jobs.enabled and nodes.enabled):
             return ("time", int(time.monotonic() / UNWATCHED_READ_S))
-        if resource.source == "pods":
-            return (jobs.value, nodes.value)
+        if resource.source == "pods":  # (a node's address, which pods show, changes only as it joins again)
+            return (jobs.value,)
         if resource.source == "nodes":
             return (jobs.value, nodes.value, int(time.monotonic() / 2))  # heartbeats: no count watches them
         if resource.source == "events":

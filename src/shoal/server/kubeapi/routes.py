@@ -81,6 +81,15 @@ async def body_of(request: Request):
         raise ObjectError(f"the request body is not valid JSON: {e}", 400) from None
 
 
+def number(request: Request, name: str, default: float = 0) -> float:
+    """A numeric query parameter (``limit``, ``timeoutSeconds``, ``tailLines``)."""
+    text = request.query_params.get(name)
+    try:
+        return float(text) if text else default
+    except ValueError:
+        raise ObjectError(f"{name}: invalid value {text!r}: must be a number", 400) from None
+
+
 def dry_run(request: Request) -> bool:
     return "All" in request.query_params.getlist("dryRun")
 
@@ -90,7 +99,7 @@ def dry_run(request: Request) -> bool:
 
 def router(server, principal, nodes_json, retry_on_conflict) -> APIRouter:
     """``retry_on_conflict``: runs a write again when the controllers changed its rows first."""
-    r = APIRouter()
+    r = APIRouter(include_in_schema=False)  # described by its own OpenAPI documents (/openapi/v3)
     server.nodes_json = nodes_json
     svc = server.kube_api = KubeService(server, retry_on_conflict)
 
@@ -151,11 +160,12 @@ def _read_routes(r: APIRouter, res: Resource, svc: KubeService, principal) -> No
         q, accept = request.query_params, request.headers.get("accept")
         try:
             sel = Selection(namespace, q.get("labelSelector"), q.get("fieldSelector"))
+            limit = int(number(request, "limit"))
             if q.get("watch") in ("1", "true", "True"):
                 return await watch(request, res, svc, p, sel)
         except ObjectError as e:
             return error_response(e)
-        return await call(svc.list, res, p, sel, int(q.get("limit") or 0), q.get("continue"),
+        return await call(svc.list, res, p, sel, limit, q.get("continue"),
                           printing.wants_table(accept), q.get("includeObject", "Metadata"))
 
     async def read_collection(request: Request, namespace: str, p: Principal = Depends(principal)):
@@ -188,7 +198,7 @@ async def watch(request: Request, res: Resource, svc: KubeService, p: Principal,
     since = q.get("resourceVersion") or "0"
     if not since.isdigit():
         raise ObjectError(f"invalid resource version: {since}", 400)
-    timeout = min(float(q.get("timeoutSeconds") or WATCH_TIMEOUT_S), WATCH_TIMEOUT_S)
+    timeout = min(number(request, "timeoutSeconds", WATCH_TIMEOUT_S), WATCH_TIMEOUT_S)
     cache = svc.cache
     headers_sent: list = []
 
@@ -213,7 +223,7 @@ async def watch(request: Request, res: Resource, svc: KubeService, p: Principal,
             yield (json.dumps({"type": "ERROR", "object": gone}) + "\n").encode()
             return
         while loop.time() < deadline:
-            await run_in_threadpool(cache.sync, res)
+            await cache.poll(res)
             for ev in cache.since(res, pos):
                 pos = ev.rv
                 if next(svc.visible(a, res, [ev.entry], sel), None) is not None:
@@ -291,7 +301,7 @@ def _log_route(r: APIRouter, res: Resource, server, principal) -> None:
     async def pod_log(request: Request, namespace: str, name: str, p: Principal = Depends(principal)):
         q = request.query_params
         try:
-            tail = int(q["tailLines"]) if q.get("tailLines") else None
+            tail = int(number(request, "tailLines")) if q.get("tailLines") else None
             agent, key, cname = await run_in_threadpool(shoal_kube_api.locate, server, p, namespace, name,
                                                         q.get("container"), "get")
             chunks = server.logs.stream(agent, key=key, container=cname, previous=q.get("previous") == "true",

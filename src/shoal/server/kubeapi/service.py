@@ -130,7 +130,10 @@ class KubeService:
         rv, entries = self.cache.items(res)
         items = [with_rv(e) for e in self.visible(a, res, entries, sel)]
         meta: dict = {"resourceVersion": str(rv)}
-        start = int(base64.urlsafe_b64decode(resume).decode()) if resume else 0
+        try:
+            start = int(base64.urlsafe_b64decode(resume).decode()) if resume else 0
+        except ValueError:
+            raise ObjectError("the continue token is not valid (list again without it)", 410, "Expired") from None
         items = items[start:]
         if limit and len(items) > limit:
             meta["remainingItemCount"] = len(items) - limit
@@ -200,6 +203,8 @@ class KubeService:
                    if patch_type == "merge" else strategic_merge(base, patch))
         except PatchError as e:
             raise ObjectError(str(e), 422, "Invalid") from None
+        if not isinstance(doc, dict):
+            raise ObjectError("the patched object is not a JSON object", 400)
         rv = (patch.get("metadata") or {}).get("resourceVersion") if isinstance(patch, dict) else None
         (doc.get("metadata") or {}).pop("resourceVersion", None)
         return self.write(res, p, namespace, doc, name, dry_run, expect_rv=rv or "")
