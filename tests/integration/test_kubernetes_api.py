@@ -64,7 +64,8 @@ def test_kubectl_transcript(cluster):
     # The example as it is (4 replicas of 4 GPUs; the process runtime fits one per node: one port).
     out = kubectl(c, "apply", "-f", str(DEPLOYMENT), "-f", str(SERVICE)).stdout
     assert out.split("\n")[:2] == ["deployment.apps/vllm-llama-70b created", "service/vllm created"]
-    wait_until(lambda: "2/4" in kubectl(c, "get", "deploy", "vllm-llama-70b").stdout, 60, "2 of 4 replicas ready")
+    wait_until(lambda: table(kubectl(c, "get", "deploy", "vllm-llama-70b").stdout)[1][1:4] == ["2/4", "4", "2"],
+               60, "2 of 4 replicas ready and available")
     got = kubectl(c, "get", "deploy,rs,pods", "-o", "wide").stdout
     blocks = got.strip().split("\n\n")
     assert table(blocks[0])[0] == ["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE", "CONTAINERS", "IMAGES",
