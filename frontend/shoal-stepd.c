@@ -189,8 +189,9 @@ static int read_lease(const char *path, double *expires, double *grace, double *
     return 1;
 }
 
-/* supervise.signal_cgroups: sig to every process of the cgroups listed in `cgroups`. */
-static void signal_cgroups(int sig, int rounds) {
+/* supervise.signal_cgroups: sig to every process of the cgroups listed in `cgroups`, but
+   those of process group `group` (killpg reached them: a TERM must not come twice). */
+static void signal_cgroups(int sig, int rounds, pid_t group) {
     int fd = openat(jobdir_fd, "cgroups", O_RDONLY | O_CLOEXEC);
     if (fd < 0) return;
     FILE *list = fdopen(fd, "r");
@@ -216,7 +217,7 @@ static void signal_cgroups(int sig, int rounds) {
             long pid;
             int any = 0;
             while (fscanf(procs, "%ld", &pid) == 1)
-                if (pid != me) { kill((pid_t)pid, sig); any = 1; }
+                if (pid != me && getpgid((pid_t)pid) != group) { kill((pid_t)pid, sig); any = 1; }
             fclose(procs);
             if (!any) break;
             if (i + 1 < rounds) nanosleep(&(struct timespec){0, 10000000}, NULL);
@@ -227,7 +228,7 @@ static void signal_cgroups(int sig, int rounds) {
 
 static void signal_run(pid_t group, int sig) {
     killpg(group, sig);
-    signal_cgroups(sig, sig == SIGKILL ? 100 : 1);
+    signal_cgroups(sig, sig == SIGKILL ? 100 : 1, group);
 }
 
 /* supervise.wait_fencing: wait for the task to end (unreaped), fencing its process group when

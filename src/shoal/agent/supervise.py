@@ -192,10 +192,11 @@ def read_lease(path: Path) -> Lease | None:
     return Lease(expires, grace, check if check > 0 else CHECK_S)
 
 
-def signal_cgroups(jobdir: Path, sig: int, rounds: int = 1) -> None:
+def signal_cgroups(jobdir: Path, sig: int, rounds: int = 1, group: int | None = None) -> None:
     """Send ``sig`` to every process of the run's cgroups (``CGROUPS``): cgroup.kill where the
-    kernel has it (v2) for SIGKILL, else each pid in cgroup.procs but our own, again until
-    none is left (``rounds`` at most: a fork may race the reading)."""
+    kernel has it (v2) for SIGKILL, else each pid in cgroup.procs but our own and those of
+    process group ``group`` (signalled already: a TERM must not come twice, or a TERM trap's
+    children die), again until none is left (``rounds`` at most: a fork may race the reading)."""
     try:
         dirs = [Path(line) for line in (jobdir / CGROUPS).read_text().splitlines() if line.startswith("/")]
     except OSError:
@@ -210,7 +211,8 @@ def signal_cgroups(jobdir: Path, sig: int, rounds: int = 1) -> None:
                 pass
         for i in range(rounds):
             try:
-                pids = [int(x) for x in (d / "cgroup.procs").read_text().split() if int(x) != me]
+                pids = [int(x) for x in (d / "cgroup.procs").read_text().split() if int(x) != me
+                        and (group is None or _pgid(int(x)) != group)]
             except (OSError, ValueError):
                 break
             if not pids:
@@ -219,6 +221,13 @@ def signal_cgroups(jobdir: Path, sig: int, rounds: int = 1) -> None:
                 _kill(pid, sig)
             if i + 1 < rounds:
                 time.sleep(0.01)
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
 
 
 def read_launch(jobdir: Path) -> Launch | None:
@@ -338,7 +347,7 @@ def wait_fencing(pid: int, lease_path: Path | None, jobdir: Path | None = None, 
 def _signal_run(group: int, jobdir: Path | None, sig: int) -> None:
     killpg(group, sig)
     if jobdir is not None:
-        signal_cgroups(jobdir, sig, rounds=100 if sig == signal.SIGKILL else 1)
+        signal_cgroups(jobdir, sig, rounds=100 if sig == signal.SIGKILL else 1, group=group)
 
 
 def supervise(jobdir: Path, clock=time.time, lease: Path | None = None) -> int:
