@@ -44,10 +44,12 @@ from shoal.agent.gpus import (
 )
 from shoal.agent.host import HostFacts
 from shoal.agent.identity import JobUsers
+from shoal.agent.containers import RegistrySettings
 from shoal.agent.pods import PodManager
 from shoal.agent.runtime import Run, Runtime
+from shoal.agent.stepcontainer import Settings, StepContainers
 from shoal.agent.stepserver import StepServer
-from shoal.agent.usage import UsageSampler, prometheus_text
+from shoal.agent.usage import UsageSampler, holder_labels, prometheus_text
 from shoal.cli.client import Client, ClientError
 
 log = logging.getLogger("shoal.agent")
@@ -81,6 +83,7 @@ class Agent:
         self.name = cfg.name
         users = JobUsers(cfg.run_as_submitter)
         self.runtime = Runtime(cfg.name, cfg.workdir, self._on_exit, users)
+        self.containers = StepContainers(cfg.runtime, cfg.name, cfg.workdir)
         self.pods = PodManager(cfg.name, cfg.workdir, cfg.address, self._on_pod_change, images=cfg.images,
                                default_runtime=cfg.runtime, users=users)
         self._pod_ids: dict[str, tuple[int, int]] = {}  # run key -> (job id, run)
@@ -110,7 +113,7 @@ class Agent:
         self._desired: set[str] = set()
         self.usage = UsageSampler(self._open_nvml(), cfg.inventory.gpus)
         self._pod_names: dict[str, tuple[str, str]] = {}  # run key -> (namespace, pod), for /metrics
-        self._gpu_pods: dict[int, tuple[str, str]] = {}  # GPU index -> (namespace, pod)
+        self._gpu_holders: dict[int, dict[str, str]] = {}  # GPU index -> its holder's labels, for /metrics
         self.health_interval = 1.0  # NVML health polls (HealthCheckInterval)
         self._health_lock = threading.Lock()
         self._gpu_problems: list[dict] = []  # lasting GPU problems found by the last poll
@@ -167,6 +170,10 @@ class Agent:
         self.step_key = reply["step_key"]
         self.heartbeat_interval = float(reply["heartbeat_interval_s"])
         self.kill_wait = float(reply["kill_wait_s"])
+        settings = Settings.from_json(reply.get("containers"))
+        self.containers.configure(settings)
+        self.pods.registry = RegistrySettings(settings.registry_mirrors, settings.insecure_registries,
+                                              self.containers.cdi_kind or "nvidia.com/gpu")
         self._server.token = self.credential
         log.info("registered %s with %s (%d CPUs, %d MiB, %d GPUs)", self.name, self.cfg.server,
                  host.cpus, host.memory_mb, len(inv.gpus))
@@ -258,7 +265,7 @@ class Agent:
         desired = {r["key"] for r in work["runs"]}
         pods = [(r["key"], r["gpus"], (r["pod"]["namespace"], r["pod"]["name"])) for r in work["runs"] if "pod" in r]
         self._pod_names = {key: name for key, _, name in pods}
-        self._gpu_pods = {g: name for _, gpus, name in pods for g in gpus}
+        self._gpu_holders = {g: holder_labels(r) for r in work["runs"] for g in r["gpus"]}
         kill = {k["key"] for k in work["kill"]}
         self._desired = desired | kill
         for entry in work["runs"]:
@@ -297,7 +304,9 @@ class Agent:
                     self._signal_ids.append(sig.get("id"))
                 last = sig["seq"]
         self._applied_signals = {work["epoch"]: last}
-        self.runtime.forget_dead(self._desired)
+        for run in self.runtime.forget_dead(self._desired):
+            if self.containers.has_named(run.job_id):
+                threading.Thread(target=self.containers.remove_job, args=(run.job_id,), daemon=True).start()
         self.pods.forget_dead(self._desired)
         if kill or strays:
             self._report_now.set()
@@ -336,7 +345,7 @@ class Agent:
 
     def metrics_text(self) -> str:
         """The last usage sample as Prometheus text (the step server's ``GET /metrics``)."""
-        return prometheus_text(self.usage.last, self.usage.gpus, self.name, self._gpu_pods, self._pod_names)
+        return prometheus_text(self.usage.last, self.usage.gpus, self.name, self._gpu_holders, self._pod_names)
 
     def _on_exit(self, run: Run, exit_code: int, sig: int, when: float, reason: str | None = None,
                  fenced: bool = False) -> None:

@@ -152,6 +152,7 @@ def run(args) -> int:
                             compute_capability=inventory.compute_capabilities[0] if inventory.compute_capabilities else None) \
             if inventory.gpus else {}
         labels = merge_labels(labels, parse_labels(args.label))
+        labels = merge_labels(labels, _runtime_label(args.runtime))
         join = args.join_token
         if args.join_token_file:
             join = Path(args.join_token_file).read_text(encoding="utf-8").strip()
@@ -160,10 +161,16 @@ def run(args) -> int:
         ca_file = os.path.abspath(args.ca_file) if args.ca_file else None
         if ca_file:
             Path(ca_file).read_bytes()  # unreadable: say so now, not at the first request
-    except (ValueError, FakeGPUConfigError, GPUDiscoveryError, LabelError, OSError) as e:
+        workdir.mkdir(parents=True, exist_ok=True)
+        if not os.access(workdir, os.W_OK):  # root too: access() says EROFS for a read-only mount
+            raise OSError(f"the work dir {workdir} is not writable (a read-only file system?)")
+    except OSError as e:
+        print(f"shoal agent: error: {e.filename}: {e.strerror}" if e.filename and e.strerror else
+              f"shoal agent: error: {e}", file=sys.stderr)
+        return 2
+    except (ValueError, FakeGPUConfigError, GPUDiscoveryError, LabelError) as e:
         print(f"shoal agent: error: {e}", file=sys.stderr)
         return 2
-    workdir.mkdir(parents=True, exist_ok=True)
     features = sorted(set(args.feature or []) | _gpu_features(inventory.gpus))
     cfg = AgentConfig(name=name, server=args.server, join_token=join, address=args.address, port=args.port,
                       workdir=workdir, host=host, inventory=inventory, labels=labels, features=features,
@@ -177,7 +184,17 @@ def run(args) -> int:
         print(f"shoal agent: error: cannot listen on {args.address}:{args.port}: {e.strerror}", file=sys.stderr)
         return 2
 
+    cdi = None
+    if args.runtime == "podman" and inventory.gpus:
+        from shoal.agent.cdi import write_node_spec
+
+        cdi = write_node_spec([g.index for g in inventory.gpus], fake is not None, workdir, agent.containers.tag)
+        if cdi is not None:
+            agent.containers.cdi_kind = cdi[0]
+
     def _term(signum, frame):
+        if cdi is not None:
+            cdi[1].unlink(missing_ok=True)
         agent.runtime.kill_all()
         agent.pods.shutdown()
         agent.shutdown()
@@ -187,6 +204,16 @@ def run(args) -> int:
     signal.signal(signal.SIGINT, _term)
     agent.serve()
     return 0
+
+
+def _runtime_label(runtime: str) -> dict[str, str]:
+    """shoal.io/container-runtime: the runtime this node's steps can run containers with,
+    when its binary is here (sbatch --container-image is refused where no node has one)."""
+    from shoal.agent.stepcontainer import STEP_RUNTIMES
+    from shoal.model.container import RUNTIME_LABEL
+
+    cls = STEP_RUNTIMES.get(runtime)
+    return {RUNTIME_LABEL: runtime} if cls is not None and cls().available() else {}
 
 
 def _gpu_features(gpus) -> set[str]:

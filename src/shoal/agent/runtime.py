@@ -25,6 +25,7 @@ from shoal.agent import supervise
 from shoal.agent.identity import JobUsers, OpenAs, UnknownUser, output_flags
 from shoal.agent.supervise import killpg as _killpg
 from shoal.model.filename import expand_pattern
+from shoal.model.job import script_sha256
 
 log = logging.getLogger("shoal.agent")
 
@@ -179,16 +180,30 @@ class Runtime:
             log.error("job %s: user %s is unknown on this node: not running it", entry["key"], entry["user"])
             self.on_exit(run, 1, 0, time.time(), f"launch failed: no user {entry['user']} on {self.node}")
             return
+        # The bytes the user submitted (non-UTF-8 ones came as surrogates), checked against
+        # the SHA-256 sbatch took of what it read: a script changed on the way never runs.
+        data = b["script"].encode("utf-8", "surrogateescape")
+        digest = script_sha256(data)
+        if b.get("script_sha256") and digest != b["script_sha256"]:
+            log.error("job %s: its script's SHA-256 is %s, not the submitted %s: not running it",
+                      entry["key"], digest, b["script_sha256"])
+            self.on_exit(run, 1, 0, time.time(), "launch failed: batch script differs from the one submitted")
+            return
         jobdir.mkdir(parents=True, exist_ok=True)
         jobdir.parent.chmod(0o711)  # the job's user reaches their script, and lists nobody's
         jobdir.chmod(0o711)
         script = jobdir / "script"
-        script.write_text(b["script"], encoding="utf-8")
+        script.write_bytes(data)
         script.chmod(0o700)
         if ident is not None:
             os.chown(script, ident.uid, ident.gid)
         env = dict(b["environment"])
         env.update(b["slurm_env"])
+        if b.get("container"):
+            # Pyxis' options reach the job's steps as the variables its srun reads (docs/CONTAINERS.md).
+            from shoal.model.container import request_to_env
+
+            env.update(request_to_env(b["container"]))
         env.update(extra_env)
         env.update({
             "SLURMD_NODENAME": self.node,
@@ -327,8 +342,9 @@ class Runtime:
                     or target == "full":
                 p.send(signum)
 
-    def forget_dead(self, keep: set[str]) -> None:
-        """Drop bookkeeping of runs that have no live process and that the server no longer lists."""
+    def forget_dead(self, keep: set[str]) -> list[Run]:
+        """Drop bookkeeping of runs that have no live process and that the server no longer
+        lists; returns them."""
         with self.lock:
             gone = [self.runs.pop(k) for k, r in list(self.runs.items()) if k not in keep and not r.alive()]
         for run in gone:
@@ -337,6 +353,7 @@ class Runtime:
                     # Its exit has been read; the server lists it no more, so no later agent
                     # needs its directory to re-adopt it.
                     shutil.rmtree(p.popen.jobdir, ignore_errors=True)
+        return gone
 
     def kill_all(self) -> None:
         with self.lock:

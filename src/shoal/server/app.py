@@ -23,6 +23,7 @@ from shoal.model.gpu import gpu_gres
 from shoal.model.resources import GPU, Allocation
 from shoal.sched.placement import check_feasible
 from shoal.server import commands, fastpath
+from shoal.server import metrics as metricsmod
 from shoal.server import jobs as jobsvc
 from shoal.server import nodes as nodesvc
 from shoal.server import priority as priosvc
@@ -136,6 +137,11 @@ def create_app(server: Server) -> fastpath.FastPaths:
     @app.get("/healthz")
     def healthz():
         return {"ok": True, "version": __version__}
+
+    @app.get("/metrics")
+    def metrics(p: Principal = Depends(principal)):
+        """Prometheus' scrape (docs/METRICS.md): any token may read it, as any may read squeue."""
+        return Response(server.metrics.exposition(), media_type=metricsmod.CONTENT_TYPE_LATEST)
 
     @app.get("/shoal/v1/leader")
     def leader(p: Principal = Depends(principal)):
@@ -271,6 +277,20 @@ def create_app(server: Server) -> fastpath.FastPaths:
             if own is not None and (row.id != p.job_id if p.role == "job" else row.user != p.user):
                 raise jobsvc.JobError(f"Invalid job id specified: {job_id}", 404)  # as Slurm hides it
             return JSONResponse(_jobs_json(s, [row])[0])
+
+    @app.get("/shoal/v1/jobs/{job_id}/script")
+    def get_job_script(job_id: int, p: Principal = Depends(principal)):
+        """``scontrol write batch_script``: the script's bytes exactly as submitted, for its
+        owner (or the job itself) and operators, as slurmctld gives it."""
+        with server.sessions() as s:
+            row = _job(s, job_id)
+            if not p.is_operator and (row.id != p.job_id if p.role == "job" else row.user != p.user):
+                raise jobsvc.JobError("Invalid user id: the batch script is its owner's", 403)
+            script, digest = row.spec.get("script"), row.spec.get("script_sha256")
+        if script is None:
+            raise jobsvc.JobError("Job script not specified: an interactive job has no batch script", 404)
+        return Response(script.encode("utf-8", "surrogateescape"), media_type="application/octet-stream",
+                        headers={"X-Shoal-Script-SHA256": digest} if digest else None)
 
     @app.post("/shoal/v1/jobs/cancel")
     @retry_on_conflict
@@ -447,6 +467,8 @@ def create_app(server: Server) -> fastpath.FastPaths:
             if step is None:
                 raise jobsvc.JobError(f"no step {job_id}.{step_id}", 404)
             stepsvc.complete_step(step, body.exit_code, body.signal, server.clock())
+            if body.reason:
+                row.reason = body.reason[:64]  # the job's Reason in sacct and scontrol, kept at its end
         return {"ok": True}
 
     @app.post("/shoal/v1/jobs/{job_id}/complete")
@@ -461,7 +483,8 @@ def create_app(server: Server) -> fastpath.FastPaths:
             names = Allocation.from_json(row.allocation).node_names if row.allocation else ()
             if row.state == JobState.RUNNING.value:
                 state = JobState.COMPLETED if body.exit_code == 0 and body.signal == 0 else JobState.FAILED
-                jobsvc.finish(s, row, state, now, exit_code=body.exit_code, signal=body.signal)
+                jobsvc.finish(s, row, state, now, exit_code=body.exit_code, signal=body.signal,
+                              reason=body.reason[:64] if body.reason else None)
             elif row.state == JobState.PENDING.value:
                 jobsvc.finish(s, row, JobState.CANCELLED, now)
         _after_change(set(names))
@@ -647,6 +670,7 @@ def create_app(server: Server) -> fastpath.FastPaths:
             "fence_grace_s": fence.grace_s,
             "fence_check_s": fence.check_s,
             "kill_wait_s": server.config.nodes.kill_wait_s,
+            "containers": server.config.containers.model_dump(),
         }
 
     @app.get("/shoal/v1/agents/{node}/work")
@@ -845,7 +869,7 @@ def create_app(server: Server) -> fastpath.FastPaths:
     fast.add("POST", r"/shoal/v1/agents/(?P<node>[^/]+)/report", fast_report)
     # In front of the whole app, FastAPI's own middlewares included (error pages, body limit):
     # these requests do not pass through them (an error escaping a fast route is uvicorn's 500).
-    return fastpath.FastPaths(app, routes=fast)
+    return fastpath.FastPaths(app, routes=fast, observe=server.metrics.observe_request)
 
 
 def _queue_listing(jobs: list[dict], user: str | None, partition: str | None, state: list[str],

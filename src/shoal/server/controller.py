@@ -158,6 +158,7 @@ class Controller(KickedLoop):
 
     def _schedule(self, now: float) -> set[str]:
         s = self.server
+        t0 = time.perf_counter()
         self._headroom = None  # unknown until this pass's plan is applied
         with s.sessions() as session:
             if session.scalar(select(JobRow.id).where(JobRow.state == JobState.PENDING.value).limit(1)) is None:
@@ -187,6 +188,7 @@ class Controller(KickedLoop):
             ids = list({st.job_id for st in plan.starts} | changed | victims)
             rows = {r.id: r for r in session.scalars(select(JobRow).where(JobRow.id.in_(ids)))} if ids else {}
             touched: set[str] = set()
+            started: list[JobRow] = []
             for st in plan.starts:
                 row = rows.get(st.job_id)
                 if row is None or row.state != JobState.PENDING.value or row.held:
@@ -199,6 +201,7 @@ class Controller(KickedLoop):
                 row.expected_start = None
                 row.preempted_at = row.preemptor_id = None  # a requeued victim runs again: its preemption is over
                 touched.update(st.allocation.node_names)
+                started.append(row)
             for jid in changed:
                 reason = reasons[jid]
                 row = rows.get(jid)
@@ -212,6 +215,9 @@ class Controller(KickedLoop):
             for preemption in plan.preemptions:
                 touched |= self._preempt(session, rows, preemption, now, signals)
         self._rows.kept(rows.values())  # committed: the next pass need not read them back
+        for row in started:
+            s.metrics.run_started(row, now)
+        s.metrics.scheduled(full, time.perf_counter() - t0, len(started), plan.tested)
         for node, key, signum, target in signals:  # only once the preemption is committed
             s.hub.signal(node, key, signum, target)
         self._headroom, self._seen_id = headroom(snap, [st.allocation for st in plan.starts], self._placement), seen
@@ -247,6 +253,7 @@ class Controller(KickedLoop):
         cap = s.config.scheduler.preempt_grace_s
         for v in victims:
             log.info("job %s preempts job %s (%s)", preemptor.id, v.id, v.spec.get("qos") or "normal")
+            s.metrics.preempted(session, v)
             v.preempted_at, v.preemptor_id = now, preemptor.id
             if jobsvc.preemption_grace_s(v, cap) > 0:
                 signals.extend(self._signal_targets(v))

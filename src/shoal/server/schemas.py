@@ -5,11 +5,11 @@ from __future__ import annotations
 import os
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from shoal.model.selectors import check_labels
 
-MAX_SCRIPT_BYTES = 4 * 1024 * 1024
+from shoal.model.job import MAX_SCRIPT_BYTES
 MAX_NAME = 255
 MAX_ARG = 131072  # MAX_ARG_STRLEN: the longest argument or environment string execve accepts
 MAX_ENV_VARS = 10000
@@ -93,6 +93,11 @@ class JobSubmit(StoredText):
     name: str | None = Field(default=None, max_length=MAX_NAME)
     partition: str | None = Field(default=None, max_length=64)
     script: str | None = Field(default=None, max_length=MAX_SCRIPT_BYTES)
+    script_base64: str | None = Field(default=None, max_length=MAX_SCRIPT_BYTES * 4 // 3 + 4,
+                                      description="the script's bytes in base64, instead of script, when they "
+                                                  "are not UTF-8 (JSON strings cannot carry them)")
+    script_sha256: str | None = Field(default=None, pattern="^[0-9a-f]{64}$",
+                                      description="hex SHA-256 of the script's bytes, as the submitter read them")
     argv: list[str] = Field(default_factory=list, max_length=4096)
     workdir: str = Field(min_length=1, max_length=4096)
     environment: dict[str, str] = Field(default_factory=dict)
@@ -130,9 +135,33 @@ class JobSubmit(StoredText):
     qos: str | None = Field(default=None, max_length=64)
     reservation: str | None = Field(default=None, max_length=64)
     kill_on_invalid_dep: bool | None = None
+    container: dict | None = Field(default=None, description="Pyxis' --container-* options (model.container)")
 
     _argv = field_validator("argv")(check_argv)
     _environment = field_validator("environment")(check_environment)
+
+    @model_validator(mode="after")
+    def _script_bytes(self):
+        # The rest of the server, the store and the agent hold a script as text: bytes that
+        # are not UTF-8 become surrogates (surrogateescape), which give them back exactly.
+        if self.script_base64 is not None:
+            if self.script is not None:
+                raise ValueError("give script or script_base64, not both")
+            import binascii
+
+            try:
+                data = binascii.a2b_base64(self.script_base64.encode("ascii"), strict_mode=True)
+            except (binascii.Error, UnicodeEncodeError) as e:
+                raise ValueError(f"script_base64 is not base64: {e}") from None
+            self.script, self.script_base64 = data.decode("utf-8", "surrogateescape"), None
+        return self
+
+    @field_validator("container")
+    @classmethod
+    def _container(cls, doc: dict | None) -> dict | None:
+        from shoal.model.container import check_request
+
+        return None if doc is None else check_request(doc)
 
 
 class CancelRequest(BaseModel):
@@ -188,6 +217,7 @@ class StepComplete(BaseModel):
 
     exit_code: int = 0
     signal: int = 0
+    reason: str | None = Field(default=None, max_length=256)  # why its tasks never started (their container)
 
 
 class InteractiveComplete(BaseModel):
@@ -195,6 +225,7 @@ class InteractiveComplete(BaseModel):
 
     exit_code: int = 0
     signal: int = 0
+    reason: str | None = Field(default=None, max_length=256)
 
 
 class NodeUpdate(StoredText):

@@ -173,6 +173,7 @@ def run_entry(row: JobRow, mine: dict, nodeid: int, server) -> dict:
         spec = row.spec
         entry["batch"] = {
             "script": spec["script"],
+            "script_sha256": spec.get("script_sha256"),
             "argv": spec.get("argv", []),
             "workdir": row.workdir,
             "environment": spec.get("environment", {}),
@@ -185,6 +186,8 @@ def run_entry(row: JobRow, mine: dict, nodeid: int, server) -> dict:
             "array_job_id": row.array_job_id,
             "array_task_id": row.array_task_id,
         }
+        if spec.get("container"):
+            entry["batch"]["container"] = spec["container"]
     return entry
 
 
