@@ -42,6 +42,8 @@ def _runs(log) -> dict[int, tuple[str, float, float]]:
     """Each run's node and the first and last moment it was seen alive."""
     runs: dict[int, tuple[str, float, float]] = {}
     for line in log.read_text().splitlines():
+        if len(line.split()) != 4:
+            continue  # a line still being written
         _, run, node, t = line.split()
         r, t = int(run), float(t)
         n, first, last = runs.get(r, (node, t, t))
