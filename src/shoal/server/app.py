@@ -8,7 +8,7 @@ import time
 from contextlib import asynccontextmanager
 from urllib.parse import parse_qs, unquote
 
-from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request
+from fastapi import Cookie, Depends, FastAPI, Header, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 from sqlalchemy import select
@@ -22,7 +22,7 @@ from shoal.model.node import NodeState, display_state
 from shoal.model.gpu import gpu_gres
 from shoal.model.resources import GPU, Allocation
 from shoal.sched.placement import check_feasible
-from shoal.server import commands, fastpath
+from shoal.server import commands, console, fastpath
 from shoal.server import jobs as jobsvc
 from shoal.server import nodes as nodesvc
 from shoal.server import priority as priosvc
@@ -103,9 +103,13 @@ def create_app(server: Server) -> fastpath.FastPaths:
 
     # Async: a synchronous dependency costs a thread hand-off per request, and these only
     # read the token cache (a miss is one indexed lookup, then cached).
+    # The console's pages send the token as its cookie (server/console): with their header only.
     async def principal(authorization: str | None = Header(default=None),
                         x_shoal_job_token: str | None = Header(default=None),
-                        x_shoal_user: str | None = Header(default=None)) -> Principal:
+                        x_shoal_user: str | None = Header(default=None),
+                        x_shoal_console: str | None = Header(default=None),
+                        shoal_console: str | None = Cookie(default=None)) -> Principal:
+        authorization = console.cookie_credential(authorization, shoal_console, x_shoal_console)
         return server.auth.resolve(authorization, x_shoal_job_token, x_shoal_user)
 
     async def admin(p: Principal = Depends(principal)) -> Principal:
@@ -271,6 +275,20 @@ def create_app(server: Server) -> fastpath.FastPaths:
             if own is not None and (row.id != p.job_id if p.role == "job" else row.user != p.user):
                 raise jobsvc.JobError(f"Invalid job id specified: {job_id}", 404)  # as Slurm hides it
             return JSONResponse(_jobs_json(s, [row])[0])
+
+    @app.get("/shoal/v1/jobs/{job_id}/script")
+    def get_script(job_id: int, p: Principal = Depends(principal)):
+        """The batch script, for those who may change the job (as scontrol write batch_script)."""
+        with server.sessions() as s:
+            row = _job(s, job_id)
+            if _private_jobs(p) is not None and row.user != p.user and row.id != p.job_id:
+                raise jobsvc.JobError(f"Invalid job id specified: {job_id}", 404)
+            try:
+                jobsvc.check_owner(row, p)
+            except jobsvc.JobError:
+                raise jobsvc.JobError(f"Access/permission denied: job {row.id}'s script is shown only to "
+                                      "its owner and operators", 403) from None
+            return {"job_id": row.id, "script": row.spec.get("script")}
 
     @app.post("/shoal/v1/jobs/cancel")
     @retry_on_conflict
@@ -794,6 +812,7 @@ def create_app(server: Server) -> fastpath.FastPaths:
         cancel=lambda job_id, body, p: cancel(job_id, CancelRequest.model_validate(body), p),
     )
     app.include_router(commands.router(command_routes, server.auth.resolve))
+    app.include_router(console.router(server, nodes_json=_nodes_json, private_jobs=_private_jobs))
 
     # The requests every job costs, answered without FastAPI's layers (shoal.server.fastpath).
     fast = fastpath.Routes()
