@@ -29,6 +29,13 @@ from selenium.webdriver.support.select import Select  # noqa: E402
 
 # Without the networking flags Chromium reaches for Google's services and, on a closed network,
 # its own connections are refused; a fresh profile keeps one test's cookies from the next's.
+TRAIN = """#!/bin/bash
+#SBATCH -J train-big
+#SBATCH -N 2
+#SBATCH --gres=gpu:4
+for i in $(seq 1 600); do echo "step $i loss 0.$((1000 - i))"; sleep 0.5; done
+"""
+
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          "--disable-dev-shm-usage"]
@@ -123,7 +130,7 @@ def test_a_user_logs_in_and_watches_jobs_come_and_go_without_reloading(cluster, 
     mark_page(driver)
 
     # Two nodes' worth of GPUs held, then a job that must wait for them.
-    big = cluster.sbatch("-J", "train-big", "-N", "2", "--gres=gpu:4", "--wrap", "sleep 300")
+    big = cluster.sbatch(script=TRAIN)
     waiting = cluster.sbatch("-J", "waits", "-N", "2", "--gres=gpu:4", "--wrap", "sleep 300")
     row = f'tr[data-job="{waiting}"]'
     wait_until(lambda: text(driver, f'tr[data-job="{big}"]') and "RUNNING" in text(driver, f'tr[data-job="{big}"]'),
@@ -140,11 +147,17 @@ def test_a_user_logs_in_and_watches_jobs_come_and_go_without_reloading(cluster, 
     # The job page: script for its owner, the GPUs it holds, and its cancel button.
     driver.get(f"{cluster.server}/console/jobs/{big}")
     wait_until(lambda: rendered(driver) >= 1, 10, "the job page")
-    assert "sleep 300" in text(driver, "#script")
+    mark_page(driver)
+    assert "loss" in text(driver, "#script")
+    assert "#SBATCH --gres=gpu:4" in text(driver, ".directives")
     assert "train-big" in text(driver, "h2")
     assert "0,1,2,3" in text(driver, "main")
+    # The output's tail follows the running job.
+    wait_until(lambda: "step 2 " in text(driver, "#output"), 20, "the job's output on its page")
+    seen = max(int(n) for n in re.findall(r"step (\d+) ", text(driver, "#output")))
+    wait_until(lambda: f"step {seen + 3} " in text(driver, "#output"), 20, "later output, without a reload")
+    assert not_reloaded(driver)
     driver.save_screenshot(str(shots / "job.png"))
-    mark_page(driver)
     click(driver, "#job-cancel")
     wait_until(lambda: "CANCELLED" in text(driver, "h2") or "COMPLETING" in text(driver, "h2"), 15,
                "the cancelled job's state on its page")
@@ -222,6 +235,7 @@ def test_a_read_only_user_sees_but_cannot_cancel(cluster, browser, shots):
     wait_until(lambda: rendered(driver) >= 1, 10, "the job page")
     assert not count(driver, "button[data-action]")
     assert "Shown only to the job's owner" in text(driver, "main")  # no script for her
+    assert not count(driver, "#output, #script")
     # Not merely hidden: the API the page uses refuses her, with the server's own message.
     answer = driver.execute_async_script("""
         const done = arguments[arguments.length - 1];

@@ -34,6 +34,7 @@ from shoal.server.core import Server
 from shoal.server.groupcommit import GroupCommit, InFlight
 from shoal.server.kube import api as kube_api
 from shoal.server.kube import service as kubesvc
+from shoal.server.kube.logs import AgentEndpoint
 from shoal.server.kube.objects import ObjectError
 from shoal.server.limits import guard
 from shoal.server.schemas import (AgentRegister, AgentReport, BulkCancelRequest, CancelRequest,
@@ -276,19 +277,41 @@ def create_app(server: Server) -> fastpath.FastPaths:
                 raise jobsvc.JobError(f"Invalid job id specified: {job_id}", 404)  # as Slurm hides it
             return JSONResponse(_jobs_json(s, [row])[0])
 
+    def _owned_job(s, job_id: int, p: Principal, what: str) -> JobRow:
+        """The job, if the caller may read its script and output: those who may change it."""
+        row = _job(s, job_id)
+        if _private_jobs(p) is not None and row.user != p.user and row.id != p.job_id:
+            raise jobsvc.JobError(f"Invalid job id specified: {job_id}", 404)
+        try:
+            jobsvc.check_owner(row, p)
+        except jobsvc.JobError:
+            raise jobsvc.JobError(f"Access/permission denied: job {row.id}'s {what} is shown only to "
+                                  "its owner and operators", 403) from None
+        return row
+
     @app.get("/shoal/v1/jobs/{job_id}/script")
     def get_script(job_id: int, p: Principal = Depends(principal)):
-        """The batch script, for those who may change the job (as scontrol write batch_script)."""
+        """The batch script (as scontrol write batch_script)."""
         with server.sessions() as s:
-            row = _job(s, job_id)
-            if _private_jobs(p) is not None and row.user != p.user and row.id != p.job_id:
-                raise jobsvc.JobError(f"Invalid job id specified: {job_id}", 404)
-            try:
-                jobsvc.check_owner(row, p)
-            except jobsvc.JobError:
-                raise jobsvc.JobError(f"Access/permission denied: job {row.id}'s script is shown only to "
-                                      "its owner and operators", 403) from None
+            row = _owned_job(s, job_id, p, "script")
             return {"job_id": row.id, "script": row.spec.get("script")}
+
+    @app.get("/shoal/v1/jobs/{job_id}/output")
+    async def get_output(job_id: int, size: int = Query(default=16384, ge=0, le=65536),
+                         p: Principal = Depends(principal)):
+        """The end of a batch job's standard output file, read by its batch host's agent."""
+        def locate():
+            with server.sessions() as s:
+                row = _owned_job(s, job_id, p, "output")
+                path = jobsvc.to_json(row)["stdout"]
+                node = s.get(NodeRow, row.batch_host) if row.batch_host else None
+                if node is None or not path:
+                    raise jobsvc.JobError(f"job {job_id} has no output yet (it has not started)", 404)
+                return AgentEndpoint.of(node), path, row.user
+
+        agent, path, user = await fastpath.in_thread(locate)
+        out = b"".join([chunk async for chunk in server.logs.job_output(agent, path=path, user=user, size=size)])
+        return Response(out, media_type="text/plain; charset=utf-8")
 
     @app.post("/shoal/v1/jobs/cancel")
     @retry_on_conflict

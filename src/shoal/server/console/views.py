@@ -93,7 +93,7 @@ def gpu_hours(rows: Iterable[tuple[str, str | None, float | None, float | None, 
         hours = gpus * max(0.0, (end if end is not None else now) - start) / 3600
         if not hours:
             continue
-        acct = account or "(default)"
+        acct = account or "(default account)"
         accounts[acct] = accounts.get(acct, 0.0) + hours
         users[(acct, user)] = users.get((acct, user), 0.0) + hours
     return {"accounts": [{"account": a, "gpu_hours": round(h, 3)} for a, h in sorted(accounts.items())],

@@ -148,12 +148,18 @@ async function jobPage() {
     if (e.status === 404) return empty(`Job ${JOB} does not exist, or is not yours to see.`);
     throw e;
   }
-  let script;
+  let script = null, output = null;
   try {
     script = (await api(`/shoal/v1/jobs/${JOB}/script`)).script;
-  } catch (e) {
-    script = null;
+  } catch (e) { /* not the owner: the page says so */ }
+  if (j.start_time != null && !j.interactive && (script != null || isOperator())) {
+    try {
+      output = (await api(`/shoal/v1/jobs/${JOB}/output?size=16384`)).split("\n").slice(-200).join("\n");
+    } catch (e) {
+      output = {error: e.message};
+    }
   }
+  following = j.state === "RUNNING";
   const actions = [];
   if (mayChangeJob(j)) {
     if (j.state === "PENDING" || j.state === "RUNNING") actions.push(["cancel", "Cancel"]);
@@ -178,6 +184,7 @@ async function jobPage() {
     <section><h3>State history</h3>${table(["time", "state", ""], stateHistory(j).map(([t, s, n]) => `<tr><td>${esc(time(t))}</td><td>${stateBadge(s)}</td><td>${esc(n)}</td></tr>`), "history")}
     <h3>Nodes and GPUs</h3>${alloc.length ? table(["node", "CPUs", "memory MB", "GPU indices"], alloc) : empty("No allocation yet.")}
     ${steps.length ? "<h3>Steps</h3>" + table(["step", "name", "state", "nodes", "start", "end"], steps) : ""}</section></div>
+    <h3>Output <span class="muted">${esc(j.stdout || "")}${following ? " (following)" : ""}</span></h3>${output == null ? empty(j.start_time == null ? "No output before the job starts." : "Shown only to the job's owner and operators.") : output.error ? `<p class="error">${esc(output.error)}</p>` : `<pre class="output" id="output">${esc(output) || " "}</pre>`}
     <h3>Directives</h3>${directives == null ? empty("Shown only to the job's owner and operators.") : directives.length ? `<pre class="directives">${esc(directives.join("\n"))}</pre>` : empty("No #SBATCH lines.")}
     <h3>Script</h3>${script == null ? empty(j.command && j.command !== "(script)" ? "Submitted as: " + j.command + " (the script is shown only to its owner and operators)" : "Shown only to the job's owner and operators.") : `<pre class="script" id="script">${esc(script)}</pre>`}`;
 }
@@ -273,7 +280,11 @@ async function nodes() {
   if (!nodes.length) return empty("No nodes have registered yet.");
   const op = isOperator();
   const rows = nodes.map((n) => {
-    const labels = Object.entries(n.labels || {}).map(([k, v]) => `<span class="tag">${esc(k)}=${esc(v)}</span>`).join(" ");
+    // GPU feature discovery's labels are many and alike on every node: folded away.
+    const all = Object.entries(n.labels || {}), gfd = all.filter(([k]) => k.startsWith("nvidia.com/"));
+    const tag = ([k, v]) => `<span class="tag">${esc(k)}=${esc(v)}</span>`;
+    const labels = all.filter(([k]) => !k.startsWith("nvidia.com/")).map(tag).join(" ") +
+      (gfd.length ? ` <details data-labels="${esc(n.name)}"><summary>${gfd.length} nvidia.com/ labels</summary>${gfd.map(tag).join(" ")}</details>` : "");
     const taints = (n.taints || []).map((t) => `<span class="tag taint">${esc(t.key)}${t.value ? "=" + esc(t.value) : ""}:${esc(t.effect)}</span>`).join(" ");
     const health = (n.gpu_health || []).length ? (n.gpu_health).map((h) => `<span class="warn">GPU ${h.index}: ${esc(h.kind)}</span>`).join(" ") : '<span class="ok">ok</span>';
     const beat = n.last_heartbeat ? `${Math.max(0, Math.round(Date.now() / 1000 - n.last_heartbeat))} s ago` : "never";
@@ -288,6 +299,11 @@ async function nodes() {
   });
   return table(["node", "state", "reason", "partitions", "CPUs", "GPUs", "GRES", "GPU health", "heartbeat", "labels", "taints", ...(op ? [""] : [])], rows, "nodes");
 }
+
+// A running job's output follows live: its page re-reads it this often (the output file is
+// not a change the hub sees).
+let following = false;
+setInterval(() => { if (following && !document.hidden) refresh(); }, 2000);
 
 const PAGES = {overview, queue, job: jobPage, serving, accounting, nodes};
 
@@ -305,12 +321,16 @@ async function refresh() {
       const typing = document.activeElement?.dataset?.reason;
       const kept = {};
       main.querySelectorAll("input[data-reason]").forEach((i) => { if (i.value) kept[i.dataset.reason] = i.value; });
+      const open = [...main.querySelectorAll("details[open]")].map((d) => d.dataset.labels);
       const html = await PAGES[PAGE]();
       main.innerHTML = html;
       for (const [name, value] of Object.entries(kept)) {
         const i = main.querySelector(`input[data-reason="${CSS.escape(name)}"]`);
         if (i) i.value = value;
       }
+      for (const name of open) main.querySelector(`details[data-labels="${CSS.escape(name)}"]`)?.setAttribute("open", "");
+      const out = document.getElementById("output");
+      if (out) out.scrollTop = out.scrollHeight;
       if (typing) main.querySelector(`input[data-reason="${CSS.escape(typing)}"]`)?.focus();
       document.body.dataset.rendered = String(Number(document.body.dataset.rendered || 0) + 1);
     } while (again);
