@@ -110,14 +110,22 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._json(404, {"detail": "not found"})
 
+    def _signed_query(self, query: str, what: str) -> dict | None:
+        """The query's fields if the server signed it; else None, the 403 already answered."""
+        body, _, sig = query.rpartition("&sig=")
+        q = {k: v[0] for k, v in parse_qs(body).items()}
+        err = _check_signed(self.server.agent, body, sig, q.get("t", 0), what)
+        if err:
+            self._json(403, {"detail": err})
+            return None
+        return q
+
     def _pod_log(self, query: str) -> None:
         """A container's log, for ``shoal logs`` (the server signs the query with the step key)."""
         agent = self.server.agent
-        body, _, sig = query.rpartition("&sig=")
-        q = {k: v[0] for k, v in parse_qs(body).items()}
-        err = _check_signed(agent, body, sig, q.get("t", 0), "log")
-        if err:
-            return self._json(403, {"detail": err})
+        q = self._signed_query(query, "log")
+        if q is None:
+            return
         key, container = q.get("key", ""), q.get("container", "")
         try:
             path = agent.pods.log_path(key, container, previous=q.get("previous") == "1")
@@ -143,11 +151,9 @@ class _Handler(BaseHTTPRequestHandler):
         """The end of a batch job's output file, for the console (the server signs the query).
         Read only if the job's user owns it, so an --output naming another's file shows nothing."""
         agent = self.server.agent
-        body, _, sig = query.rpartition("&sig=")
-        q = {k: v[0] for k, v in parse_qs(body).items()}
-        err = _check_signed(agent, body, sig, q.get("t", 0), "output")
-        if err:
-            return self._json(403, {"detail": err})
+        q = self._signed_query(query, "output")
+        if q is None:
+            return
         path, limit = q.get("path", ""), min(int(q.get("bytes") or OUTPUT_BYTES), OUTPUT_BYTES)
         try:
             ident = agent.runtime.users.of(q.get("user", ""))

@@ -114,10 +114,19 @@ async function queue() {
   for (const k of ["user", "partition", "state"]) if (q.get(k)) p.set(k, q.get(k));
   const {jobs} = await api("/shoal/v1/jobs?" + p);
   const now = Date.now() / 1000;
-  const rows = jobs.map((j) => {
+  // An array's pending tasks are one row, as squeue shows them (12_[4-11%4]).
+  const shown = new Set();
+  const listed = jobs.filter((j) => {
+    if (j.state !== "PENDING" || !j.array_spec) return true;
+    if (shown.has(j.array_job_id)) return false;
+    shown.add(j.array_job_id);
+    return true;
+  });
+  const rows = listed.map((j) => {
     const state = j.completing ? "COMPLETING" : j.state;
     const reason = j.state === "PENDING" ? j.reason : j.nodelist;
-    return `<tr data-job="${j.job_id}" data-state="${esc(state)}"><td><a href="/console/jobs/${j.job_id}">${esc(jobId(j))}</a></td>` +
+    const id = j.state === "PENDING" && j.array_spec ? `${j.array_job_id}_[${j.array_spec}]` : jobId(j);
+    return `<tr data-job="${j.job_id}" data-state="${esc(state)}"><td><a href="/console/jobs/${j.job_id}">${esc(id)}</a></td>` +
       `<td>${esc(j.name)}</td><td>${esc(j.user)}</td><td>${esc(j.partition)}</td><td>${stateBadge(state)}</td>` +
       `<td class="num">${j.nodes}</td><td class="num">${j.gpus_per_node ? j.gpus_per_node * j.nodes : ""}</td>` +
       `<td>${j.start_time ? duration(now - j.start_time) : ""}</td><td>${esc(j.time_limit_s ? duration(j.time_limit_s) : "UNLIMITED")}</td>` +
