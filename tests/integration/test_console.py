@@ -114,6 +114,7 @@ def not_reloaded(driver) -> bool:
 
 def test_a_user_logs_in_and_watches_jobs_come_and_go_without_reloading(cluster, browser, shots):
     driver = browser
+    assert f"console  {cluster.server}/console" in cluster.up_output  # shoal up says where
     driver.get(f"{cluster.server}/console/queue")
     driver.find_element(By.ID, "token").send_keys("shoal_not-a-real-token")
     driver.find_element(By.ID, "login").click()
