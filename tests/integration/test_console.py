@@ -205,6 +205,9 @@ def test_the_gpu_grid_agrees_with_sinfo_and_squeue(cluster, browser, shots):
         driver.get(f"{cluster.server}/console/{page}")
         wait_until(lambda: rendered(driver) >= 1, 10, f"the {page} page")
         driver.save_screenshot(str(shots / f"{page}.png"))
+    # No page broke its own rules (Content-Security-Policy) or failed a request on the way.
+    errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+    assert not errors, errors
     driver.get(f"{cluster.server}/console/nodes")
     wait_until(lambda: rendered(driver) >= 1, 10, "the nodes page")
     assert "bad fan" in text(driver, f'tr[data-node="{node2}"]')

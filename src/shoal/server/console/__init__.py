@@ -29,6 +29,12 @@ REFRESH_S = 5.0  # pages refresh at least this often (utilisation comes with hea
 MIN_GAP_S = 0.5  # and at most this often, however fast the cluster changes
 
 _STATIC = files(__package__) / "static"
+# The pages' own files only (no inline script, so an injected <script> does not run; inline
+# style attributes draw the bars), and never inside another site's frame (a click there on
+# Cancel would be the user's).
+PAGE_HEADERS = {"cache-control": "no-store", "x-frame-options": "DENY",
+                "content-security-policy": "default-src 'self'; style-src 'self' 'unsafe-inline'; "
+                                           "img-src 'self' data:; frame-ancestors 'none'"}
 _TYPES = {"js": "text/javascript", "css": "text/css", "html": "text/html", "svg": "image/svg+xml"}
 
 
@@ -59,7 +65,7 @@ def router(server, *, nodes_json, private_jobs) -> APIRouter:
             return RedirectResponse(f"/console/login?next={quote(request.url.path)}", status_code=303)
         html = _asset("shell.html").decode().replace("{{page}}", name).replace(
             "{{job}}", "" if job_id is None else str(job_id))
-        return HTMLResponse(html, headers={"cache-control": "no-store"})
+        return HTMLResponse(html, headers=PAGE_HEADERS)
 
     # ---------------------------------------------------------------- pages
 
@@ -71,7 +77,7 @@ def router(server, *, nodes_json, private_jobs) -> APIRouter:
     def login_page(next: str = "/console/overview", error: str = ""):
         html = _asset("login.html").decode().replace("{{next}}", _attr(_local(next))).replace(
             "{{error}}", _text(error))
-        return HTMLResponse(html, status_code=401 if error else 200)
+        return HTMLResponse(html, status_code=401 if error else 200, headers=PAGE_HEADERS)
 
     @r.post("/login")
     async def login(request: Request):
