@@ -8,7 +8,7 @@ import time
 from contextlib import asynccontextmanager
 from urllib.parse import parse_qs, unquote
 
-from fastapi import Cookie, Depends, FastAPI, Header, HTTPException, Query, Request
+from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 from sqlalchemy import select
@@ -104,13 +104,14 @@ def create_app(server: Server) -> fastpath.FastPaths:
 
     # Async: a synchronous dependency costs a thread hand-off per request, and these only
     # read the token cache (a miss is one indexed lookup, then cached).
-    # The console's pages send the token as its cookie (server/console): with their header only.
-    async def principal(authorization: str | None = Header(default=None),
+    async def principal(request: Request, authorization: str | None = Header(default=None),
                         x_shoal_job_token: str | None = Header(default=None),
-                        x_shoal_user: str | None = Header(default=None),
-                        x_shoal_console: str | None = Header(default=None),
-                        shoal_console: str | None = Cookie(default=None)) -> Principal:
-        authorization = console.cookie_credential(authorization, shoal_console, x_shoal_console)
+                        x_shoal_user: str | None = Header(default=None)) -> Principal:
+        if authorization is None and x_shoal_job_token is None:
+            # The console's pages send the token as its cookie (server/console), with their header:
+            # read only here, so the commands' and agents' requests parse no cookies.
+            authorization = console.cookie_credential(None, request.cookies.get(console.COOKIE),
+                                                      request.headers.get(console.HEADER))
         return server.auth.resolve(authorization, x_shoal_job_token, x_shoal_user)
 
     async def admin(p: Principal = Depends(principal)) -> Principal:
