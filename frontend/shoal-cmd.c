@@ -357,6 +357,23 @@ static void lost_answer(const char *server) {
     exit(1);
 }
 
+/* A refusal of sbatch's request itself (413, 503: nothing was submitted): the server's own
+ * words, its JSON "detail", as the Python command prints them; returns if there are none. */
+static void refused(int status, const char *body, size_t n) {
+    if (status < 400 || !n || memchr(body, 0, n)) return;
+    const char *key = strstr(body, "\"detail\"");
+    if (!key) return;
+    const char *s = skip_ws(key + 8);
+    if (*s++ != ':') return;
+    s = skip_ws(s);
+    const char *end;
+    char *detail = *s == '"' ? json_string(s + 1, &end) : NULL;
+    if (!detail || !*detail) return;
+    fprintf(stderr, "%s: error: Batch job submission failed: %s\n",
+            strrchr(g_argv[0], '/') ? strrchr(g_argv[0], '/') + 1 : g_argv[0], detail);
+    exit(1);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     g_argv = argv;
@@ -425,13 +442,16 @@ int main(int argc, char **argv) {
     puts_(&req, clen);
     put(&req, body.p, body.n);
 
-    if (write_all(fd, req.p, req.n) < 0) { close(fd); lost_answer(where); }
+    /* A server that refuses a request early (413: too large) answers and closes before
+     * reading all of it: the send fails, but its answer, when it came, says why. */
+    if (write_all(fd, req.p, req.n) < 0 && errno != EPIPE && errno != ECONNRESET) { close(fd); lost_answer(where); }
     Buf resp = {0};
     char chunk[65536];
     size_t want = (size_t)-1; /* the whole answer's length, once its head has come */
     while (resp.n < want) {
         ssize_t k = read(fd, chunk, sizeof chunk);
         if (k < 0 && errno == EINTR) continue;
+        if (k < 0 && errno == ECONNRESET && resp.n) break; /* see the send above: the answer is in */
         if (k < 0) { close(fd); lost_answer(where); }
         if (k == 0) break;
         put(&resp, chunk, (size_t)k);
@@ -449,6 +469,7 @@ int main(int argc, char **argv) {
     if (status != 200 || !exit_code) {
         /* An older server without the endpoint, or one that refused the request as such. */
         if (strcmp(g_cmd, "sbatch") || status == 404 || status == 405 || status == 400) run_python();
+        refused(status, data, resp.n - (size_t)(data - resp.p));
         lost_answer(where);
     }
     if (!strncmp(exit_code, "local", 5)) run_python();

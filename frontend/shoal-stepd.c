@@ -17,6 +17,14 @@
  *   never ran, worded as the Python supervisor words it), each written to a temp file and
  *   renamed.
  *
+ * - LEASE, the third argument when given: the node's lease file (supervise.write_lease:
+ *   "EXPIRES GRACE_S CHECK_S", CLOCK_BOOTTIME seconds). Read once a check period; when it
+ *   has run out, the run is fenced as supervise.wait_fencing fences it (SIGCONT and SIGTERM
+ *   to the task's group and to each pid of the cgroups listed in `cgroups`, SIGKILL after
+ *   the grace, cgroup.kill where there is one) and status.json says "fenced": true.
+ *
+ * - `shoal-stepd --step LEASE ARGV...` runs one srun task the same way (step_main).
+ *
  * The launch comes from `launch.bin`, written by supervise.start next to launch.json:
  * NUL-terminated fields, each list led by its length (Launch.to_bin says the order).
  * libc only: cc -O2 -Wall -o shoal-stepd shoal-stepd.c
@@ -30,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -131,7 +140,7 @@ static char *json_string(const char *s) {
     return out;
 }
 
-static int write_status(int exit_code, int sig, const char *reason) {
+static int write_status(int exit_code, int sig, const char *reason, int fenced) {
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     char *quoted = reason ? json_string(reason) : NULL;
@@ -140,12 +149,124 @@ static int write_status(int exit_code, int sig, const char *reason) {
     if (!doc || (reason && !quoted)) { fputs("shoal-stepd: out of memory\n", stderr); return -1; }
     int n = snprintf(doc, cap, "{\"exit_code\": %d, \"signal\": %d, \"end_time\": %lld.%06ld",
                      exit_code, sig, (long long)now.tv_sec, now.tv_nsec / 1000);
+    if (fenced) n += snprintf(doc + n, cap - (size_t)n, ", \"fenced\": true");
     snprintf(doc + n, cap - (size_t)n, quoted ? ", \"reason\": %s}" : "}", quoted);
     int rc = write_atomic("status.json", doc);
     if (rc < 0) perror("shoal-stepd: status.json");
     free(doc);
     free(quoted);
     return rc;
+}
+
+/* ------------------------------------------------------------------ the fence */
+
+#define CHECK_S 1.0 /* supervise.CHECK_S */
+
+static double boottime(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_BOOTTIME, &t);
+    return (double)t.tv_sec + t.tv_nsec / 1e9;
+}
+
+static double monotonic(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + t.tv_nsec / 1e9;
+}
+
+/* supervise.read_lease: 1 and the fields, or 0 when there is no lease. */
+static int read_lease(const char *path, double *expires, double *grace, double *check) {
+    char buf[128];
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buf[n] = 0;
+    char extra[2];
+    if (sscanf(buf, "%lf %lf %lf %1s", expires, grace, check, extra) != 3) return 0;
+    if (*check <= 0) *check = CHECK_S;
+    return 1;
+}
+
+/* supervise.signal_cgroups: sig to every process of the cgroups listed in `cgroups`. */
+static void signal_cgroups(int sig, int rounds) {
+    int fd = openat(jobdir_fd, "cgroups", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    FILE *list = fdopen(fd, "r");
+    if (!list) { close(fd); return; }
+    char dir[PATH_MAX], path[PATH_MAX + 32];
+    pid_t me = getpid();
+    while (fgets(dir, sizeof dir, list)) {
+        dir[strcspn(dir, "\n")] = 0;
+        if (dir[0] != '/') continue;
+        if (sig == SIGKILL) {
+            snprintf(path, sizeof path, "%s/cgroup.kill", dir);
+            int k = open(path, O_WRONLY | O_CLOEXEC);
+            if (k >= 0) {
+                int ok = write(k, "1", 1) == 1;
+                close(k);
+                if (ok) continue;
+            }
+        }
+        snprintf(path, sizeof path, "%s/cgroup.procs", dir);
+        for (int i = 0; i < rounds; i++) {
+            FILE *procs = fopen(path, "re");
+            if (!procs) break;
+            long pid;
+            int any = 0;
+            while (fscanf(procs, "%ld", &pid) == 1)
+                if (pid != me) { kill((pid_t)pid, sig); any = 1; }
+            fclose(procs);
+            if (!any) break;
+            if (i + 1 < rounds) nanosleep(&(struct timespec){0, 10000000}, NULL);
+        }
+    }
+    fclose(list);
+}
+
+static void signal_run(pid_t group, int sig) {
+    killpg(group, sig);
+    signal_cgroups(sig, sig == SIGKILL ? 100 : 1);
+}
+
+/* supervise.wait_fencing: wait for the task to end (unreaped), fencing its process group when
+ * the lease in lease_path runs out; 1 when it was fenced. SIGCHLD is blocked. */
+static int wait_fencing(pid_t pid, pid_t group, const char *lease_path) {
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    double kill_at = -1;
+    for (;;) {
+        siginfo_t si;
+        memset(&si, 0, sizeof si);
+        if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) < 0 && errno != EINTR) break;
+        if (si.si_pid == pid) break;
+        double wait = CHECK_S, expires, grace, check;
+        if (kill_at < 0 && read_lease(lease_path, &expires, &grace, &check)) {
+            wait = check;
+            double now = boottime();
+            if (now >= expires) {
+                kill_at = monotonic() + grace;
+                fprintf(stderr, "fenced: the node's lease ran out %.1fs ago (no report reached the server): "
+                        "SIGTERM to the job, SIGKILL in %gs\n", now - expires, grace);
+                signal_run(group, SIGCONT);
+                signal_run(group, SIGTERM);
+            }
+        }
+        if (kill_at >= 0) {
+            wait = kill_at - monotonic();
+            if (wait <= 0) { /* and again each check while the task is not gone */
+                signal_run(group, SIGKILL);
+                wait = CHECK_S;
+            }
+        }
+        if (wait < 0.01) wait = 0.01;
+        struct timespec ts = {(time_t)wait, (long)((wait - (double)(time_t)wait) * 1e9)};
+        sigtimedwait(&chld, NULL, &ts);
+    }
+    if (kill_at >= 0) signal_run(group, SIGKILL); /* what the job left behind (the task, unreaped, keeps its group ours) */
+    return kill_at >= 0;
 }
 
 /* ------------------------------------------------------------------ launch.bin */
@@ -331,9 +452,54 @@ static pid_t start_task(const Launch *l, char *reason, size_t cap) {
     return 0;
 }
 
+/* ------------------------------------------------------------------ a step's task */
+
+static void ignore_signal(int sig) { (void)sig; }
+
+/* shoal-stepd --step LEASE ARGV...: supervise.step_main. One srun task under a supervisor in
+ * its own process group (the agent signals the group, which reaches both; we only survive
+ * the catchable ones), so the task is fenced by the lease even with no agent alive. Exits
+ * as the task did. */
+static int step_main(const char *lease_path, char **argv) {
+    /* Caught, not ignored: an exec resets them to default for the task. */
+    struct sigaction sa = {.sa_handler = ignore_signal};
+    for (int i = 0; i < N_FORWARDED; i++) sigaction(FORWARDED[i], &sa, NULL);
+    sigset_t blocked;
+    sigemptyset(&blocked);
+    sigaddset(&blocked, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &blocked, NULL);
+    pid_t pid = fork();
+    if (pid < 0) { perror("shoal-stepd: fork"); return 2; }
+    if (pid == 0) {
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        execvp(argv[0], argv);
+        fprintf(stderr, "slurmstepd: error: execve(): %s: %s\n", argv[0], strerror(errno));
+        _exit(2);
+    }
+    /* Our copies of the output pipes would hold them open after the task: only it keeps them. */
+    int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+    for (int fd = 0; null >= 0 && fd <= 2; fd++) dup2(null, fd);
+    wait_fencing(pid, getpgrp(), lease_path);
+    int st;
+    while (waitpid(pid, &st, 0) < 0)
+        if (errno != EINTR) return 1;
+    if (!WIFSIGNALED(st)) return WEXITSTATUS(st);
+    struct rlimit none = {0, 0};
+    setrlimit(RLIMIT_CORE, &none);
+    signal(WTERMSIG(st), SIG_DFL);
+    sigset_t all;
+    sigfillset(&all);
+    sigprocmask(SIG_UNBLOCK, &all, NULL);
+    raise(WTERMSIG(st));
+    return 128 + WTERMSIG(st);
+}
+
 int main(int argc, char **argv) {
-    if (argc != 3) {
-        fputs("usage: shoal-stepd JOBDIR LOCK_FD (started by the agent)\n", stderr);
+    if (argc >= 4 && strcmp(argv[1], "--step") == 0) return step_main(argv[2], argv + 3);
+    if (argc != 3 && argc != 4) {
+        fputs("usage: shoal-stepd JOBDIR LOCK_FD [LEASE] | --step LEASE ARGV... (started by the agent)\n", stderr);
         return 2;
     }
     /* The lock's descriptor is only kept open (closing it would say "ended"), never inherited. */
@@ -349,14 +515,17 @@ int main(int argc, char **argv) {
 
     Launch launch = {0};
     if (!read_launch(&launch)) {
-        write_status(1, 0, "launch failed: unreadable launch file");
+        write_status(1, 0, "launch failed: unreadable launch file", 0);
         return 1;
     }
-    /* Blocked again from the fork until the task runs in its own group: none is lost between. */
-    sigprocmask(SIG_BLOCK, &fwd, NULL);
+    /* Blocked again from the fork until the task runs in its own group: none is lost between.
+     * SIGCHLD stays blocked: the fence's wait takes it with sigtimedwait. */
+    sigset_t blocked = fwd;
+    sigaddset(&blocked, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &blocked, NULL);
     char reason[64 + 2 * PATH_MAX];
     pid_t pid = start_task(&launch, reason, sizeof reason);
-    if (!pid) return write_status(1, 0, reason) < 0;
+    if (!pid) return write_status(1, 0, reason, 0) < 0;
     task_pid = pid;
     char doc[64];
     snprintf(doc, sizeof doc, "{\"pid\": %d}", (int)pid);
@@ -364,9 +533,10 @@ int main(int argc, char **argv) {
     for (int i = 0; i < n_queued; i++) killpg(pid, queued[i]);
     sigprocmask(SIG_UNBLOCK, &fwd, NULL);
 
+    int fenced = argc == 4 && wait_fencing(pid, pid, argv[3]);
     int st;
     while (waitpid(pid, &st, 0) < 0)
         if (errno != EINTR) { perror("shoal-stepd: waitpid"); return 1; }
-    if (WIFSIGNALED(st)) return write_status(0, WTERMSIG(st), NULL) < 0;
-    return write_status(WEXITSTATUS(st), 0, NULL) < 0;
+    if (WIFSIGNALED(st)) return write_status(0, WTERMSIG(st), NULL, fenced) < 0;
+    return write_status(WEXITSTATUS(st), 0, NULL, fenced) < 0;
 }

@@ -178,13 +178,17 @@ def test_a_cut_off_node_fences_its_work_and_takes_only_new_work_when_healed(part
         assert restarted_at is not None, "the --requeue job was not restarted elsewhere"
         # The fence came before (or with) the restart: the two runs never overlapped.
         assert died[survivor] <= restarted_at + 0.5, (died, restarted_at)
-        assert 2.0 <= died[survivor] - cut_at <= 10, (died, cut_at)  # a lease of 4 s, heartbeats every 1 s
+        # A lease of 2.8 s (of the 4 s timeout: docs/FENCING.md), renewed every 1 s.
+        assert 1.5 <= died[survivor] - cut_at <= 10, (died, cut_at)
         assert node(cluster, "node03")["state"] == "DOWN"
         again = cluster.job(survivor)
         assert again["restart_count"] == 1 and again["nodelist"] in ("node01", "node02"), again
         assert cluster.wait_for(doomed, timeout=10)["state"] == "NODE_FAIL"
         log = cluster.node03_log.read_text()
-        assert "fencing: no report reached the server" in log and f"{survivor}.0" in log, log[-3000:]
+        assert "fencing: no report reached the server" in log, log[-3000:]
+        # The run's supervisor reads the same lease and is often first (docs/FENCING.md).
+        supervised = cluster.root / "state" / "nodes" / "node03" / "jobs" / f"{survivor}.0" / "supervise.log"
+        assert f"{survivor}.0" in log or "fenced: the node's lease ran out" in supervised.read_text(), log[-3000:]
     finally:
         cluster.heal()
 

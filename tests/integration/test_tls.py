@@ -204,7 +204,7 @@ def test_a_step_whose_srun_goes_away_is_killed_over_https_as_over_http(cluster, 
 def test_the_console_over_https_keeps_jobs_private(cluster):
     """The console's login cookie is Secure over HTTPS, and under PrivateData=jobs its own routes
     show a user nothing of another's job: the grid colours it without naming it, GPU-hours leave
-    it out, its script and output are 404 as its Job is."""
+    it out, its output is 404 as its Job is, its script 403."""
     context = ssl.create_default_context(cafile=cluster.ca_file)
     opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=context),
                                          _NoRedirect())
@@ -238,7 +238,7 @@ def test_the_console_over_https_keeps_jobs_private(cluster):
         assert status == 200 and len(cells) == 1 and cells[0]["job"] is None, cluster.job(theirs)
         assert "roots-secret" not in json.dumps(overview)
         assert get("/console/api/usage")[1] == {"accounts": [], "users": []}
-        assert get(f"/shoal/v1/jobs/{theirs}/script")[0] == 404
+        assert get(f"/shoal/v1/jobs/{theirs}/script")[0] == 403  # as scontrol write batch_script
         assert get(f"/shoal/v1/jobs/{theirs}/output")[0] == 404
         assert get("/shoal/v1/whoami")[1]["user"] == "carol"
     finally:

@@ -1,5 +1,7 @@
 """sbatch and srun command lines and #SBATCH scripts as users write them."""
 
+import base64
+import hashlib
 from datetime import datetime
 
 import pytest
@@ -38,6 +40,7 @@ def test_a_plain_submission_names_the_job_after_the_script_and_passes_its_argume
     assert b == {
         "name": "train.sh",
         "script": SCRIPT,
+        "script_sha256": hashlib.sha256(SCRIPT.encode()).hexdigest(),
         "argv": ["--lr", "0.1"],
         "workdir": "/home/alice/run",
         "environment": ENV,
@@ -303,10 +306,34 @@ def test_a_script_without_a_shebang_is_not_a_batch_script():
     assert "This does not look like a batch script" in NOT_A_BATCH_SCRIPT
 
 
-def test_empty_and_dos_scripts_are_refused():
-    assert error(["x.sh"], "   \n") == "batch script is empty"
-    assert "DOS line breaks" in error(["x.sh"], "#!/bin/sh\r\nhostname\r\n")
+def test_empty_and_dos_scripts_are_refused_in_slurms_words():
+    assert error(["x.sh"], "") == "Batch script is empty!"
+    assert error(["x.sh"], "   \n") == "Batch script contains only whitespace!"
+    assert error(["x.sh"], "#!/bin/sh\r\nhostname\r\n") == (
+        "Batch script contains DOS line breaks (\\r\\n) instead of expected UNIX line breaks (\\n).")
+    assert "NULL character" in error(["x.sh"], "#!/bin/sh\n\0")
     assert "no batch script" in error(["x.sh"], script=None)
+
+
+def test_a_lone_cr_is_kept_and_dos_breaks_in_wrap_pass_as_in_slurm():
+    script = "#!/bin/sh\necho 'a\rb'\n"
+    assert body(["x.sh"], script)["script"] == script
+    assert body(["--wrap", "echo a\r\nb"])["script"].endswith("echo a\r\nb\n")  # Slurm checks files only
+
+
+def test_the_digest_is_that_of_the_bytes_read_and_bytes_not_utf8_travel_as_base64():
+    data = b"#!/bin/sh\n# \xff\xfe not UTF-8, \xc3\xa9 is\n"
+    b = body(["x.sh"], data.decode("utf-8", "surrogateescape"))
+    assert "script" not in b
+    assert base64.b64decode(b["script_base64"]) == data
+    assert b["script_sha256"] == hashlib.sha256(data).hexdigest()
+
+
+def test_a_script_over_max_script_size_is_refused_before_it_is_sent():
+    big = "#!/bin/sh\n" + "#" * (4 * 1024 * 1024)
+    assert error(["x.sh"], big) == (
+        "Batch job submission failed: Pathname of a file, directory or other parameter too long "
+        f"(the batch script is {len(big)} bytes; at most 4194304 are accepted)")
 
 
 def test_script_source_tells_the_cli_what_to_read():

@@ -196,3 +196,115 @@ def test_the_status_file_is_never_seen_half_written(tmp_path):
     assert seen and set(seen) == {"x"}  # json.loads never met a part
     assert json.loads(path.read_text())["exit_code"] == 49
     assert [p.name for p in tmp_path.iterdir()] == [supervise.STATUS]  # no temp file left behind
+
+
+def _lease(tmp_path: Path, expires_in: float, grace_s: float = 1.0, check_s: float = 0.1) -> Path:
+    path = tmp_path / supervise.LEASE
+    supervise.write_lease(path, supervise.Lease(supervise.boottime() + expires_in, grace_s, check_s))
+    return path
+
+
+def test_a_run_whose_lease_runs_out_is_fenced_by_its_supervisor_alone(tmp_path, supervisor):
+    """No agent watches: the supervisor reads the node's lease itself. Renewed, the run goes on;
+    run out, the job gets SIGTERM (which this one ignores), then SIGKILL after the grace, and
+    the status says it was fenced."""
+    lease = _lease(tmp_path, 0.6, grace_s=1.0)
+    jobdir, launch = _launch(tmp_path, "trap 'echo got TERM' TERM; while :; do sleep 0.05; done")
+    task = Supervised(jobdir, supervise.start(jobdir, launch, lease))
+    for _ in range(4):  # an agent that reports keeps the lease ahead
+        time.sleep(0.3)
+        supervise.write_lease(lease, supervise.Lease(supervise.boottime() + 0.6, 1.0, 0.1))
+    assert not (jobdir / supervise.STATUS).exists()
+    ran_out = time.monotonic() + 0.6
+    status = task.wait()
+    ended = time.monotonic()
+    assert status.fenced and (status.exit_code, status.signal) == (0, signal.SIGKILL), status
+    assert ran_out + 0.9 <= ended <= ran_out + 1.0 + 0.1 + 1.0, (ended - ran_out)  # grace, check period, slack
+    assert "got TERM" in (tmp_path / "slurm-7.out").read_text()
+    assert "fenced: the node's lease ran out" in (jobdir / supervise.LOG).read_text()
+
+
+def test_a_fenced_job_that_ends_on_sigterm_ends_within_the_grace(tmp_path, supervisor):
+    lease = _lease(tmp_path, -1.0, grace_s=30.0)  # run out already: fenced at its first check
+    jobdir, launch = _launch(tmp_path, "exec sleep 60")
+    before = time.monotonic()
+    status = Supervised(jobdir, supervise.start(jobdir, launch, lease)).wait()
+    assert status.fenced and status.signal == signal.SIGTERM
+    assert time.monotonic() - before < 5
+
+
+def test_a_run_that_ends_before_its_lease_is_not_fenced_and_no_lease_means_no_fence(tmp_path, supervisor):
+    jobdir, launch = _launch(tmp_path, "exit 3")
+    status = Supervised(jobdir, supervise.start(jobdir, launch, _lease(tmp_path, 30.0))).wait()
+    assert (status.exit_code, status.fenced) == (3, False)
+    jobdir = tmp_path / "jobs" / "8.0"
+    jobdir.mkdir()
+    launch = supervise.Launch(**{**launch.__dict__, "argv": ["/bin/sh", "-c", "sleep 1; exit 4"]})
+    status = Supervised(jobdir, supervise.start(jobdir, launch, tmp_path / "no-lease")).wait()
+    assert (status.exit_code, status.fenced) == (4, False)  # fencing off: nothing to read
+
+
+def test_the_fence_kills_what_the_jobs_cgroups_list(tmp_path, supervisor):
+    """The cgroup work writes JOBDIR/cgroups; the fence kills every pid its cgroup.procs list,
+    here a process that left the job's process group (setsid); where the kernel has
+    cgroup.kill (v2), it writes 1 there. Stand-in directories play the cgroups."""
+    escaped = subprocess.Popen(["setsid", "sleep", "60"])
+    v1, v2 = tmp_path / "cg1", tmp_path / "cg2"
+    for d in (v1, v2):
+        d.mkdir()
+    (v1 / "cgroup.procs").write_text(f"{escaped.pid}\n")
+    (v2 / "cgroup.procs").write_text("")
+    (v2 / "cgroup.kill").write_text("")
+    try:
+        lease = _lease(tmp_path, -1.0, grace_s=0.2)
+        jobdir, launch = _launch(tmp_path, "exec sleep 60")
+        (jobdir / supervise.CGROUPS).write_text(f"{v1}\n{v2}\n")
+        status = Supervised(jobdir, supervise.start(jobdir, launch, lease)).wait()
+        assert status.fenced
+        assert escaped.wait(timeout=5) in (-signal.SIGTERM, -signal.SIGKILL)
+        assert (v2 / "cgroup.kill").read_text() == "1"
+    finally:
+        escaped.kill()
+
+
+def _step(tmp_path: Path, lease: Path, *argv: str) -> subprocess.Popen:
+    """An srun task as the step server starts it: its supervisor first, a session of its own."""
+    return subprocess.Popen([*supervise.step_command(lease), *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True, text=True)
+
+
+def test_a_step_task_under_its_supervisor_exits_and_dies_as_the_task_does(tmp_path, supervisor):
+    lease = _lease(tmp_path, 30.0)
+    p = _step(tmp_path, lease, "sh", "-c", "echo out; echo err >&2; exit 7")
+    assert p.communicate(timeout=10) == ("out\n", "err\n") and p.returncode == 7
+    p = _step(tmp_path, lease, "sh", "-c", "echo started; exec sleep 60")
+    assert p.stdout.readline() == "started\n"
+    os.killpg(p.pid, signal.SIGTERM)  # as the agent signals a step: its group, supervisor and task
+    p.communicate(timeout=10)
+    assert p.returncode == -signal.SIGTERM
+    p = _step(tmp_path, lease, "no-such-command-anywhere")
+    assert p.communicate(timeout=10)[1] == "slurmstepd: error: execve(): no-such-command-anywhere: No such file or directory\n"
+    assert p.returncode == 2
+
+
+def test_a_step_task_is_fenced_by_its_supervisor_when_the_lease_runs_out(tmp_path, supervisor):
+    lease = _lease(tmp_path, 1.0, grace_s=0.5)
+    p = _step(tmp_path, lease, "sh", "-c", "trap '' TERM; echo started; while :; do sleep 0.05; done")
+    assert p.stdout.readline() == "started\n"
+    before = time.monotonic()
+    p.communicate(timeout=10)
+    assert p.returncode == -signal.SIGKILL and time.monotonic() - before < 5
+    _wait_for(lambda: not _living_in_group(p.pid), 5)  # nothing of the group is left
+
+
+def _living_in_group(pgid: int) -> list[int]:
+    """The processes of group ``pgid`` that are not zombies."""
+    living = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            living.append(int(stat.parent.name))
+    return living

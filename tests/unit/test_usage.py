@@ -23,6 +23,7 @@ from shoal.agent.usage import (
     CpuMeter,
     UsageSampler,
     descendants,
+    holder_labels,
     prometheus_text,
     read_gpus,
 )
@@ -146,8 +147,19 @@ def test_the_sample_is_reported_and_exported_as_dcgm_exporter_writes_it(spawn):
     assert prometheus_text(sampler.last, gpus, "node1", {}, {}) == ""
     sample = sampler.sample({})
     assert sample.report() == {"gpu_util": {"0": 0.0, "1": 0.0}, "pod_cpu": {}}
-    text = prometheus_text(sample, gpus, "node1", {1: ("default", "llm-abc")}, {})
+    text = prometheus_text(sample, gpus, "node1", {1: {"namespace": "default", "pod": "llm-abc", "container": "vllm"},
+                                                   0: {"hpc_job": "1234"}}, {})
     assert "# TYPE DCGM_FI_DEV_GPU_UTIL gauge" in text
     assert (f'DCGM_FI_DEV_GPU_UTIL{{gpu="1",UUID="{gpus[1].uuid}",device="nvidia1",'
-            f'modelName="NVIDIA H100 80GB HBM3",Hostname="node1",namespace="default",pod="llm-abc"}} 0') in text
+            f'modelName="NVIDIA H100 80GB HBM3",Hostname="node1",namespace="default",pod="llm-abc",'
+            f'container="vllm"}} 0') in text
     assert f'DCGM_FI_DEV_FB_FREE{{gpu="0",UUID="{gpus[0].uuid}"' in text and "pod=" not in text.split("\n")[2]
+    assert 'Hostname="node1",hpc_job="1234"} 0' in text.split("\n")[2]
+
+
+def test_a_gpu_holders_labels_are_dcgm_exporters_job_mapping():
+    batch = {"key": "12.0", "job_id": 12, "run": 0, "gpus": [0, 1]}
+    assert holder_labels(batch) == {"hpc_job": "12"}
+    pod = {**batch, "pod": {"namespace": "serve", "name": "vllm-7d9f-abcde", "spec": {"containers": [
+        {"name": "sidecar"}, {"name": "vllm", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}
+    assert holder_labels(pod) == {"namespace": "serve", "pod": "vllm-7d9f-abcde", "container": "vllm"}

@@ -4,11 +4,14 @@ One work loop (long-poll + reconcile), one reporter (heartbeats and exits, retri
 the server has them), a GPU health watch, a lease watch, and the step server for srun.
 No server, store or FastAPI imports.
 
-Fencing: the server marks a node DOWN when it has been silent for its heartbeat timeout and
-restarts the node's work elsewhere. That timeout is the agent's lease (learned at
-registration), counted from when the last report the server took was *sent*, so it never
-ends later than the server's view of it. An agent whose lease runs out kills every task it
-runs (at once: a grace period would let two copies overlap), never reports those runs again,
+Fencing (docs/FENCING.md): the server marks a node DOWN when it has been silent for its
+heartbeat timeout and restarts the node's work elsewhere. The agent's lease, learned at
+registration, is shorter by the fence's grace, check period and clock skew, and is counted
+from when the last report the server took was *sent*. Each accepted report renews it in the
+``lease`` file, which the runs' supervisors read: when it runs out they stop their runs
+themselves (TERM, KILL after the grace), whether this agent is alive, killed or stopped; so
+do srun tasks' step supervisors. The agent does the same for what it runs without one (pods,
+tasks started before it had a lease), never reports those runs again,
 and registers anew, naming them, once it reaches the server; it then runs only what the
 server gives it.
 
@@ -28,6 +31,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from shoal.agent import supervise
 from shoal.agent.certs import AgentCertificate
 from shoal.agent.gpus import (
     FakeNVML,
@@ -43,7 +47,7 @@ from shoal.agent.identity import JobUsers
 from shoal.agent.pods import PodManager
 from shoal.agent.runtime import Run, Runtime
 from shoal.agent.stepserver import StepServer
-from shoal.agent.usage import UsageSampler, prometheus_text
+from shoal.agent.usage import UsageSampler, holder_labels, prometheus_text
 from shoal.cli.client import Client, ClientError
 
 log = logging.getLogger("shoal.agent")
@@ -84,6 +88,8 @@ class Agent:
         self._pod_exits_sent: set[str] = set()
         self._pod_lock = threading.Lock()
         self.events: queue.Queue = queue.Queue()
+        self._pending: list[dict] = []  # events taken from ``events``, not yet accepted by the server
+        self._events_lock = threading.Lock()
         self.stop = threading.Event()
         self.credential: str | None = None
         self.step_key: str = ""
@@ -104,13 +110,15 @@ class Agent:
         self._desired: set[str] = set()
         self.usage = UsageSampler(self._open_nvml(), cfg.inventory.gpus)
         self._pod_names: dict[str, tuple[str, str]] = {}  # run key -> (namespace, pod), for /metrics
-        self._gpu_pods: dict[int, tuple[str, str]] = {}  # GPU index -> (namespace, pod)
+        self._gpu_holders: dict[int, dict[str, str]] = {}  # GPU index -> its holder's labels, for /metrics
         self.health_interval = 1.0  # NVML health polls (HealthCheckInterval)
         self._health_lock = threading.Lock()
         self._gpu_problems: list[dict] = []  # lasting GPU problems found by the last poll
         self._xids: list[dict] = []  # XIDs not yet reported
-        self.lease_s: float | None = None  # the server's heartbeat timeout, learned at registration
-        self._renewed = time.monotonic()  # when the last report the server took was sent
+        self.lease_s: float | None = None  # learned at registration; None: no fencing
+        self.fence_grace_s = 0.0  # TERM to KILL when fenced
+        self.fence_check_s = supervise.CHECK_S
+        self._renewed = supervise.boottime()  # when the last report the server took was sent
         self._fence_lock = threading.Lock()
         self._fenced: set[str] = set()  # runs a fence stopped: never reported again
         self._unannounced: list[str] | None = None  # fenced runs the server has yet to hear of; None: not fenced
@@ -138,16 +146,22 @@ class Agent:
         fenced = self._unannounced
         if fenced:
             body["fenced"] = fenced
+        with self._events_lock:
+            self._drain_events()
+            sending = list(self._pending)
+            if sending:
+                body["events"] = sending
         if self.certificate is not None:
             body["csr"] = self.certificate.request()
         self._server.token = self.cfg.join_token
-        sent = time.monotonic()
+        sent = supervise.boottime()
         reply = self._server.post("/shoal/v1/agents/register", body)
         if self.certificate is not None:
             if not reply.get("certificate"):
                 raise ClientError("the server issued no certificate for this agent's HTTPS (is it older than "
                                   "the agent?); start the agent with --tls off to serve plain HTTP")
             self.step_server.tls = self.certificate.accept(reply["certificate"], reply["ca"])
+        self._accepted(sending)
         self.revoked.clear()
         self.credential = reply["credential"]
         self.step_key = reply["step_key"]
@@ -159,11 +173,13 @@ class Agent:
         with self._fence_lock:
             lease = reply.get("lease_s")
             self.lease_s = float(lease) if lease else None
-            self._renewed = max(self._renewed, sent)
+            self.fence_grace_s = float(reply.get("fence_grace_s") or 0.0)
+            self.fence_check_s = float(reply.get("fence_check_s") or supervise.CHECK_S)
             if fenced is not None and self._unannounced is fenced:
                 self._unannounced = None
                 log.warning("back in touch with the server: registered again after the fence; "
                             "running only the work it gives now")
+            self._renew(sent)
 
     def serve(self) -> None:
         """Run until stopped. Registration is retried until the server answers."""
@@ -242,7 +258,7 @@ class Agent:
         desired = {r["key"] for r in work["runs"]}
         pods = [(r["key"], r["gpus"], (r["pod"]["namespace"], r["pod"]["name"])) for r in work["runs"] if "pod" in r]
         self._pod_names = {key: name for key, _, name in pods}
-        self._gpu_pods = {g: name for _, gpus, name in pods for g in gpus}
+        self._gpu_holders = {g: holder_labels(r) for r in work["runs"] for g in r["gpus"]}
         kill = {k["key"] for k in work["kill"]}
         self._desired = desired | kill
         for entry in work["runs"]:
@@ -320,20 +336,39 @@ class Agent:
 
     def metrics_text(self) -> str:
         """The last usage sample as Prometheus text (the step server's ``GET /metrics``)."""
-        return prometheus_text(self.usage.last, self.usage.gpus, self.name, self._gpu_pods, self._pod_names)
+        return prometheus_text(self.usage.last, self.usage.gpus, self.name, self._gpu_holders, self._pod_names)
 
-    def _on_exit(self, run: Run, exit_code: int, sig: int, when: float, reason: str | None = None) -> None:
+    def _on_exit(self, run: Run, exit_code: int, sig: int, when: float, reason: str | None = None,
+                 fenced: bool = False) -> None:
         if run.key in self._fenced:
-            return  # killed by the fence: the server has ended or restarted this run already
+            return  # killed by this agent's fence: named at its next registration instead
         event = {"type": "exit", "key": run.key, "job_id": run.job_id, "run": run.run,
                  "exit_code": exit_code, "signal": sig, "time": when}
         if reason:
             event["reason"] = reason  # why it never ran (squeue's and sacct's REASON)
+        # Whether it ended by itself: the server corrects a run it gave up only with such an end.
+        if fenced:
+            event["fenced"] = True  # its supervisor's fence, with no agent (or an earlier one) alive
+        elif run.killing_since is not None:
+            event["killed"] = True
         self.events.put(event)
         self._report_now.set()
 
+    def _drain_events(self) -> None:
+        """Move queued events to the pending list (under _events_lock)."""
+        while True:
+            try:
+                self._pending.append(self.events.get_nowait())
+            except queue.Empty:
+                return
+
+    def _accepted(self, sent: list[dict]) -> None:
+        """The server has these events: drop them (the registration and the reporter may both send some)."""
+        ids = {id(e) for e in sent}
+        with self._events_lock:
+            self._pending = [e for e in self._pending if id(e) not in ids]
+
     def _reporter(self) -> None:
-        pending: list[dict] = []
         unsent: dict[str, dict] = {}  # pod reports a failed post did not deliver, by run key
         sampled = float("-inf")
         while not self.stop.is_set():
@@ -360,11 +395,9 @@ class Agent:
                     unsent[rp["key"]] = {**rp, "events": (old["events"] if old else []) + rp["events"]}
             except Exception:  # a bug here must never stop the heartbeats: the node would go DOWN
                 log.exception("collecting kills and pod reports failed; the heartbeat goes on")
-            while True:
-                try:
-                    pending.append(self.events.get_nowait())
-                except queue.Empty:
-                    break
+            with self._events_lock:
+                self._drain_events()
+                pending = list(self._pending)
             usage = {}
             if time.monotonic() - sampled >= self.heartbeat_interval * 0.9:
                 # Once per heartbeat, however often pod changes wake the reporter.
@@ -376,15 +409,15 @@ class Agent:
             with self._health_lock:
                 xids = list(self._xids)
                 gpu_health = xids + self._gpu_problems  # the event first: it says what happened
-            sent = time.monotonic()
+            sent = supervise.boottime()
             try:
                 self._server.post(f"/shoal/v1/agents/{self.name}/report",
                                   {"events": pending, "alive": self.alive_keys(),
                                    "pods": list(unsent.values()), "gpu_health": gpu_health, **usage}, timeout=10)
-                pending = []
+                self._accepted(pending)
                 unsent = {}
                 with self._fence_lock:
-                    self._renewed = max(self._renewed, sent)
+                    self._renew(sent)
                 with self._health_lock:
                     del self._xids[:len(xids)]
                 self._renew_certificate()
@@ -428,16 +461,42 @@ class Agent:
 
     # ---------------------------------------------------------------- fencing
 
+    def _renew(self, sent: float) -> None:
+        """A report sent at ``sent`` reached the server: the lease runs on from then, in the
+        lease file too (for the supervisors), once per accepted report. Under _fence_lock."""
+        self._renewed = max(self._renewed, sent)
+        path = self.cfg.workdir / supervise.LEASE
+        try:
+            if self.lease_s is None:
+                path.unlink(missing_ok=True)  # fencing is off: supervisors never fence
+            elif self._unannounced is None:  # fenced: no lease until registered again
+                supervise.write_lease(path, supervise.Lease(self._renewed + self.lease_s, self.fence_grace_s,
+                                                            self.fence_check_s))
+        except OSError as e:
+            log.error("cannot write the node's lease file %s (its runs are fenced when the last one written "
+                      "runs out): %s", path, e)
+
     def _watch_lease(self) -> None:
         while not self.stop.wait(0.2):
             self._check_lease()
+            self._advance_fence()
+
+    def _advance_fence(self) -> None:
+        """KILL what the fence's TERM left running once its grace is over (here, not in the
+        reporter, which may be stuck reaching the server)."""
+        if not self._fenced:
+            return
+        now = time.time()
+        for key in self.runtime.alive_keys():
+            if key in self._fenced:
+                self.runtime.kill(key, self.fence_grace_s, now)
 
     def _check_lease(self) -> None:
         """Fence when the lease has run out: see the module's docstring."""
         with self._fence_lock:
             if self._unannounced is not None or not self.lease_s:
                 return
-            silent = time.monotonic() - self._renewed
+            silent = supervise.boottime() - self._renewed
             if silent <= self.lease_s:
                 return
             runs = self.runtime.alive_keys()
@@ -449,9 +508,8 @@ class Agent:
             self._fenced.update(runs + pods)
             self._unannounced = sorted(runs + pods)
             now = time.time()
-            for key in runs:
-                self.runtime.kill(key, 0.0, now)  # marks it ending: srun starts no new step in it
-            self.runtime.kill_all()
+            for key in runs:  # marks it ending too: srun starts no new step in it
+                self.runtime.kill(key, self.fence_grace_s, now, fence=True)
             for key in pods:
                 self.pods.stop(key, grace_s=0)
         self._report_now.set()

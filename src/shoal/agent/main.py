@@ -160,10 +160,16 @@ def run(args) -> int:
         ca_file = os.path.abspath(args.ca_file) if args.ca_file else None
         if ca_file:
             Path(ca_file).read_bytes()  # unreadable: say so now, not at the first request
-    except (ValueError, FakeGPUConfigError, GPUDiscoveryError, LabelError, OSError) as e:
+        workdir.mkdir(parents=True, exist_ok=True)
+        if not os.access(workdir, os.W_OK):  # root too: access() says EROFS for a read-only mount
+            raise OSError(f"the work dir {workdir} is not writable (a read-only file system?)")
+    except OSError as e:
+        print(f"shoal agent: error: {e.filename}: {e.strerror}" if e.filename and e.strerror else
+              f"shoal agent: error: {e}", file=sys.stderr)
+        return 2
+    except (ValueError, FakeGPUConfigError, GPUDiscoveryError, LabelError) as e:
         print(f"shoal agent: error: {e}", file=sys.stderr)
         return 2
-    workdir.mkdir(parents=True, exist_ok=True)
     features = sorted(set(args.feature or []) | _gpu_features(inventory.gpus))
     cfg = AgentConfig(name=name, server=args.server, join_token=join, address=args.address, port=args.port,
                       workdir=workdir, host=host, inventory=inventory, labels=labels, features=features,

@@ -25,6 +25,7 @@ from shoal.agent import supervise
 from shoal.agent.identity import JobUsers, OpenAs, UnknownUser, output_flags
 from shoal.agent.supervise import killpg as _killpg
 from shoal.model.filename import expand_pattern
+from shoal.model.job import script_sha256
 
 log = logging.getLogger("shoal.agent")
 
@@ -83,6 +84,7 @@ class Proc:
     popen: subprocess.Popen | Supervised
     kind: str  # "batch" | "step"
     step_id: int | None = None
+    fences_itself: bool = False  # under a supervisor that reads the node's lease
 
     @property
     def alive(self) -> bool:
@@ -136,7 +138,7 @@ class Runtime:
     def __init__(self, node: str, workdir: Path, on_exit, users: JobUsers | None = None) -> None:
         self.node = node
         self.workdir = workdir
-        self.on_exit = on_exit  # callback(run: Run, exit_code, signal, when, reason=None)
+        self.on_exit = on_exit  # callback(run: Run, exit_code, signal, when, reason=None, fenced=False)
         self.users = users or JobUsers()
         self.runs: dict[str, Run] = {}
         self.lock = threading.RLock()
@@ -178,11 +180,20 @@ class Runtime:
             log.error("job %s: user %s is unknown on this node: not running it", entry["key"], entry["user"])
             self.on_exit(run, 1, 0, time.time(), f"launch failed: no user {entry['user']} on {self.node}")
             return
+        # The bytes the user submitted (non-UTF-8 ones came as surrogates), checked against
+        # the SHA-256 sbatch took of what it read: a script changed on the way never runs.
+        data = b["script"].encode("utf-8", "surrogateescape")
+        digest = script_sha256(data)
+        if b.get("script_sha256") and digest != b["script_sha256"]:
+            log.error("job %s: its script's SHA-256 is %s, not the submitted %s: not running it",
+                      entry["key"], digest, b["script_sha256"])
+            self.on_exit(run, 1, 0, time.time(), "launch failed: batch script differs from the one submitted")
+            return
         jobdir.mkdir(parents=True, exist_ok=True)
         jobdir.parent.chmod(0o711)  # the job's user reaches their script, and lists nobody's
         jobdir.chmod(0o711)
         script = jobdir / "script"
-        script.write_text(b["script"], encoding="utf-8")
+        script.write_bytes(data)
         script.chmod(0o700)
         if ident is not None:
             os.chown(script, ident.uid, ident.gid)
@@ -219,7 +230,7 @@ class Runtime:
                                   argv=[str(script), *b.get("argv", [])], env=env, cwd=cwd, cwd_fallback="/tmp",
                                   files=files, identity=ident)
         try:
-            popen = supervise.start(jobdir, launch)
+            popen = supervise.start(jobdir, launch, self.workdir / supervise.LEASE)
         except OSError as e:
             log.error("job %s: cannot start its supervisor: %s", entry["key"], e)
             self.on_exit(run, 1, 0, time.time(), f"launch failed: supervisor: {e.strerror}")
@@ -247,13 +258,17 @@ class Runtime:
             run.batch_started = True
         if supervise.supervisor_alive(jobdir):
             log.warning("run %s: adopted from an earlier agent; its supervisor still runs it", run.key)
-        else:
-            log.warning("run %s: adopted from an earlier agent; it ended while no agent watched", run.key)
-        self._watch(run, Supervised(jobdir))
+            self._watch(run, Supervised(jobdir))
+            return
+        log.warning("run %s: adopted from an earlier agent; it ended while no agent watched", run.key)
+        task = Supervised(jobdir)
+        with self.lock:
+            run.procs.append(Proc(task, "batch", fences_itself=True))
+        self._wait_batch(run, task)  # at once: its exit goes with the registration that follows
 
     def _watch(self, run: Run, task: Supervised) -> None:
         with self.lock:
-            run.procs.append(Proc(task, "batch"))
+            run.procs.append(Proc(task, "batch", fences_itself=True))
         threading.Thread(target=self._wait_batch, args=(run, task), daemon=True, name=f"batch-{run.key}").start()
 
     def _launched_before(self, run: Run, pidfile: Path) -> None:
@@ -280,18 +295,19 @@ class Runtime:
         status = task.wait()
         if status.reason:
             log.error("job %s: %s (supervisor's log: %s)", run.key, status.reason, task.jobdir / supervise.LOG)
-        self.on_exit(run, status.exit_code, status.signal, status.end_time, status.reason)
+        self.on_exit(run, status.exit_code, status.signal, status.end_time, status.reason, fenced=status.fenced)
 
     # ---------------------------------------------------------------- steps
 
-    def add_step_proc(self, run: Run, popen: subprocess.Popen, step_id: int) -> None:
+    def add_step_proc(self, run: Run, popen: subprocess.Popen, step_id: int, fences_itself: bool = False) -> None:
         with self.lock:
-            run.procs.append(Proc(popen, "step", step_id))
+            run.procs.append(Proc(popen, "step", step_id, fences_itself))
 
     # ---------------------------------------------------------------- kill / signal
 
-    def kill(self, key: str, kill_wait: float, now: float) -> None:
-        """Begin (or continue) ending a run: TERM at once, KILL after kill_wait."""
+    def kill(self, key: str, kill_wait: float, now: float, fence: bool = False) -> None:
+        """Begin (or continue) ending a run: TERM at once, KILL after kill_wait. A ``fence``
+        leaves the TERM of supervised processes to their supervisors, which read the same lease."""
         with self.lock:
             run = self.runs.get(key)
             if run is None:
@@ -299,7 +315,7 @@ class Runtime:
             if run.killing_since is None:
                 run.killing_since = now
                 for p in run.procs:
-                    if p.alive:
+                    if p.alive and not (fence and p.fences_itself):
                         p.send(signal.SIGCONT)
                         p.send(signal.SIGTERM)
             elif not run.killed_hard and now - run.killing_since >= kill_wait:

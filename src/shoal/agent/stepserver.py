@@ -30,6 +30,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs
 
+from shoal.agent import supervise
 from shoal.agent.identity import UnknownUser, spawn
 from shoal.agent.pods import ContainerNotRunning, LogNotFound
 from shoal.agent.runtime import Runtime, _killpg, set_gpu_env
@@ -356,6 +357,10 @@ def _run_step(runtime: Runtime, run, req: dict, conn: socket.socket, wfile, node
             emit({"t": task["procid"], "e": f"slurmstepd: error: user {run.user} is unknown on {node}\n"})
             exits[task["procid"]] = [1, 0]
         req = {**req, "tasks": []}
+    # Each task under a supervisor of its own that fences it by the node's lease, as a batch
+    # script's does, even with no agent alive (docs/FENCING.md); none when fencing is off.
+    lease = runtime.workdir / supervise.LEASE
+    prefix = supervise.step_command(lease) if lease.exists() else []
     for task in req["tasks"]:
         env = dict(req["env"])
         env.update({
@@ -372,13 +377,13 @@ def _run_step(runtime: Runtime, run, req: dict, conn: socket.socket, wfile, node
             env.update(ident.environment())
         set_gpu_env(env, task["gpus"])
         try:
-            p = spawn(req["argv"], identity=ident, env=env, cwd=req.get("cwd") or "/", cwd_fallback="/tmp",
+            p = spawn([*prefix, *req["argv"]], identity=ident, env=env, cwd=req.get("cwd") or "/", cwd_fallback="/tmp",
                       note_fd=2, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         except OSError as e:
             emit({"t": task["procid"], "e": f"slurmstepd: error: execve(): {req['argv'][0]}: {e.strerror}\n"})
             exits[task["procid"]] = [2, 0]
             continue
-        runtime.add_step_proc(run, p, req["step_id"])
+        runtime.add_step_proc(run, p, req["step_id"], fences_itself=bool(prefix))
         procs[task["procid"]] = p
     _stream_tasks(procs, conn, emit, exits)
 

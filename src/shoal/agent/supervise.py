@@ -15,6 +15,13 @@ exits. A restarted agent finds the run by its directory and re-adopts it:
 - ``task`` holds the task's pid, which is its process group: the agent signals the group
   directly (TERM, KILL, ``scancel -s``), so a supervisor never stands between a kill and the
   job. Signals the supervisor itself gets before the task has started are passed on to it.
+- The node's lease (``LEASE`` in the agent's work dir, the supervisor's third argument) says
+  until when the server counts the node alive. Once a check period, the supervisor reads it;
+  when it has run out, the supervisor fences its run itself, live agent or not: SIGCONT and
+  SIGTERM to the task's group (and to the job's cgroups, ``CGROUPS``), SIGKILL after the
+  lease's grace, and a status saying ``fenced``. See docs/FENCING.md.
+- ``--step LEASE ARGV...`` (``step_main``) runs one srun task under a supervisor of its own,
+  in the task's process group, fenced by the same lease.
 
 Stdlib only (plus ``identity``, itself stdlib): it starts in a few tens of milliseconds. That
 is still most of a short job's CPU on a node, so ``start`` runs ``shoal-stepd`` instead when
@@ -28,6 +35,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -45,6 +53,9 @@ LOCK = "supervisor.lock"
 TASK = "task"
 STATUS = "status.json"
 LOG = "supervise.log"
+LEASE = "lease"  # in the agent's work dir: the node's lease, as the supervisors read it
+CGROUPS = "cgroups"  # in a run's directory: its cgroup directories, one a line (written with the cgroups)
+CHECK_S = 1.0  # how often a supervisor reads the lease when the lease file says nothing
 
 # What the supervisor passes on to its task when the agent signals it before the task's pid is known.
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2,
@@ -59,6 +70,7 @@ class Status:
     signal: int
     end_time: float
     reason: str | None = None
+    fenced: bool = False  # the supervisor stopped it because the node's lease ran out
 
 
 @dataclass(frozen=True)
@@ -138,7 +150,74 @@ def read_status(jobdir: Path) -> Status | None:
         d = json.loads((jobdir / STATUS).read_text())
     except (OSError, ValueError):
         return None
-    return Status(int(d["exit_code"]), int(d["signal"]), float(d["end_time"]), d.get("reason"))
+    return Status(int(d["exit_code"]), int(d["signal"]), float(d["end_time"]), d.get("reason"),
+                  bool(d.get("fenced")))
+
+
+@dataclass(frozen=True)
+class Lease:
+    """The node's lease as the supervisors see it: until when (``CLOCK_BOOTTIME`` seconds) the
+    server counts the node alive, the fence's grace (TERM to KILL) and how often to look."""
+
+    expires: float
+    grace_s: float
+    check_s: float
+
+
+def boottime() -> float:
+    """The lease's clock: never stepped (unlike the wall clock), and it counts a suspend
+    (unlike CLOCK_MONOTONIC), so a lease cannot seem to last longer than it did."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+def write_lease(path: Path, lease: Lease) -> None:
+    """Write the lease for the supervisors, atomically: ``EXPIRES GRACE_S CHECK_S``, readable
+    by all (step supervisors run as the job's user; it holds no secret)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, b"%.3f %.3f %.3f\n" % (lease.expires, lease.grace_s, lease.check_s))
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def read_lease(path: Path) -> Lease | None:
+    """The lease in ``path``; None when there is none (fencing is off, or no agent registered)."""
+    try:
+        expires, grace, check = (float(x) for x in path.read_bytes().split())
+    except (OSError, ValueError):
+        return None
+    return Lease(expires, grace, check if check > 0 else CHECK_S)
+
+
+def signal_cgroups(jobdir: Path, sig: int, rounds: int = 1) -> None:
+    """Send ``sig`` to every process of the run's cgroups (``CGROUPS``): cgroup.kill where the
+    kernel has it (v2) for SIGKILL, else each pid in cgroup.procs but our own, again until
+    none is left (``rounds`` at most: a fork may race the reading)."""
+    try:
+        dirs = [Path(line) for line in (jobdir / CGROUPS).read_text().splitlines() if line.startswith("/")]
+    except OSError:
+        return
+    me = os.getpid()
+    for d in dirs:
+        if sig == signal.SIGKILL and (d / "cgroup.kill").exists():
+            try:
+                (d / "cgroup.kill").write_text("1")
+                continue
+            except OSError:
+                pass
+        for i in range(rounds):
+            try:
+                pids = [int(x) for x in (d / "cgroup.procs").read_text().split() if int(x) != me]
+            except (OSError, ValueError):
+                break
+            if not pids:
+                break
+            for pid in pids:
+                _kill(pid, sig)
+            if i + 1 < rounds:
+                time.sleep(0.01)
 
 
 def read_launch(jobdir: Path) -> Launch | None:
@@ -172,8 +251,9 @@ def stepd() -> str | None:
     return str(path) if os.access(path, os.X_OK) else None
 
 
-def start(jobdir: Path, launch: Launch) -> subprocess.Popen:
-    """Write the launch into ``jobdir`` and start its supervisor in a session of its own.
+def start(jobdir: Path, launch: Launch, lease: Path | None = None) -> subprocess.Popen:
+    """Write the launch into ``jobdir`` and start its supervisor in a session of its own;
+    it fences the run by the lease in ``lease`` (None: never).
 
     The lock is taken here and its open file handed to the supervisor, so the run has a
     live holder from this moment on, even if this agent dies before the child has run a line.
@@ -193,7 +273,7 @@ def start(jobdir: Path, launch: Launch) -> subprocess.Popen:
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)
         with open(jobdir / LOG, "ab") as log:
-            return subprocess.Popen([*command, str(jobdir), str(lock)],
+            return subprocess.Popen([*command, str(jobdir), str(lock), *([str(lease)] if lease else [])],
                                     cwd="/", stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
                                     start_new_session=True, close_fds=True, pass_fds=(lock,))
     finally:
@@ -208,9 +288,61 @@ def killpg(pid: int, sig: int) -> None:
         pass
 
 
-def supervise(jobdir: Path, clock=time.time) -> int:
-    """The supervisor's life: start the task, pass signals on, wait, record the end. The
-    run's lock is already held, on the open file inherited from the agent."""
+def _kill(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _ended(pid: int) -> bool:
+    """Whether the task has ended, leaving it unreaped (its pid, so its group, stays ours)."""
+    return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+
+
+def wait_fencing(pid: int, lease_path: Path | None, jobdir: Path | None = None, group: int | None = None) -> bool:
+    """Wait for the task ``pid`` to end (left unreaped), fencing it when the lease in
+    ``lease_path`` runs out: SIGCONT and SIGTERM to its process ``group`` (its own by default)
+    and the run's cgroups, SIGKILL after the lease's grace. Returns whether it was fenced.
+    SIGCHLD must be blocked."""
+    if lease_path is None:
+        return False  # no fencing: the caller's wait blocks, never woken
+    kill_at = None  # time.monotonic() when SIGKILL is due, once fenced
+    group = pid if group is None else group
+    while not _ended(pid):
+        wait = CHECK_S
+        if kill_at is None:
+            lease = read_lease(lease_path)
+            if lease is not None:
+                wait = lease.check_s
+                if boottime() >= lease.expires:
+                    kill_at = time.monotonic() + lease.grace_s
+                    print(f"fenced: the node's lease ran out {boottime() - lease.expires:.1f}s ago (no report "
+                          f"reached the server): SIGTERM to the job, SIGKILL in {lease.grace_s:g}s",
+                          file=sys.stderr, flush=True)
+                    _signal_run(group, jobdir, signal.SIGCONT)
+                    _signal_run(group, jobdir, signal.SIGTERM)
+        if kill_at is not None:
+            wait = kill_at - time.monotonic()
+            if wait <= 0:  # and again each check while the task is not gone
+                _signal_run(group, jobdir, signal.SIGKILL)
+                wait = CHECK_S
+        signal.sigtimedwait([signal.SIGCHLD], max(wait, 0.01))
+    if kill_at is not None:  # what the job left behind goes too (the task, unreaped, keeps its group ours)
+        _signal_run(group, jobdir, signal.SIGKILL)
+    return kill_at is not None
+
+
+def _signal_run(group: int, jobdir: Path | None, sig: int) -> None:
+    killpg(group, sig)
+    if jobdir is not None:
+        signal_cgroups(jobdir, sig, rounds=100 if sig == signal.SIGKILL else 1)
+
+
+def supervise(jobdir: Path, clock=time.time, lease: Path | None = None) -> int:
+    """The supervisor's life: start the task, pass signals on, wait (fencing it when the
+    node's lease in ``lease`` runs out), record the end. The run's lock is already held, on
+    the open file inherited from the agent."""
     launch = read_launch(jobdir)
     if launch is None:
         write_json_atomic(jobdir / STATUS, {"exit_code": 1, "signal": 0, "end_time": clock(),
@@ -239,14 +371,52 @@ def supervise(jobdir: Path, clock=time.time) -> int:
     if reason is not None:
         write_json_atomic(jobdir / STATUS, {"exit_code": 1, "signal": 0, "end_time": clock(), "reason": reason})
         return 0
+    signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGCHLD])  # after the spawn: the task has none blocked
     task.append(proc.pid)
     write_json_atomic(jobdir / TASK, {"pid": proc.pid})
     for sig in pending:
         killpg(proc.pid, sig)
+    fenced = wait_fencing(proc.pid, lease, jobdir)
     rc = proc.wait()
     exit_code, sig = (0, -rc) if rc < 0 else (rc, 0)
-    write_json_atomic(jobdir / STATUS, {"exit_code": exit_code, "signal": sig, "end_time": clock()})
+    write_json_atomic(jobdir / STATUS, {"exit_code": exit_code, "signal": sig, "end_time": clock(),
+                                        **({"fenced": True} if fenced else {})})
     return 0
+
+
+def step_command(lease: Path) -> list[str]:
+    """What an srun task's argv is prefixed with, so that its supervisor fences it by
+    ``lease`` with no agent alive: shoal-stepd's step mode, or this module's."""
+    binary = stepd()
+    if binary is not None:
+        return [binary, "--step", str(lease)]
+    return [sys.executable, "-P", "-m", "shoal.agent.supervise", "--step", str(lease)]
+
+
+def step_main(lease: Path, argv: list[str]) -> int:
+    """One srun task under a supervisor sharing its process group: the agent signals the
+    group, which reaches both (the supervisor survives the catchable signals), and the
+    supervisor fences the group when the lease runs out. Exits as the task did."""
+    for sig in FORWARDED:
+        signal.signal(sig, lambda signum, frame: None)  # caught, not ignored: the task gets the default
+    try:
+        proc = subprocess.Popen(argv, close_fds=False)
+    except OSError as e:
+        print(f"slurmstepd: error: execve(): {argv[0]}: {e.strerror}", file=sys.stderr, flush=True)
+        return 2
+    signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGCHLD])
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):  # our copies of the output pipes would hold them open after the task
+        os.dup2(null, fd)
+    wait_fencing(proc.pid, lease, group=os.getpgrp())
+    rc = proc.wait()
+    if rc >= 0:
+        return rc
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    signal.signal(-rc, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    os.kill(os.getpid(), -rc)
+    return 128 - rc
 
 
 def read_task_pid(jobdir: Path) -> int | None:
@@ -257,11 +427,14 @@ def read_task_pid(jobdir: Path) -> int | None:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print("usage: python -m shoal.agent.supervise JOBDIR LOCK_FD (started by the agent)", file=sys.stderr)
+    if len(argv) >= 3 and argv[0] == "--step":
+        return step_main(Path(argv[1]), argv[2:])
+    if len(argv) not in (2, 3):
+        print("usage: python -m shoal.agent.supervise JOBDIR LOCK_FD [LEASE] (started by the agent)",
+              file=sys.stderr)
         return 2
     # argv[1], the lock's file descriptor, is only kept open: closing it would say "ended".
-    return supervise(Path(argv[0]))
+    return supervise(Path(argv[0]), lease=Path(argv[2]) if len(argv) == 3 else None)
 
 
 if __name__ == "__main__":

@@ -171,12 +171,27 @@ _DCGM_FIELDS = (
 )
 
 
+def holder_labels(run: Mapping[str, Any]) -> dict[str, str]:
+    """The labels dcgm-exporter gives a GPU's series for its holder: ``namespace``, ``pod``
+    and ``container`` (its Kubernetes mapping) for a pod, ``hpc_job`` (its HPC job mapping,
+    the Slurm job id) for a batch job. ``run``: the run entry of the agent's work."""
+    pod = run.get("pod")
+    if pod is None:
+        return {"hpc_job": str(run["job_id"])}
+    containers = (pod.get("spec") or {}).get("containers") or [{}]
+    # The GPUs go to the container whose limits ask for them (one such container in a pod
+    # here); a pod that names none has them on its first container.
+    holder = next((c for c in containers if any(k.endswith("/gpu") for k in
+                                                ((c.get("resources") or {}).get("limits") or {}))), containers[0])
+    return {"namespace": pod["namespace"], "pod": pod["name"], "container": holder.get("name", "")}
+
+
 def prometheus_text(sample: Sample | None, gpus: Iterable[GPU], hostname: str,
-                    gpu_pods: Mapping[int, tuple[str, str]], pod_names: Mapping[str, tuple[str, str]]) -> str:
+                    gpu_holders: Mapping[int, Mapping[str, str]], pod_names: Mapping[str, tuple[str, str]]) -> str:
     """The last sample as dcgm-exporter writes it (gauges labelled ``gpu``, ``UUID``,
-    ``device``, ``modelName``, ``Hostname``, and ``namespace``/``pod`` of the pod holding
-    the GPU), plus ``shoal_pod_cpu_cores{namespace,pod}``. ``gpu_pods``: GPU index ->
-    (namespace, pod); ``pod_names``: run key -> (namespace, pod)."""
+    ``device``, ``modelName``, ``Hostname``, and the :func:`holder_labels` of the run holding
+    the GPU), plus ``shoal_pod_cpu_cores{namespace,pod}``. ``gpu_holders``: GPU index ->
+    holder labels; ``pod_names``: run key -> (namespace, pod)."""
     lines: list[str] = []
     if sample is None:
         return ""
@@ -186,9 +201,8 @@ def prometheus_text(sample: Sample | None, gpus: Iterable[GPU], hostname: str,
         for g in sample.gpus:
             gpu = info.get(g.index)
             labels = {"gpu": str(g.index), "UUID": gpu.uuid if gpu else "", "device": f"nvidia{g.index}",
-                      "modelName": gpu.product if gpu else "", "Hostname": hostname}
-            if g.index in gpu_pods:
-                labels["namespace"], labels["pod"] = gpu_pods[g.index]
+                      "modelName": gpu.product if gpu else "", "Hostname": hostname,
+                      **gpu_holders.get(g.index, {})}
             lines.append(f"{name}{label_set(**labels)} {value(g)}")
     lines += ["# HELP shoal_pod_cpu_cores CPU cores used by the pod's processes since the previous sample.",
               "# TYPE shoal_pod_cpu_cores gauge"]

@@ -138,6 +138,13 @@ class Client:
                 path = f"{path}?{urlencode(clean)}"
         return self.request("GET", path, timeout=timeout)
 
+    def get_bytes(self, path: str) -> bytes:
+        """GET an answer that is not JSON (a batch script), as the bytes the server sent."""
+        status, data = self._roundtrip(lambda: self._message("GET", path, None), self.timeout)
+        if status >= 400:
+            raise _status_error(status, _json_or_none(data), data)
+        return data
+
     def post(self, path: str, body: dict | None = None, timeout: float | None = None):
         return self.request("POST", path, body if body is not None else {}, timeout=timeout)
 
@@ -157,10 +164,7 @@ class Client:
 
     def request(self, method: str, path: str, body: dict | None = None, timeout: float | None = None):
         status, data = self._roundtrip(lambda: self._message(method, path, body), timeout or self.timeout)
-        try:
-            doc = json.loads(data) if data else None
-        except ValueError:
-            doc = None
+        doc = _json_or_none(data)
         if status >= 400:
             raise _status_error(status, doc, data)
         return doc
@@ -289,10 +293,20 @@ class Client:
     def _roundtrip(self, message: Callable[[], bytes], timeout: float) -> tuple[int, bytes]:
         sock = self._connect(timeout)
         try:
-            sock.sendall(message())  # built for the server connected to (Host, base path)
+            try:
+                sock.sendall(message())  # built for the server connected to (Host, base path)
+            except (BrokenPipeError, ConnectionResetError):
+                # A server that refuses a request early (413: too large) answers and closes
+                # before reading it all: its answer, when it reached us, says why.
+                pass
             chunks = []
             while True:
-                chunk = sock.recv(65536)
+                try:
+                    chunk = sock.recv(65536)
+                except ConnectionResetError:
+                    if not chunks:
+                        raise
+                    break  # the reset of a server that closed with our request unread: its answer is in
                 if not chunk:
                     break
                 chunks.append(chunk)
@@ -445,6 +459,13 @@ def _dechunk(body: bytes) -> bytes:
         out.append(rest[:size])
         body = rest[size + 2 :]
     return b"".join(out)
+
+
+def _json_or_none(data: bytes) -> Any:
+    try:
+        return json.loads(data) if data else None
+    except ValueError:
+        return None
 
 
 def _status_error(status: int, doc: Any, data: bytes) -> ClientError:

@@ -10,6 +10,7 @@ a shared filesystem does.
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import json
 import os
@@ -60,8 +61,10 @@ def node_names(prefix: str, count: int) -> list[str]:
 def default_config(names: list[str], partition: str, args) -> dict:
     from shoal.model.hostlist import compress
 
-    nodes = {"heartbeat_interval_s": 2.0,
-             "heartbeat_timeout_s": args.heartbeat_timeout or 30.0,
+    timeout = args.heartbeat_timeout or 30.0
+    # A short timeout (tests) needs heartbeats often enough that a lease holds several.
+    nodes = {"heartbeat_interval_s": min(2.0, timeout / 5),
+             "heartbeat_timeout_s": timeout,
              "kill_wait_s": args.kill_wait if args.kill_wait is not None else 5.0}
     return {"cluster_name": "local",
             "partitions": [{"name": partition, "nodes": compress(names), "default": True}],
@@ -88,8 +91,14 @@ def up(args) -> int:
     except ValueError as e:
         print(f"shoal up: {e}", file=sys.stderr)
         return 2
-    sdir.mkdir(parents=True, exist_ok=True)
-    (sdir / "logs").mkdir(exist_ok=True)
+    try:
+        sdir.mkdir(parents=True, exist_ok=True)
+        (sdir / "logs").mkdir(exist_ok=True)
+        if not os.access(sdir, os.W_OK):  # root too: access() says EROFS for a read-only mount
+            raise OSError(errno.EROFS, "not writable (a read-only file system?)", str(sdir))
+    except OSError as e:
+        print(f"shoal up: error: cannot use the state dir {sdir}: {e.strerror}", file=sys.stderr)
+        return 1
     names = node_names(args.name_prefix, args.nodes)
     addresses = [str(base + i) for i in range(args.nodes)]
     if not all(ipaddress.IPv4Address(a).is_loopback for a in addresses):
@@ -185,6 +194,17 @@ def up(args) -> int:
             if not _alive(pids["gateway"]):
                 return _failed(sdir, "the gateway exited during start-up", "gateway.log")
             time.sleep(0.05)
+    if getattr(args, "prometheus", None):
+        from shoal.cli import prometheus
+
+        config = prometheus.scrape_config(server_url, admin_file, [f"{a}:{args.agent_port}" for a in addresses],
+                                          gateway=state.get("gateway"), ca_file=ca_file)
+        try:
+            pids["prometheus"], state["prometheus"] = prometheus.start(sdir, args.prometheus, config, _spawn, _alive)
+        except prometheus.PrometheusError as e:
+            _write_state(sdir, state)
+            return _failed(sdir, str(e), "prometheus.log")
+        _write_state(sdir, state)
     gpus = f"{args.gpus_per_node} x {model.product}" if model else "no GPUs"
     print(f"Shoal local cluster is up: {args.nodes} nodes ({names[0]}..{names[-1]}), {gpus} each, "
           f"{args.cpus_per_node} CPUs, {args.memory_per_node} memory")
@@ -196,6 +216,9 @@ def up(args) -> int:
               "/etc/hosts lists them")
     if state.get("gateway"):
         print(f"  gateway  {state['gateway']}  (Host: NAME.NAMESPACE, or /shoal/v1/namespaces/NS/services/NAME/proxy/)")
+    if state.get("prometheus"):
+        print(f"  metrics  {state['prometheus']}  (Prometheus scraping the server and the agents; "
+              "dashboards in examples/grafana/)")
     print("  try      sinfo; sbatch --wrap hostname; squeue; shoal apply -f app.yaml; shoal down")
     return 0
 
@@ -222,13 +245,19 @@ def _write_state(sdir: Path, state: dict) -> None:
 
 
 def _failed(sdir: Path, why: str, log: str | None) -> int:
-    print(f"shoal up: {why}", file=sys.stderr)
+    """Report a failed start-up: the process's own one-line error when it printed one, else
+    the last lines of its log."""
+    tail = []
     if log:
         path = sdir / "logs" / log
         try:
             tail = path.read_text(errors="replace").splitlines()[-15:]
         except OSError:
             tail = []
+    said = next((line.partition(": error: ")[2] for line in reversed(tail)
+                 if line.startswith(("shoal server: error: ", "shoal agent: error: "))), None)
+    print(f"shoal up: {why}: {said}" if said else f"shoal up: {why}", file=sys.stderr)
+    if log and not said:
         if tail:
             print(f"--- last lines of {path}:", file=sys.stderr)
             print("\n".join(tail), file=sys.stderr)
@@ -286,7 +315,7 @@ def _stop(sdir: Path, quiet: bool) -> None:
         return
     pids = state["pids"]
     agents = [p for p in pids["agents"].values() if p]
-    _terminate([pids["gateway"]] if pids.get("gateway") else [])
+    _terminate([pids[p] for p in ("gateway", "prometheus") if pids.get(p)])
     _terminate(agents)
     _terminate([pids["server"]] if pids["server"] else [])
     if state.get("hosts"):

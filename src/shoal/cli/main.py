@@ -89,6 +89,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="every agent's --run-jobs-as (default: submitter when run as root)")
     u.add_argument("--gateway", type=int, metavar="PORT",
                    help="also start a gateway on 127.0.0.1:PORT routing to Services' ready pods")
+    u.add_argument("--prometheus", type=int, metavar="PORT",
+                   help="also start Prometheus (Debian's prometheus package) on 127.0.0.1:PORT, scraping the "
+                        "server and the agents (docs/METRICS.md)")
     u.add_argument("--heartbeat-timeout", type=float, help="seconds before a silent node is DOWN")
     u.add_argument("--kill-wait", type=float, help="seconds between SIGTERM and SIGKILL")
     u.add_argument("--timeout", type=float, default=60.0, help="give up if the nodes are not ready in time")

@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # annotations only: importing typing costs sbatch and srun st
     from typing import Any
 
 from shoal.model import arrays, dependency, hostlist, timefmt
+from shoal.model.job import MAX_SCRIPT_BYTES, script_sha256, script_too_large
 
 NONE, REQUIRED, OPTIONAL = "none", "required", "optional"
 SBATCH, SRUN = "sbatch", "srun"
@@ -30,6 +31,8 @@ NOT_A_BATCH_SCRIPT = (
     "This does not look like a batch script.  The first line must start with #! followed "
     "by the path to an interpreter.\nFor instance: #!/bin/sh"
 )
+DOS_LINE_BREAKS = ("Batch script contains DOS line breaks (\\r\\n) instead of expected UNIX line "
+                   "breaks (\\n).")
 WRAP_HEADER = "#!/bin/sh\n# This script was created by sbatch --wrap.\n\n"
 
 # Keys set by the same source that exclude each other; a later source's key replaces an
@@ -595,18 +598,21 @@ def _words(text: str, where: str) -> list[str]:
 
 
 def check_batch_script(script: str) -> None:
-    """Refuse what Slurm refuses: empty scripts, no #! line, DOS line breaks, NUL bytes."""
+    """Refuse what Slurm's sbatch refuses, in its words: empty scripts, no #! line, NUL bytes,
+    DOS line breaks (a lone CR is kept: it may belong to a string), scripts over max_script_size."""
+    if not script:
+        raise OptionError("Batch script is empty!")
     if not script.strip():
-        raise OptionError("batch script is empty")
+        raise OptionError("Batch script contains only whitespace!")
     if not script.startswith("#!"):
         raise OptionError(NOT_A_BATCH_SCRIPT)
-    if "\r\n" in script:
-        raise OptionError(
-            "batch script contains DOS line breaks (\\r\\n) instead of expected UNIX line "
-            "breaks (\\n); convert it with dos2unix"
-        )
     if "\0" in script:
-        raise OptionError("batch script contains a NUL character")
+        raise OptionError("The Shoal server does not allow scripts that contain a NULL character '\\0'.")
+    if "\r\n" in script:
+        raise OptionError(DOS_LINE_BREAKS)
+    size = len(script.encode("utf-8", "surrogateescape")) if len(script) * 4 > MAX_SCRIPT_BYTES else 0
+    if size > MAX_SCRIPT_BYTES:
+        raise OptionError(f"Batch job submission failed: {script_too_large(size)}")  # as the server would say
 
 
 def parse_sbatch(
@@ -660,11 +666,23 @@ def parse_sbatch(
     body: dict[str, Any] = {
         "name": default_name,
         "script": text,
+        # What was read, byte for byte (surrogateescape undoes the decoding exactly): the
+        # server and the agent check the script against it.
+        "script_sha256": script_sha256(text.encode("utf-8", "surrogateescape")),
         "argv": positional[1:] if wrap is None else [],
         "workdir": ctx.cwd,
         "environment": dict(environ),
     }
     body.update(values)
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # bytes that are not UTF-8, which JSON strings cannot carry
+            import binascii
+
+            del body["script"]
+            body["script_base64"] = binascii.b2a_base64(text.encode("utf-8", "surrogateescape"),
+                                                        newline=False).decode("ascii")
     return SbatchRequest(
         body=body, parsable=flags["_parsable"], test_only=flags["_test_only"], wait=flags["_wait"]
     )

@@ -109,6 +109,7 @@ def _tres_text(job: Mapping[str, Any], allocated: bool) -> str | None:
 
 COLUMNS: dict[str, Column] = {c.name.lower(): c for c in (
     Column("Account", 10, _either(lambda j, now: j.get("account"), lambda s, j, now: j.get("account"))),
+    Column("AdminComment", 15, _job(lambda j, now: j.get("admin_comment"))),
     Column("AllocCPUS", 10, _either(_alloc_cpus, _step_cpus)),
     Column("AllocTRES", 10, _job(lambda j, now: _tres_text(j, True))),
     Column("Comment", 14, _job(lambda j, now: j.get("comment"))),

@@ -41,15 +41,21 @@ def main(argv: list[str] | None = None) -> int:
     if source == "-":
         if sys.stdin.isatty():
             fail("no batch script: name a script file, pipe one on standard input, or use --wrap")
-        script = sys.stdin.read()
+        script = read_script(sys.stdin.buffer.read())
     elif source is not None:
         try:
-            with open(source, encoding="utf-8", errors="surrogateescape") as f:
-                script = f.read()
+            with open(source, "rb") as f:
+                script = read_script(f.read())
         except OSError as e:
             fail(f"Unable to open file {source}: {e.strerror}")
     return run(argv, script, source, cwd=os.getcwd(), environ=os.environ, now=time.time(),
                connect=Client.from_config, out=sys.stdout, err=sys.stderr)
+
+
+def read_script(data: bytes) -> str:
+    """A script's bytes as text that gives back the very same bytes: no newline translation
+    (a lone CR stays a CR), and bytes that are not UTF-8 kept as surrogates."""
+    return data.decode("utf-8", "surrogateescape")
 
 
 def run(argv: list[str], script: str | None, source: str | None, *, cwd: str, environ: Mapping[str, str],

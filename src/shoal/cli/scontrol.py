@@ -23,7 +23,7 @@ SHOW_ENTITIES = ("job", "node", "partition", "reservation", "hostnames", "hostli
 _SHOW_PREFIXES = (("hostnames", "hostnames", 5), ("hostlist", "hostlist", 5), ("job", "jobs", 1),
                   ("node", "nodes", 1), ("partition", "partitions", 2), ("config", "config", 1),
                   ("reservation", "reservations", 3))
-COMMANDS = ("show", "update", "create", "delete", "hold", "release", "requeue", "ping", "version")
+COMMANDS = ("show", "update", "create", "delete", "hold", "release", "requeue", "ping", "version", "write")
 JOB_UPDATE_KEYS = {"timelimit": "time_limit_s", "jobname": "name", "name": "name",
                    "partition": "partition", "numnodes": "nodes", "comment": "comment"}
 NODE_STATES = ("DRAIN", "RESUME", "DOWN", "UNDRAIN", "IDLE")
@@ -129,6 +129,7 @@ def render_job(job: Mapping[str, Any], now: float, oneliner: bool = False) -> st
          ("Licenses", "(null)"), ("Network", "(null)")],
         [("Command", _text(job.get("command")))],
         [("WorkDir", _text(job.get("workdir")))],
+        [("AdminComment", job["admin_comment"])] if job.get("admin_comment") else [],
         [("Comment", job["comment"])] if job.get("comment") else [],
         [("StdErr", _text(job.get("stderr")))],
         [("StdIn", "/dev/null")],
@@ -367,6 +368,38 @@ def _job_ids(args: list[str]) -> list[str]:
     return ids
 
 
+def write_batch_script(client, args: list[str]) -> int:
+    """``write batch_script JOBID [FILE|-]``: the script's bytes as submitted, to FILE
+    (``slurm-JOBID.sh`` by default) or standard output, as Slurm's scontrol writes them."""
+    from shoal.cli.client import ClientError
+
+    if not args or not "batch_script".startswith(args[0].lower()) or len(args[0]) < 5 or not 2 <= len(args) <= 3:
+        raise UsageError("usage: scontrol write batch_script JOBID [FILE|-]")
+    job_id = args[1]
+    if not job_id.isdigit():
+        raise UsageError(f"Invalid job id specified: {job_id}")
+    try:
+        data = client.get_bytes(f"/shoal/v1/jobs/{job_id}/script")
+    except ClientError as e:
+        # slurm_perror's layout, as Slurm's scontrol prints this failure.
+        print(f"job script retrieval failed: {e}", file=sys.stderr)
+        return 1
+    target = args[2] if len(args) == 3 else f"slurm-{job_id}.sh"
+    if target == "-":
+        sys.stdout.flush()
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+        return 0
+    try:
+        with open(target, "wb") as f:
+            f.write(data)
+    except OSError as e:
+        print(f"failed to open file `{target}`: {e.strerror}", file=sys.stderr)
+        return 1
+    print(f"batch script for job {job_id} written to {target}")
+    return 0
+
+
 def _show(client, entity: str, args: list[str], options) -> str:
     import json
     import time
@@ -559,6 +592,8 @@ def main(argv: list[str] | None = None) -> int:
             out, code = ping(conf["server"], conf.get("token"))
             emit(out)
             return code
+        if command == "write":
+            return write_batch_script(Client.from_config(), rest)
         if command in ("create", "delete") or (
                 command == "update" and rest and rest[0].lower().startswith("reservation")):
             return _reservation(Client.from_config(), command, rest)

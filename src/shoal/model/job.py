@@ -4,6 +4,25 @@ from __future__ import annotations
 
 import enum
 
+MAX_SCRIPT_BYTES = 4 * 1024 * 1024
+"""The largest batch script accepted: slurmctld's default max_script_size (4 MiB)."""
+
+
+def script_too_large(size: int) -> str:
+    """slurmctld's answer to a script over max_script_size, with the sizes that explain it."""
+    return (f"Pathname of a file, directory or other parameter too long (the batch script is {size} bytes; "
+            f"at most {MAX_SCRIPT_BYTES} are accepted)")
+
+
+def script_sha256(data: bytes) -> str:
+    """The hex SHA-256 of a batch script's bytes: sbatch sends it, the server checks and
+    stores it, the agent checks the file it runs against it."""
+    try:
+        from _sha256 import sha256  # CPython's own: ~0.3 ms to import where hashlib's OpenSSL costs ~3 ms
+    except ImportError:
+        from hashlib import sha256
+    return sha256(data).hexdigest()
+
 
 class JobState(str, enum.Enum):
     PENDING = "PENDING"
@@ -72,6 +91,44 @@ def can_transition(current: JobState, new: JobState) -> bool:
 def check_transition(current: JobState, new: JobState) -> JobState:
     if not can_transition(current, new):
         raise IllegalTransition(f"job cannot go from {current.value} to {new.value}")
+    return new
+
+
+# What a node that comes back may correct (docs/FENCING.md): the server's guess that a run
+# was lost with its silent node (NODE_FAIL, or PENDING again after a --requeue) becomes how the
+# run really ended. Kept apart from _TRANSITIONS, which no other change may take.
+_CORRECTIONS: dict[JobState, frozenset[JobState]] = {
+    JobState.NODE_FAIL: frozenset({JobState.COMPLETED, JobState.FAILED}),
+    JobState.PENDING: frozenset({JobState.COMPLETED, JobState.FAILED}),
+}
+
+
+class LateExit(str, enum.Enum):
+    """What the exit of a run that the server gave up with its silent node does, reported
+    when the node is back (docs/FENCING.md has the table)."""
+
+    IGNORE = "ignore"  # not that run, or the fence (or the agent, at the server's word) ended it
+    CORRECT = "correct"  # NODE_FAIL: the job ends as the run really ended
+    TAKE_BACK = "take back"  # requeued, not started again: out of the queue, ended as the run ended
+    NOTE = "note"  # requeued and started again: the new run stands; AdminComment says what happened
+
+
+def late_exit(state: JobState, restart_count: int, lost_run: dict | None, node: str, run: int,
+              ended_by_itself: bool) -> LateExit:
+    """Decide what a late exit of run ``run`` on ``node`` does to a job now in ``state``, whose
+    run the server gave up when ``node`` fell silent (``lost_run``, None: none was)."""
+    if lost_run is None or lost_run["run"] != run or lost_run["node"] != node or not ended_by_itself:
+        return LateExit.IGNORE
+    if state is JobState.NODE_FAIL and restart_count == run:
+        return LateExit.CORRECT
+    if state is JobState.PENDING and restart_count == run + 1:
+        return LateExit.TAKE_BACK
+    return LateExit.NOTE
+
+
+def check_correction(current: JobState, new: JobState) -> JobState:
+    if new not in _CORRECTIONS.get(current, frozenset()):
+        raise IllegalTransition(f"job cannot be corrected from {current.value} to {new.value}")
     return new
 
 

@@ -157,3 +157,4 @@ class Plan:
     # Backfill's planned start time (reservation start) of blocked jobs: job id -> time.
     estimates: dict[int, float] = field(default_factory=dict)
     preemptions: list[Preemption] = field(default_factory=list)  # victims to stop for a blocked job
+    tested: int = 0  # pending jobs the pass tested for a start (sdiag's depth)

@@ -146,6 +146,7 @@ class _Pass:
                 self.plan.never[job.id] = reason
             else:
                 self.plan.reasons[job.id] = reason
+        self.plan.tested = self.tested
         return self.plan
 
     def consider(self, job: PendingJob) -> str | None:

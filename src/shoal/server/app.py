@@ -17,12 +17,13 @@ from sqlalchemy.orm.exc import StaleDataError
 from shoal import __version__
 from shoal.model.arrays import format_array
 from shoal.model.hostlist import compress
-from shoal.model.job import JobState
+from shoal.model.job import JobState, LateExit
 from shoal.model.node import NodeState, display_state
 from shoal.model.gpu import gpu_gres
 from shoal.model.resources import GPU, Allocation
 from shoal.sched.placement import check_feasible
 from shoal.server import commands, console, fastpath
+from shoal.server import metrics as metricsmod
 from shoal.server import jobs as jobsvc
 from shoal.server import nodes as nodesvc
 from shoal.server import priority as priosvc
@@ -142,6 +143,11 @@ def create_app(server: Server) -> fastpath.FastPaths:
     @app.get("/healthz")
     def healthz():
         return {"ok": True, "version": __version__}
+
+    @app.get("/metrics")
+    def metrics(p: Principal = Depends(principal)):
+        """Prometheus' scrape (docs/METRICS.md): any token may read it, as any may read squeue."""
+        return Response(server.metrics.exposition(), media_type=metricsmod.CONTENT_TYPE_LATEST)
 
     @app.get("/shoal/v1/leader")
     def leader(p: Principal = Depends(principal)):
@@ -278,24 +284,31 @@ def create_app(server: Server) -> fastpath.FastPaths:
                 raise jobsvc.JobError(f"Invalid job id specified: {job_id}", 404)  # as Slurm hides it
             return JSONResponse(_jobs_json(s, [row])[0])
 
-    def _owned_job(s, job_id: int, p: Principal, what: str) -> JobRow:
-        """The job, if the caller may read its script and output: those who may change it."""
+    @app.get("/shoal/v1/jobs/{job_id}/script")
+    def get_job_script(job_id: int, p: Principal = Depends(principal)):
+        """``scontrol write batch_script``: the script's bytes exactly as submitted, for its
+        owner (or the job itself) and operators, as slurmctld gives it."""
+        with server.sessions() as s:
+            row = _job(s, job_id)
+            if not p.is_operator and (row.id != p.job_id if p.role == "job" else row.user != p.user):
+                raise jobsvc.JobError("Invalid user id: the batch script is its owner's", 403)
+            script, digest = row.spec.get("script"), row.spec.get("script_sha256")
+        if script is None:
+            raise jobsvc.JobError("Job script not specified: an interactive job has no batch script", 404)
+        return Response(script.encode("utf-8", "surrogateescape"), media_type="application/octet-stream",
+                        headers={"X-Shoal-Script-SHA256": digest} if digest else None)
+
+    def _owned_job(s, job_id: int, p: Principal) -> JobRow:
+        """The job, if the caller may read its output: those who may change it (as its script)."""
         row = _job(s, job_id)
         if _private_jobs(p) is not None and row.user != p.user and row.id != p.job_id:
             raise jobsvc.JobError(f"Invalid job id specified: {job_id}", 404)
         try:
             jobsvc.check_owner(row, p)
         except jobsvc.JobError:
-            raise jobsvc.JobError(f"Access/permission denied: job {row.id}'s {what} is shown only to "
+            raise jobsvc.JobError(f"Access/permission denied: job {row.id}'s output is shown only to "
                                   "its owner and operators", 403) from None
         return row
-
-    @app.get("/shoal/v1/jobs/{job_id}/script")
-    def get_script(job_id: int, p: Principal = Depends(principal)):
-        """The batch script (as scontrol write batch_script)."""
-        with server.sessions() as s:
-            row = _owned_job(s, job_id, p, "script")
-            return {"job_id": row.id, "script": row.spec.get("script")}
 
     @app.get("/shoal/v1/jobs/{job_id}/output")
     async def get_output(job_id: int, size: int = Query(default=16384, ge=0, le=65536),
@@ -303,7 +316,7 @@ def create_app(server: Server) -> fastpath.FastPaths:
         """The end of a batch job's standard output file, read by its batch host's agent."""
         def locate():
             with server.sessions() as s:
-                row = _owned_job(s, job_id, p, "output")
+                row = _owned_job(s, job_id, p)
                 path = jobsvc.to_json(row)["stdout"]
                 node = s.get(NodeRow, row.batch_host) if row.batch_host else None
                 if node is None or not path:
@@ -662,23 +675,32 @@ def create_app(server: Server) -> fastpath.FastPaths:
             row.gpus, row.labels, row.features = gpus, body.labels, body.features
             row.boot_time, row.last_heartbeat = body.boot_time, now
             row.tls = certificate is not None
+            ended = {r.id: r for r in s.scalars(select(JobRow).where(
+                JobRow.id.in_({ev.job_id for ev in body.events})))} if body.events else {}
+            exits: set[str] = set()
+            for ev in body.events:
+                exits |= _agent_exit(s, ended.get(ev.job_id), body.name, ev, now)
             generation = row.credential_gen or 0
             fenced = nodesvc.fail_fenced_runs(s, server.controller, body.name, body.fenced, now) \
                 if body.fenced else set()
         server.forget_address(body.name)
-        server.hub.bump([body.name, *fenced])
+        server.hub.bump([body.name, *fenced, *exits])
         server.controller.wake()
         if fenced:
             server.kube.wake()
+        fence = server.config.nodes.fence
         return {
             "credential": agent_credential(server.secret, body.name, generation),
             "step_key": node_step_key(server.secret, body.name, generation),
             **({"certificate": certificate, "ca": server.ca.pem()} if certificate else {}),
             "epoch": server.hub.epoch,
             "heartbeat_interval_s": server.config.nodes.heartbeat_interval_s,
-            # The agent's lease: silent this long, the node is DOWN and its work restarted
-            # elsewhere, so the agent stops that work itself (fencing); null: never.
-            "lease_s": server.config.nodes.heartbeat_timeout_s if server.config.nodes.fencing else None,
+            # The agent's lease: silent this long, its supervisors stop its work themselves
+            # (fencing), TERM then KILL after fence_grace_s, all before the heartbeat timeout
+            # ends and the server restarts that work elsewhere; null: never (docs/FENCING.md).
+            "lease_s": fence.lease_s if server.config.nodes.fencing else None,
+            "fence_grace_s": fence.grace_s,
+            "fence_check_s": fence.check_s,
             "kill_wait_s": server.config.nodes.kill_wait_s,
         }
 
@@ -742,9 +764,18 @@ def create_app(server: Server) -> fastpath.FastPaths:
         return {"ok": True}
 
     def _agent_exit(s, row: JobRow | None, node: str, ev, now: float) -> set[str]:
-        if row is None or row.restart_count != ev.run or row.batch_host != node:
+        if row is None:
+            return set()
+        if row.lost_run is not None:  # its node fell silent and came back: how did the run end?
+            outcome = nodesvc.late_exit_of_lost_run(row, node, ev.run, ev.exit_code or 0, ev.signal or 0,
+                                                    ev.time or now, not (ev.fenced or ev.killed))
+            if outcome is not LateExit.IGNORE:
+                return {node}
+        if row.restart_count != ev.run or row.batch_host != node:
             return set()  # a report about an old run: already handled
         names = set(Allocation.from_json(row.allocation).node_names) if row.allocation else set()
+        if ev.fenced and row.state == JobState.RUNNING.value:  # stopped at its lease's end, as on a node failure
+            return server.controller.fail_node_jobs(s, node, now, only=lambda r: r.id == row.id) | names
         if row.state != JobState.RUNNING.value:
             if row.exit_code is None:
                 row.exit_code, row.signal = ev.exit_code or 0, ev.signal or 0
@@ -870,7 +901,7 @@ def create_app(server: Server) -> fastpath.FastPaths:
     fast.add("POST", r"/shoal/v1/agents/(?P<node>[^/]+)/report", fast_report)
     # In front of the whole app, FastAPI's own middlewares included (error pages, body limit):
     # these requests do not pass through them (an error escaping a fast route is uvicorn's 500).
-    return fastpath.FastPaths(app, routes=fast)
+    return fastpath.FastPaths(app, routes=fast, observe=server.metrics.observe_request)
 
 
 def _queue_listing(jobs: list[dict], user: str | None, partition: str | None, state: list[str],

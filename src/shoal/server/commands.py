@@ -27,6 +27,7 @@ from collections.abc import Callable
 from fastapi import APIRouter, Header, Request
 from fastapi.responses import Response
 from pydantic import ValidationError
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm.exc import StaleDataError
 
 from shoal.cli import sbatch, scancel, squeue
@@ -35,6 +36,7 @@ from shoal.cli.options import OptionError, asks_version, script_index, script_so
 from shoal.server.auth import AuthError, Principal
 from shoal.server.fastpath import in_thread
 from shoal.server.jobs import JobError
+from shoal.server.limits import store_failure
 
 MEDIA_TYPE = "application/x-shoal-invocation"
 COMMANDS = ("sbatch", "squeue", "scancel")
@@ -150,6 +152,9 @@ class InProcessApi:
             raise ClientError(message, 409, {"detail": message}) from None
         except JobError as e:
             raise ClientError(e.message, e.status, {"detail": e.message}) from None
+        except OperationalError as e:
+            message = store_failure(e)
+            raise ClientError(message, 503, {"detail": message}) from None
 
 
 def run_command(name: str, inv: Invocation, api: InProcessApi) -> tuple[int, str, str]:
@@ -183,8 +188,7 @@ def _sbatch(argv: list[str], inv: Invocation, api: InProcessApi, out: io.StringI
         data = inv.files.get(index + 1)  # +1: the front end counts argv[0]
         if data is None:
             raise RunLocally("the script was not sent")  # unreadable: the command says why
-        # Read as sbatch.main reads it: UTF-8, surrogateescape, universal newlines.
-        script = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="surrogateescape").read()
+        script = sbatch.read_script(data)  # as sbatch.main reads it
         source = argv[index]
     elif wrapped_or_stdin == "-":
         raise RunLocally("the script comes from standard input")

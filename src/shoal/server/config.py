@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from shoal.model.accounting import DEFAULT_QOS, QOS, ROOT, Account, UserShare
 from shoal.model.hostlist import HostlistError, expand
+from shoal.model.node import FenceTiming, fence_timing
 from shoal.model.snapshot import Partition
 from shoal.model.timefmt import TimeFormatError, parse_time_limit
 from shoal.model.topology import Topology, TopologyError, parse_topology_conf, switch
@@ -228,6 +229,21 @@ class NodeLifecycleConfig(BaseModel):
     # elsewhere, so none runs twice after a partition. The price: a control plane down for
     # longer than the timeout stops every node's work (agents cannot tell it from a cut).
     fencing: bool = Field(default=True, description="agents fence themselves when their lease runs out")
+
+    @property
+    def fence(self) -> FenceTiming:
+        """The lease and fence that fit in the heartbeat timeout (docs/FENCING.md)."""
+        return fence_timing(self.heartbeat_timeout_s, self.kill_wait_s)
+
+    @model_validator(mode="after")
+    def _lease_holds_two_heartbeats(self) -> NodeLifecycleConfig:
+        if self.fencing and self.fence.lease_s < 2 * self.heartbeat_interval_s:
+            raise ValueError(
+                f"heartbeat_timeout_s {self.heartbeat_timeout_s:g} leaves agents a lease of {self.fence.lease_s:.1f}s "
+                f"(the rest is the fence's grace, check period and clock skew: docs/FENCING.md), under two "
+                f"heartbeats of heartbeat_interval_s {self.heartbeat_interval_s:g}: raise the timeout or shorten "
+                "the interval")
+        return self
 
 
 class SwitchConfig(BaseModel):

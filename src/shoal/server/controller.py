@@ -160,6 +160,7 @@ class Controller(KickedLoop):
 
     def _schedule(self, now: float) -> set[str]:
         s = self.server
+        t0 = time.perf_counter()
         self._headroom = None  # unknown until this pass's plan is applied
         with s.sessions() as session:
             if session.scalar(select(JobRow.id).where(JobRow.state == JobState.PENDING.value).limit(1)) is None:
@@ -189,6 +190,7 @@ class Controller(KickedLoop):
             ids = list({st.job_id for st in plan.starts} | changed | victims)
             rows = {r.id: r for r in session.scalars(select(JobRow).where(JobRow.id.in_(ids)))} if ids else {}
             touched: set[str] = set()
+            started: list[JobRow] = []
             for st in plan.starts:
                 row = rows.get(st.job_id)
                 if row is None or row.state != JobState.PENDING.value or row.held:
@@ -201,6 +203,7 @@ class Controller(KickedLoop):
                 row.expected_start = None
                 row.preempted_at = row.preemptor_id = None  # a requeued victim runs again: its preemption is over
                 touched.update(st.allocation.node_names)
+                started.append(row)
             for jid in changed:
                 reason = reasons[jid]
                 row = rows.get(jid)
@@ -214,6 +217,9 @@ class Controller(KickedLoop):
             for preemption in plan.preemptions:
                 touched |= self._preempt(session, rows, preemption, now, signals)
         self._rows.kept(rows.values())  # committed: the next pass need not read them back
+        for row in started:
+            s.metrics.run_started(row, now)
+        s.metrics.scheduled(full, time.perf_counter() - t0, len(started), plan.tested)
         for node, key, signum, target in signals:  # only once the preemption is committed
             s.hub.signal(node, key, signum, target)
         self._headroom, self._seen_id = headroom(snap, [st.allocation for st in plan.starts], self._placement), seen
@@ -249,6 +255,7 @@ class Controller(KickedLoop):
         cap = s.config.scheduler.preempt_grace_s
         for v in victims:
             log.info("job %s preempts job %s (%s)", preemptor.id, v.id, v.spec.get("qos") or "normal")
+            s.metrics.preempted(session, v)
             v.preempted_at, v.preemptor_id = now, preemptor.id
             if jobsvc.preemption_grace_s(v, cap) > 0:
                 signals.extend(self._signal_targets(v))
@@ -323,15 +330,17 @@ class Controller(KickedLoop):
                 node.state = NodeState.DOWN.value
                 node.reason = "Not responding"
                 node.reason_time = now
-                touched |= self.fail_node_jobs(session, node.name, now)
+                touched |= self.fail_node_jobs(session, node.name, now, silent=True)
             return touched
 
     def fail_node_jobs(self, session, node: str, now: float, *,
-                       only: Callable[[JobRow], bool] | None = None) -> set[str]:
+                       only: Callable[[JobRow], bool] | None = None, silent: bool = False) -> set[str]:
         """A node is gone: its jobs end NODE_FAIL, or go back to the queue when they asked for --requeue.
 
         ``only`` narrows it to some of the node's jobs (those on a lost GPU, the runs a fenced
         agent stopped); the node is then alive, so their processes are cleaned up as usual.
+        ``silent``: the node stopped answering, so a run may have ended by itself unseen; each
+        job keeps which run it gave up (``lost_run``) for the node to correct when it is back.
         """
         touched: set[str] = set()
         skip = frozenset({node}) if only is None else frozenset()
@@ -341,6 +350,9 @@ class Controller(KickedLoop):
             names = Allocation.from_json(row.allocation).node_names
             if node not in names or (only is not None and not only(row)):
                 continue
+            if silent and row.batch_host == node:
+                row.lost_run = {"run": row.restart_count, "node": node, "start_time": row.start_time,
+                                "allocation": row.allocation, "time": now}
             if row.requeue:
                 jobsvc.requeue(session, row, now, via=JobState.NODE_FAIL, reason="BeginTime", skip_nodes=skip)
             else:

@@ -24,6 +24,7 @@ from shoal.server.hub import WorkHub
 from shoal.server.kube.controller import KubeController
 from shoal.server.kube.logs import PodLogs
 from shoal.server.leader import Leadership
+from shoal.server.metrics import ServerMetrics
 from shoal.server.queueview import QueueView
 from shoal.server.work import RunEntries
 from shoal.store.engine import make_engine, migrate, session_factory
@@ -50,6 +51,10 @@ class Server:
         self.engine = make_engine(db_url)
         migrate(self.engine)
         self.sessions = session_factory(self.engine)
+        # Prometheus metrics (GET /metrics); transactions find them in their session's info.
+        self.metrics = ServerMetrics(self)
+        self.metrics.watch_commits(self.sessions)
+        self.sessions.configure(info={"server_metrics": self.metrics})
         self.partitions: tuple[Partition, ...] = config.partition_list()
         self.sched_config = SchedConfig(policy=config.scheduler.policy, priority=config.priority.type,
                                         multifactor=config.priority.multifactor(),

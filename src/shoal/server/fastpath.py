@@ -18,6 +18,7 @@ import asyncio
 import json
 import logging
 import re
+import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
@@ -58,9 +59,11 @@ class Routes:
 
     def __init__(self) -> None:
         self.table: list[tuple[str, re.Pattern[str], Handler]] = []
+        self.templates: dict[Handler, str] = {}  # handler -> its path as FastAPI writes it, for metrics
 
     def add(self, method: str, pattern: str, handler: Handler) -> None:
         self.table.append((method, re.compile(pattern), handler))
+        self.templates[handler] = re.sub(r"\(\?P<(\w+)>[^)]*\)", r"{\1}", pattern)
 
     def match(self, method: str, path: str) -> tuple[Handler, re.Match[str]] | None:
         for m, pattern, handler in self.table:
@@ -69,18 +72,48 @@ class Routes:
         return None
 
 
+Observer = Callable[[str, str, int, float], None]
+"""Told of each request: method, route template, status code and seconds taken."""
+
+
 class FastPaths:
     """The ASGI app uvicorn serves: the ``routes`` answered here, everything else by ``app``
     (FastAPI's, whose own middlewares these requests skip too)."""
 
-    def __init__(self, app, routes: Routes, limit: int = MAX_BODY_BYTES) -> None:
+    def __init__(self, app, routes: Routes, limit: int = MAX_BODY_BYTES, observe: Observer | None = None) -> None:
         self.app = app
         self.routes = routes
         self.limit = limit
+        self.observe = observe
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or (found := self.routes.match(scope["method"], scope["path"])) is None:
+        if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        if self.observe is None:
+            return await self._serve(scope, receive, send)
+        # Latency by route template and status: the status is read off the response as it
+        # is sent, the template from the fast route or FastAPI's matched route.
+        t0 = time.perf_counter()
+        code = 500  # an exception escaping both is uvicorn's 500
+
+        async def sending(message):
+            nonlocal code
+            if message["type"] == "http.response.start":
+                code = message["status"]
+            await send(message)
+
+        try:
+            route = await self._serve(scope, receive, sending)
+        finally:
+            if (r := scope.get("route")) is not None:  # set by FastAPI when one of its routes matched
+                route = getattr(r, "path", None)
+            self.observe(scope["method"], route or "other", code, time.perf_counter() - t0)
+
+    async def _serve(self, scope, receive, send) -> str | None:
+        """Answer the request; the fast route's template when a fast route answered it."""
+        if (found := self.routes.match(scope["method"], scope["path"])) is None:
+            await self.app(scope, receive, send)
+            return None
         handler, match = found
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         declared = headers.get("content-length", "")
@@ -91,7 +124,7 @@ class FastPaths:
         while more:
             message = await receive()
             if message["type"] != "http.request":  # the client went away
-                return
+                return None
             chunks.append(message.get("body", b""))
             size += len(chunks[-1])
             more = message.get("more_body", False)
@@ -107,11 +140,13 @@ class FastPaths:
             except StaleDataError:
                 answer = json_answer({"detail": "the object was changed concurrently; retry the request"}, 409)
         if answer is None:
-            return await self.app(scope, _replay(body, more, receive), send)
+            await self.app(scope, _replay(body, more, receive), send)
+            return None
         status, extra, content = answer
         await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-length", str(len(content)).encode()), *extra]})
         await send({"type": "http.response.body", "body": content})
+        return self.routes.templates[handler]
 
 
 def _replay(body: bytes, more: bool, receive):

@@ -19,7 +19,7 @@ from shoal.model.dependency import DependencyError, parse_dependency
 from shoal.model.filename import expand_pattern
 from shoal.model.hostlist import HostlistError, compress, expand
 from shoal.model.accounting import DEFAULT_QOS, QOS
-from shoal.model.job import JobState, check_transition
+from shoal.model.job import MAX_SCRIPT_BYTES, JobState, check_transition, script_sha256, script_too_large
 from shoal.model.resources import Allocation, ResourceRequest
 from shoal.model.snapshot import NodeInfo, Partition
 from shoal.sched.fairshare import AccountTree
@@ -190,6 +190,7 @@ def submit(session: Session, principal: Principal, body: JobSubmit, *, partition
     if body.script is not None and not body.script.startswith("#!"):
         raise JobError("this does not look like a batch script: the first line must start with #! "
                        "followed by the path to an interpreter, e.g. #!/bin/sh")
+    digest = checked_script_digest(body.script, body.script_sha256)
     if not body.workdir.startswith("/"):
         raise JobError(f"workdir must be an absolute path, not {body.workdir!r}")
     partition = pick_partition(partitions, body.partition)
@@ -245,6 +246,7 @@ def submit(session: Session, principal: Principal, body: JobSubmit, *, partition
     name = body.name or ("interactive" if body.interactive else "sbatch")
     spec = {
         "script": body.script,
+        "script_sha256": digest,
         "argv": body.argv,
         "environment": body.environment,
         "stdout": body.stdout or (DEFAULT_ARRAY_OUTPUT if task_ids is not None else DEFAULT_OUTPUT),
@@ -334,6 +336,7 @@ def finish(session: Session, row: JobRow, state: JobState, now: float, *, exit_c
     """End a job's run: record the state, and hold its resources as cleanups until its processes are gone."""
     current = JobState(row.state)
     check_transition(current, state)
+    _count_end(session, row, state, now)
     row.state = state.value
     row.end_time = now
     if exit_code is not None:
@@ -352,6 +355,7 @@ def requeue(session: Session, row: JobRow, now: float, *, via: JobState, reason:
     current = JobState(row.state)
     check_transition(current, via)
     if current is JobState.RUNNING:
+        _count_end(session, row, via, now)
         _hold_for_cleanup(session, row, now, "TERM", skip_nodes)
     check_transition(via, JobState.PENDING)
     row.state = JobState.PENDING.value
@@ -385,6 +389,13 @@ def end_preempted(session: Session, row: JobRow, now: float, qos: Mapping[str, Q
         finish(session, row, JobState.PREEMPTED, now, exit_code=exit_code, signal=signal,
                reason="Preempted")
     return how
+
+
+def _count_end(session: Session, row: JobRow, state: JobState, now: float) -> None:
+    """Tell the server's metrics (shoal.server.metrics) that a run ends, once the session commits."""
+    metrics = session.info.get("server_metrics")
+    if metrics is not None:
+        metrics.run_ended(session, row, state.value, now)
 
 
 def _hold_for_cleanup(session: Session, row: JobRow, now: float, kill_signal: str, skip_nodes) -> None:
@@ -436,6 +447,26 @@ def output_path(row: JobRow, pattern: str | None, node: str | None) -> str | Non
         array_job_id=row.array_job_id, array_task_id=row.array_task_id,
     )
     return path if path.startswith("/") else f"{row.workdir.rstrip('/')}/{path}"
+
+
+def checked_script_digest(script: str | None, sent: str | None) -> str | None:
+    """The SHA-256 of a script's bytes, checked against the one its submitter sent (if any):
+    a script changed on the way is refused, never run."""
+    if script is None:
+        return None
+    try:
+        # Non-UTF-8 bytes arrive as lone surrogates (the submitter's surrogateescape).
+        data = script.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        raise JobError("script: not valid UTF-8 text (bytes that are not UTF-8 must come as "
+                       "surrogateescape's U+DC80..U+DCFF)", 422) from None
+    if len(data) > MAX_SCRIPT_BYTES:
+        raise JobError(script_too_large(len(data)), 413)
+    digest = script_sha256(data)
+    if sent is not None and sent != digest:
+        raise JobError(f"script: its SHA-256 is {digest}, not the {sent} its submitter read: "
+                       f"it was changed on the way; nothing was submitted", 422)
+    return digest
 
 
 def to_json(row: JobRow, *, steps: list[StepRow] = (), completing: bool = False) -> dict:
@@ -505,6 +536,7 @@ def to_json(row: JobRow, *, steps: list[StepRow] = (), completing: bool = False)
         "held": row.held,
         "interactive": row.interactive,
         "comment": row.comment,
+        "admin_comment": row.admin_comment,
         "account": spec.get("account"),
         "qos": spec.get("qos"),
         "reservation": row.reservation,

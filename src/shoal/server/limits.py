@@ -13,6 +13,7 @@ import json
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import OperationalError
 
 MAX_BODY_BYTES = 16 * 1024 * 1024  # a 4 MiB script JSON-escaped, with room to spare
 
@@ -79,6 +80,31 @@ class BodyLimit:
         await send({"type": "http.response.body", "body": body})
 
 
+# What the databases say when the state store cannot be written, and the cause in words an
+# administrator acts on: (text in the driver's message, cause).
+_STORE_FAILURES = (
+    ("database or disk is full", "the disk under its state store is full"),  # SQLite
+    ("no space left on device", "the disk under its state store is full"),  # PostgreSQL, SQLite's journal
+    ("could not extend file", "the disk under its state store is full"),
+    ("readonly database", "its state store is read-only"),  # SQLite
+    ("read-only", "its state store is read-only"),  # PostgreSQL: a read-only transaction or standby
+    ("disk i/o error", "its state store's disk failed"),
+)
+
+
+def store_failure(exc: Exception) -> str | None:
+    """Why the server could not write its state, naming the cause and quoting the database's
+    own words (``... (database or disk is full)``); None for other errors."""
+    if not isinstance(exc, OperationalError):
+        return None
+    said = str(getattr(exc, "orig", None) or exc).strip().partition("\n")[0]
+    low = said.lower()
+    for text, cause in _STORE_FAILURES:
+        if text in low:
+            return f"the Shoal server cannot save its state: {cause} ({said})"
+    return f"the Shoal server cannot use its state store ({said})"
+
+
 def guard(app: FastAPI) -> None:
     """Install the body limit and the handlers below on the app."""
     app.add_middleware(BodyLimit)
@@ -90,6 +116,11 @@ def guard(app: FastAPI) -> None:
         errors = [{"type": e.get("type"), "loc": list(e.get("loc", ())), "msg": str(e.get("msg", ""))}
                   for e in exc.errors()]
         return JSONResponse({"detail": errors}, status_code=422)
+
+    @app.exception_handler(OperationalError)
+    async def _store(request, exc: OperationalError):
+        # 503: the server is up, but cannot keep what it is asked to; nothing was stored.
+        return JSONResponse({"detail": store_failure(exc)}, status_code=503)
 
     @app.exception_handler(OverflowError)
     async def _overflow(request, exc: OverflowError):

@@ -14,24 +14,39 @@ def run(args) -> int:
     from shoal.server.config import ConfigError, load_cluster_config
     from shoal.server import tls
     from shoal.server.core import Server
+    from sqlalchemy.exc import SQLAlchemyError
 
     logging.basicConfig(level=os.environ.get("SHOAL_LOG_LEVEL", "INFO"),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         config = load_cluster_config(args.config)
     except ConfigError as e:
-        print(f"shoal server: {e}", file=sys.stderr)
+        print(f"shoal server: error: {e}", file=sys.stderr)
         return 2
     state_dir = os.path.abspath(args.state_dir)
     db = args.db or f"sqlite:///{os.path.join(state_dir, 'shoal.db')}"
-    join = None
-    if args.join_token_file:
-        with open(args.join_token_file, encoding="utf-8") as f:
-            join = f.read().strip()
     host, _, port = args.listen.rpartition(":")
     use_tls = tls.serves_tls(args.tls, host)
     url = args.advertise_url or f"{'https' if use_tls else 'http'}://{_advertised_host(host)}:{port}"
-    server = Server(db, config, state_dir, join_token=join, url=url)
+    try:
+        join = None
+        if args.join_token_file:
+            with open(args.join_token_file, encoding="utf-8") as f:
+                join = f.read().strip()
+        _check_listen(host or "127.0.0.1", port)
+        server = Server(db, config, state_dir, join_token=join, url=url)
+    except StartupError as e:
+        print(f"shoal server: error: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:
+        print(f"shoal server: error: {e.filename or ''}{': ' if e.filename else ''}{e.strerror or e}",
+              file=sys.stderr)
+        return 1
+    except SQLAlchemyError as e:
+        # A bad --db URL, a database that cannot be reached or written: the driver's own words.
+        said = str(getattr(e, "orig", None) or e).strip().partition("\n")[0]
+        print(f"shoal server: error: cannot open the state store {_redacted(db)}: {said}", file=sys.stderr)
+        return 1
     ssl_files = {}
     if use_tls:
         from shoal.cli.client import split_url
@@ -45,6 +60,37 @@ def run(args) -> int:
     uvicorn.run(app, host=host or "127.0.0.1", port=int(port), log_level="warning", access_log=False,
                 timeout_keep_alive=30, timeout_graceful_shutdown=2, **ssl_files)
     return 0
+
+
+class StartupError(Exception):
+    """A start-up failure whose message says it all."""
+
+
+def _check_listen(host: str, port: str) -> None:
+    """Fail now, in one line, if the listen address is taken (uvicorn would say so only
+    after the scheduler and controllers started)."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host.strip("[]"), int(port), type=socket.SOCK_STREAM)
+    except (OSError, ValueError) as e:
+        raise StartupError(f"cannot listen on {host}:{port}: {e}") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            s.bind(address)
+        except OSError as e:
+            raise StartupError(f"cannot listen on {host}:{port}: {e.strerror}") from None
+
+
+def _redacted(db: str) -> str:
+    """A database URL without its password."""
+    scheme, sep, rest = db.partition("://")
+    auth, at, where = rest.rpartition("@")
+    if not at or ":" not in auth:
+        return db
+    return f"{scheme}{sep}{auth.partition(':')[0]}:***@{where}"
 
 
 def _advertised_host(host: str) -> str:

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import logging
 
+from shoal.model.job import JobState, LateExit, check_correction, exit_code_text, late_exit
 from shoal.model.node import NodeState
 from shoal.model.resources import Allocation
+from shoal.model.timefmt import format_timestamp
 from shoal.server import jobs as jobsvc
 from shoal.store.models import JobRow, NodeRow
 
@@ -71,3 +73,31 @@ def fail_fenced_runs(session, controller, node: str, keys: list[str], now: float
     if touched:
         log.warning("node %s fenced runs the server still counted as running: they fail over", node)
     return touched
+
+
+def late_exit_of_lost_run(row: JobRow, node: str, run: int, exit_code: int, signal: int, end_time: float,
+                          ended_by_itself: bool) -> LateExit:
+    """A node back from silence reports how a run the server gave up with it really ended:
+    correct the job as ``model.job.late_exit`` decides, and say so in its AdminComment."""
+    outcome = late_exit(JobState(row.state), row.restart_count, row.lost_run, node, run, ended_by_itself)
+    if outcome is LateExit.IGNORE:
+        return outcome
+    lost = row.lost_run
+    ok = exit_code == 0 and not signal
+    end = JobState.COMPLETED if ok else JobState.FAILED
+    what = (f"run {run} on {node}, given up at {format_timestamp(lost['time'])} as its node was not responding, "
+            f"had ended by itself at {format_timestamp(end_time)} with ExitCode {exit_code_text(exit_code, signal)}")
+    if outcome is LateExit.NOTE:
+        what += f": the job had started again (run {row.restart_count}), which stands"
+    else:
+        was = row.state
+        row.state = check_correction(JobState(row.state), end).value
+        if outcome is LateExit.TAKE_BACK:  # undo the requeue: the run that ended is the job's last
+            row.restart_count, row.start_time = run, lost["start_time"]
+            row.allocation, row.batch_host = lost["allocation"], node
+        row.exit_code, row.signal, row.end_time, row.reason = exit_code, signal, end_time, "None"
+        what += f": corrected from {'NODE_FAIL' if was == JobState.NODE_FAIL.value else 'requeued'} to {end.value}"
+    row.lost_run = None
+    row.admin_comment = f"{row.admin_comment}; {what}" if row.admin_comment else what
+    log.warning("job %d: %s", row.id, what)
+    return outcome

@@ -5,11 +5,11 @@ from __future__ import annotations
 import os
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from shoal.model.selectors import check_labels
 
-MAX_SCRIPT_BYTES = 4 * 1024 * 1024
+from shoal.model.job import MAX_SCRIPT_BYTES
 MAX_NAME = 255
 MAX_ARG = 131072  # MAX_ARG_STRLEN: the longest argument or environment string execve accepts
 MAX_ENV_VARS = 10000
@@ -93,6 +93,11 @@ class JobSubmit(StoredText):
     name: str | None = Field(default=None, max_length=MAX_NAME)
     partition: str | None = Field(default=None, max_length=64)
     script: str | None = Field(default=None, max_length=MAX_SCRIPT_BYTES)
+    script_base64: str | None = Field(default=None, max_length=MAX_SCRIPT_BYTES * 4 // 3 + 4,
+                                      description="the script's bytes in base64, instead of script, when they "
+                                                  "are not UTF-8 (JSON strings cannot carry them)")
+    script_sha256: str | None = Field(default=None, pattern="^[0-9a-f]{64}$",
+                                      description="hex SHA-256 of the script's bytes, as the submitter read them")
     argv: list[str] = Field(default_factory=list, max_length=4096)
     workdir: str = Field(min_length=1, max_length=4096)
     environment: dict[str, str] = Field(default_factory=dict)
@@ -133,6 +138,22 @@ class JobSubmit(StoredText):
 
     _argv = field_validator("argv")(check_argv)
     _environment = field_validator("environment")(check_environment)
+
+    @model_validator(mode="after")
+    def _script_bytes(self):
+        # The rest of the server, the store and the agent hold a script as text: bytes that
+        # are not UTF-8 become surrogates (surrogateescape), which give them back exactly.
+        if self.script_base64 is not None:
+            if self.script is not None:
+                raise ValueError("give script or script_base64, not both")
+            import binascii
+
+            try:
+                data = binascii.a2b_base64(self.script_base64.encode("ascii"), strict_mode=True)
+            except (binascii.Error, UnicodeEncodeError) as e:
+                raise ValueError(f"script_base64 is not base64: {e}") from None
+            self.script, self.script_base64 = data.decode("utf-8", "surrogateescape"), None
+        return self
 
 
 class CancelRequest(BaseModel):
@@ -246,6 +267,9 @@ class AgentRegister(StoredText):
     taints: list[Taint] = Field(default_factory=list, max_length=64)
     # Runs this agent stopped because its lease ran out while it could not reach the server.
     fenced: list[str] = Field(default_factory=list, max_length=100_000)
+    # Exits it holds (runs that ended while it was away), taken before the node is UP again, so
+    # no job is started anew before the node has said how its last run really ended.
+    events: list[AgentEvent] = Field(default_factory=list, max_length=100_000)
     # An agent that serves HTTPS: a PEM certificate signing request for its key; the reply
     # carries the certificate the cluster CA issued for it.
     csr: str | None = Field(default=None, max_length=16_384)
@@ -260,6 +284,8 @@ class AgentEvent(BaseModel):
     signal: int | None = None
     time: float | None = None
     reason: str | None = Field(default=None, max_length=1024)  # why the run never started
+    fenced: bool = False  # its supervisor stopped it: the node's lease had run out
+    killed: bool = False  # the agent stopped it (scancel, a time limit, the server no longer listing it)
 
 
 class PodReport(BaseModel):

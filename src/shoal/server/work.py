@@ -173,6 +173,7 @@ def run_entry(row: JobRow, mine: dict, nodeid: int, server) -> dict:
         spec = row.spec
         entry["batch"] = {
             "script": spec["script"],
+            "script_sha256": spec.get("script_sha256"),
             "argv": spec.get("argv", []),
             "workdir": row.workdir,
             "environment": spec.get("environment", {}),

@@ -91,6 +91,10 @@ class JobRow(Base):
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     signal: Mapped[int | None] = mapped_column(Integer, nullable=True)
     comment: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # The run a silent node took with it ({run, node, start_time, allocation, time}), until the
+    # node says how it really ended; and Slurm's AdminComment, where that correction is told.
+    lost_run: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    admin_comment: Mapped[str | None] = mapped_column(Text, nullable=True)
     # Backfill's planned start for a pending job (squeue --start); None when unknown.
     expected_start: Mapped[float | None] = mapped_column(Float, nullable=True)
     # Preemption in progress: when the victim was signalled, and for which job.

@@ -245,6 +245,7 @@ class KubeController(KickedLoop):
             result = hpalib.desired_replicas(spec, current, values, state, now, ready_pods=len(ready),
                                              unready_pods=len(mine) - len(ready))
             self.hpa_state[h.uid] = result.state
+            self.server.metrics.hpa_decided(h.namespace, h.name, current, result.replicas)
             status = {"currentReplicas": current, "desiredReplicas": result.replicas,
                       "currentMetrics": list(result.current_metrics),
                       "conditions": hpalib.stamp_conditions((h.status or {}).get("conditions") or (),

@@ -159,7 +159,7 @@ async function jobPage() {
   }
   let script = null, output = null;
   try {
-    script = (await api(`/shoal/v1/jobs/${JOB}/script`)).script;
+    script = await api(`/shoal/v1/jobs/${JOB}/script`);  // the bytes as submitted
   } catch (e) { /* not the owner: the page says so */ }
   if (j.start_time != null && !j.interactive && (script != null || isOperator())) {
     try {
