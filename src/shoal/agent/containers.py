@@ -189,11 +189,36 @@ def _lines(output: str) -> list[str]:
 # ---------------------------------------------------------------- runtimes
 
 
+@dataclass(frozen=True)
+class RegistrySettings:
+    """Where images come from: the cluster's registry mirrors and plain-HTTP registries
+    (config ``containers:``), and the CDI kind that names this node's GPUs (agent/cdi.py)."""
+
+    mirrors: Mapping[str, str] = field(default_factory=dict)
+    insecure: tuple[str, ...] = ()
+    cdi_kind: str = "nvidia.com/gpu"
+
+    def resolve(self, image: str) -> tuple[str, bool]:
+        """The reference to pull (a registry image fully qualified and sent to its mirror)
+        and whether its registry speaks plain HTTP; other references as given."""
+        from shoal.model.container import ContainerOptionError, image_ref, rewrite
+
+        try:
+            ref = image_ref(image)
+        except ContainerOptionError:
+            return image, False
+        if ref.kind != "registry":
+            return image, False
+        pulled = rewrite(ref.ref, dict(self.mirrors))
+        return pulled, pulled.partition("/")[0] in self.insecure
+
+
 class ContainerRuntime:
     """The base of the runtimes: one binary, one ``launch`` method, pull-failure detection."""
 
     name = ""
     binary: str | None = None
+    registry = RegistrySettings()
 
     def __init__(self, node: str, images: Mapping[str, list[str]] | None = None,
                  base_env: Mapping[str, str] | None = None) -> None:
@@ -286,7 +311,10 @@ class PodmanRuntime(ContainerRuntime):
         cmd, args = _entry_and_rest(container, env)
         if cmd:
             argv += ["--entrypoint", cmd[0]]
-        argv += [container["image"], *cmd[1:], *args]
+        image, insecure = self._image(container["image"])
+        if insecure:
+            argv.append("--tls-verify=false")
+        argv += [image, *cmd[1:], *args]
         # A container left by a SIGKILLed `run` (conmon keeps it) would block the name.
         remove = self._remove(name)
         return Launch(self.name, name, argv, dict(self.base_env), cenv, steps=[Step(remove, check=False)],
@@ -295,10 +323,17 @@ class PodmanRuntime(ContainerRuntime):
     def _remove(self, name: str) -> list[str]:
         return [self.binary, "rm", "--force", "--ignore", name]
 
+    def _image(self, image: str) -> tuple[str, bool]:
+        """Through the cluster's mirrors only when it has some: without, the image is
+        given to podman as written, its own registries.conf resolving it."""
+        if not self.registry.mirrors and not self.registry.insecure:
+            return image, False
+        return self.registry.resolve(image)
+
     def _gpu_flags(self, gpus: list[int]) -> list[str]:
         flags: list[str] = []
         for g in gpus:
-            flags += ["--device", f"nvidia.com/gpu={g}"]
+            flags += ["--device", f"{self.registry.cdi_kind}={g}"]
         return flags
 
     _ENGINE_ERRORS = ("Cannot connect to Podman", "cannot connect to Podman", "Cannot connect to the Docker daemon",
@@ -334,6 +369,9 @@ class DockerRuntime(PodmanRuntime):
 
     def _remove(self, name):
         return [self.binary, "rm", "--force", name]  # fails harmlessly when there is none
+
+    def _image(self, image):
+        return super()._image(image)[0], False  # plain-HTTP registries are the docker daemon's setting
 
     def _gpu_flags(self, gpus):
         return ["--gpus", '"device=' + ",".join(str(g) for g in gpus) + '"'] if gpus else []

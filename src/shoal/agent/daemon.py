@@ -44,8 +44,10 @@ from shoal.agent.gpus import (
 )
 from shoal.agent.host import HostFacts
 from shoal.agent.identity import JobUsers
+from shoal.agent.containers import RegistrySettings
 from shoal.agent.pods import PodManager
 from shoal.agent.runtime import Run, Runtime
+from shoal.agent.stepcontainer import Settings, StepContainers
 from shoal.agent.stepserver import StepServer
 from shoal.agent.usage import UsageSampler, holder_labels, prometheus_text
 from shoal.cli.client import Client, ClientError
@@ -81,6 +83,7 @@ class Agent:
         self.name = cfg.name
         users = JobUsers(cfg.run_as_submitter)
         self.runtime = Runtime(cfg.name, cfg.workdir, self._on_exit, users)
+        self.containers = StepContainers(cfg.runtime, cfg.name, cfg.workdir)
         self.pods = PodManager(cfg.name, cfg.workdir, cfg.address, self._on_pod_change, images=cfg.images,
                                default_runtime=cfg.runtime, users=users)
         self._pod_ids: dict[str, tuple[int, int]] = {}  # run key -> (job id, run)
@@ -167,6 +170,10 @@ class Agent:
         self.step_key = reply["step_key"]
         self.heartbeat_interval = float(reply["heartbeat_interval_s"])
         self.kill_wait = float(reply["kill_wait_s"])
+        settings = Settings.from_json(reply.get("containers"))
+        self.containers.configure(settings)
+        self.pods.registry = RegistrySettings(settings.registry_mirrors, settings.insecure_registries,
+                                              self.containers.cdi_kind or "nvidia.com/gpu")
         self._server.token = self.credential
         log.info("registered %s with %s (%d CPUs, %d MiB, %d GPUs)", self.name, self.cfg.server,
                  host.cpus, host.memory_mb, len(inv.gpus))
@@ -297,7 +304,9 @@ class Agent:
                     self._signal_ids.append(sig.get("id"))
                 last = sig["seq"]
         self._applied_signals = {work["epoch"]: last}
-        self.runtime.forget_dead(self._desired)
+        for run in self.runtime.forget_dead(self._desired):
+            if self.containers.has_named(run.job_id):
+                threading.Thread(target=self.containers.remove_job, args=(run.job_id,), daemon=True).start()
         self.pods.forget_dead(self._desired)
         if kill or strays:
             self._report_now.set()

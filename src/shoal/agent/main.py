@@ -152,6 +152,7 @@ def run(args) -> int:
                             compute_capability=inventory.compute_capabilities[0] if inventory.compute_capabilities else None) \
             if inventory.gpus else {}
         labels = merge_labels(labels, parse_labels(args.label))
+        labels = merge_labels(labels, _runtime_label(args.runtime))
         join = args.join_token
         if args.join_token_file:
             join = Path(args.join_token_file).read_text(encoding="utf-8").strip()
@@ -183,7 +184,17 @@ def run(args) -> int:
         print(f"shoal agent: error: cannot listen on {args.address}:{args.port}: {e.strerror}", file=sys.stderr)
         return 2
 
+    cdi = None
+    if args.runtime == "podman" and inventory.gpus:
+        from shoal.agent.cdi import write_node_spec
+
+        cdi = write_node_spec([g.index for g in inventory.gpus], fake is not None, workdir, agent.containers.tag)
+        if cdi is not None:
+            agent.containers.cdi_kind = cdi[0]
+
     def _term(signum, frame):
+        if cdi is not None:
+            cdi[1].unlink(missing_ok=True)
         agent.runtime.kill_all()
         agent.pods.shutdown()
         agent.shutdown()
@@ -193,6 +204,16 @@ def run(args) -> int:
     signal.signal(signal.SIGINT, _term)
     agent.serve()
     return 0
+
+
+def _runtime_label(runtime: str) -> dict[str, str]:
+    """shoal.io/container-runtime: the runtime this node's steps can run containers with,
+    when its binary is here (sbatch --container-image is refused where no node has one)."""
+    from shoal.agent.stepcontainer import STEP_RUNTIMES
+    from shoal.model.container import RUNTIME_LABEL
+
+    cls = STEP_RUNTIMES.get(runtime)
+    return {RUNTIME_LABEL: runtime} if cls is not None and cls().available() else {}
 
 
 def _gpu_features(gpus) -> set[str]:

@@ -32,7 +32,8 @@ import psutil
 
 from shoal.agent import supervise
 from shoal.agent.containers import (ContainerError, ContainerPaths, ContainerRuntime,
-                                    CreateContainerConfigError, Launch, Step, container_env, get_runtime)
+                                    CreateContainerConfigError, Launch, RegistrySettings, Step, container_env,
+                                    get_runtime)
 from shoal.agent.identity import Identity, JobUsers, OpenAs, UnknownUser, output_flags
 from shoal.agent.probes import (KINDS, Probe, ProbeConfigError, ProbeState, ProbeTarget, run_command,
                                 run_probe)
@@ -218,6 +219,7 @@ class PodManager:
         self.lock = threading.RLock()
         self.pods: dict[str, _Pod] = {}
         self._runtimes: dict[str, ContainerRuntime] = {}
+        self.registry = RegistrySettings()  # the cluster's mirrors, plain-HTTP registries, the GPUs' CDI kind
         self._dirty: set[str] = set()
         self._notify = threading.Event()
         self._closed = False
@@ -852,6 +854,7 @@ class PodManager:
             rt = self._runtimes.get(name)
             if rt is None:
                 rt = self._runtimes[name] = get_runtime(name, self.node, self.images)
+            rt.registry = self.registry
             return rt
 
     def _owner(self, pod: _Pod) -> Identity | None:

@@ -199,6 +199,11 @@ class Runtime:
             os.chown(script, ident.uid, ident.gid)
         env = dict(b["environment"])
         env.update(b["slurm_env"])
+        if b.get("container"):
+            # Pyxis' options reach the job's steps as the variables its srun reads (docs/CONTAINERS.md).
+            from shoal.model.container import request_to_env
+
+            env.update(request_to_env(b["container"]))
         env.update(extra_env)
         env.update({
             "SLURMD_NODENAME": self.node,
@@ -337,8 +342,9 @@ class Runtime:
                     or target == "full":
                 p.send(signum)
 
-    def forget_dead(self, keep: set[str]) -> None:
-        """Drop bookkeeping of runs that have no live process and that the server no longer lists."""
+    def forget_dead(self, keep: set[str]) -> list[Run]:
+        """Drop bookkeeping of runs that have no live process and that the server no longer
+        lists; returns them."""
         with self.lock:
             gone = [self.runs.pop(k) for k, r in list(self.runs.items()) if k not in keep and not r.alive()]
         for run in gone:
@@ -347,6 +353,7 @@ class Runtime:
                     # Its exit has been read; the server lists it no more, so no later agent
                     # needs its directory to re-adopt it.
                     shutil.rmtree(p.popen.jobdir, ignore_errors=True)
+        return gone
 
     def kill_all(self) -> None:
         with self.lock:

@@ -196,7 +196,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Type", "application/x-ndjson")
         self.end_headers()
-        _run_step(agent.runtime, run, req, self.connection, self.wfile, agent.name)
+        _run_step(agent.runtime, run, req, self.connection, self.wfile, agent.name, agent.containers)
 
     def _pod_exec(self, req: dict) -> None:
         """``shoal exec``: run a command inside a pod's container and stream its output as a
@@ -345,7 +345,7 @@ def _client_gone(conn: socket.socket) -> bool:
         return True
 
 
-def _run_step(runtime: Runtime, run, req: dict, conn: socket.socket, wfile, node: str) -> None:
+def _run_step(runtime: Runtime, run, req: dict, conn: socket.socket, wfile, node: str, containers=None) -> None:
     procs: dict[int, subprocess.Popen] = {}
     exits: dict[int, list[int]] = {}
     emit = _emitter(wfile)
@@ -361,6 +361,12 @@ def _run_step(runtime: Runtime, run, req: dict, conn: socket.socket, wfile, node
     # script's does, even with no agent alive (docs/FENCING.md); none when fencing is off.
     lease = runtime.workdir / supervise.LEASE
     prefix = supervise.step_command(lease) if lease.exists() else []
+    step_container = None
+    if req.get("container") and req["tasks"]:
+        step_container = _start_container(containers, req, run, ident, emit, exits)
+        if step_container is None:
+            req = {**req, "tasks": []}
+    cwd = req.get("cwd") or "/"
     for task in req["tasks"]:
         env = dict(req["env"])
         env.update({
@@ -376,16 +382,53 @@ def _run_step(runtime: Runtime, run, req: dict, conn: socket.socket, wfile, node
         if ident is not None:
             env.update(ident.environment())
         set_gpu_env(env, task["gpus"])
+        argv, who = req["argv"], ident
+        if step_container is not None:
+            # The runtime runs as root and enters the container as the job's user.
+            argv, env = step_container.task_argv(env, req.get("container", {}).get("workdir") or cwd, argv)
+            who = None
         try:
-            p = spawn([*prefix, *req["argv"]], identity=ident, env=env, cwd=req.get("cwd") or "/", cwd_fallback="/tmp",
-                      note_fd=2, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            p = spawn([*prefix, *argv], identity=who, env=env, cwd=cwd,
+                      cwd_fallback="/tmp", note_fd=2, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         except OSError as e:
-            emit({"t": task["procid"], "e": f"slurmstepd: error: execve(): {req['argv'][0]}: {e.strerror}\n"})
+            emit({"t": task["procid"], "e": f"slurmstepd: error: execve(): {argv[0]}: {e.strerror}\n"})
             exits[task["procid"]] = [2, 0]
             continue
         runtime.add_step_proc(run, p, req["step_id"], fences_itself=bool(prefix))
         procs[task["procid"]] = p
-    _stream_tasks(procs, conn, emit, exits)
+    try:
+        _stream_tasks(procs, conn, emit, exits)
+    finally:
+        if step_container is not None:
+            # The tasks have ended and said so: srun need not wait for the container's removal.
+            threading.Thread(target=containers.finish, args=(step_container,), daemon=True).start()
+
+
+def _start_container(containers, req: dict, run, ident, emit, exits: dict[int, list[int]]):
+    """The step's container (pulled, created) or None, every task then failed with the
+    runtime's message, as Pyxis fails the step's tasks (the job's error output has it)."""
+    from shoal.agent.stepcontainer import ContainerStartError
+    from shoal.model.container import ContainerOptionError
+
+    uid, gid = (ident.uid, ident.gid) if ident is not None else (os.getuid(), os.getgid())
+    home = ident.home if ident is not None else os.environ.get("HOME")
+    gpus = sorted({g for t in req["tasks"] for g in t["gpus"]})
+    try:
+        if containers is None:
+            raise ContainerStartError("this agent runs no containers")
+        return containers.start(req["container"], job_id=req["job_id"], step_id=req["step_id"], user=(uid, gid),
+                                home=home, cwd=req.get("cwd") or "/", gpus=gpus)
+    except (ContainerStartError, ContainerOptionError, OSError, subprocess.SubprocessError) as e:
+        first = req["tasks"][0]["procid"]
+        image = req["container"].get("image") or req["container"].get("name")
+        emit({"t": first, "e": f"pyxis: failed to start the container ({image}):\n"
+                               + "".join(f"pyxis:     {line}\n" for line in str(e).splitlines())})
+        for task in req["tasks"]:
+            exits[task["procid"]] = [1, 0]
+        # srun hands this on with the step's end: sacct's and scontrol's Reason for the job.
+        last = (str(e).strip().splitlines() or ["failed"])[-1]
+        emit({"reason": f"ContainerError: {last.rsplit(': ', 1)[-1]}"[:64]})
+        return None
 
 
 def _stream_tasks(procs: dict[int, subprocess.Popen], conn: socket.socket, emit, exits: dict[int, list[int]]) -> None:

@@ -333,6 +333,51 @@ def _wrap(value: str, ctx: _Context) -> dict[str, Any]:
     return {"_wrap": value}
 
 
+def _container_image(value: str, ctx: _Context) -> dict[str, Any]:
+    from shoal.model.container import image_ref
+
+    value = value.strip().replace("\\#", "#")  # a directive's '#' is escaped, as Pyxis' README says
+    image_ref(value)  # ContainerOptionError is a ValueError: the caller names the option
+    return {"container_image": value}
+
+
+def _container_mounts(value: str, ctx: _Context) -> dict[str, Any]:
+    from shoal.model.container import parse_mounts
+
+    return {"container_mounts": [m.to_json() for m in parse_mounts(value)]}
+
+
+def _container_env(value: str, ctx: _Context) -> dict[str, Any]:
+    names = [n for n in value.split(",") if n]
+    if not names or any("=" in n for n in names):
+        raise ValueError("expected variable names separated by commas")
+    return {"container_env": names}
+
+
+def container_request(values: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
+    """Fold the ``container_*`` keys into one ``container`` request (model.container),
+    over the PYXIS_CONTAINER_* variables as Pyxis reads them; none: no key."""
+    given = {k[len("container_"):]: values.pop(k) for k in list(values) if k.startswith("container_")}
+    if not given and not any(k.startswith("PYXIS_CONTAINER_") for k in environ):
+        return values  # the common case: no import of model.container (dataclasses) on sbatch's path
+    from shoal.model.container import ContainerOptionError, check_request, request_from_env
+
+    try:
+        request = {**request_from_env(dict(environ)), **given}
+    except ContainerOptionError as e:
+        raise OptionError(f"invalid PYXIS_CONTAINER_* variable: {e}") from None
+    if not request:
+        return values
+    if not request.get("image") and not request.get("name"):
+        raise OptionError("--container-image is required with the other --container-* options")
+    try:
+        request = check_request(request)
+    except ContainerOptionError as e:
+        raise OptionError(str(e)) from None
+    values["container"] = request
+    return values
+
+
 O = Option
 OPTIONS: tuple[Option, ...] = (
     # resources
@@ -391,6 +436,21 @@ OPTIONS: tuple[Option, ...] = (
     O("gpu-bind", None, REQUIRED, _text("gpu_bind"), frozenset({SRUN})),
     O("cpu-bind", None, REQUIRED, _text("cpu_bind"), frozenset({SRUN})),
     O("pty", None, NONE, _flag(pty=True), frozenset({SRUN})),
+    # Pyxis' container options (docs/CONTAINERS.md), on sbatch and srun alike
+    O("container-image", None, REQUIRED, _container_image),
+    O("container-mounts", None, REQUIRED, _container_mounts),
+    O("container-workdir", None, REQUIRED, _text("container_workdir")),
+    O("container-name", None, REQUIRED, _text("container_name")),
+    O("container-save", None, REQUIRED, _text("container_save")),
+    O("container-mount-home", None, NONE, _flag(container_mount_home=True)),
+    O("no-container-mount-home", None, NONE, _flag(container_mount_home=False)),
+    O("container-remap-root", None, NONE, _flag(container_remap_root=True)),
+    O("no-container-remap-root", None, NONE, _flag(container_remap_root=False)),
+    O("container-entrypoint", None, NONE, _flag(container_entrypoint=True)),
+    O("no-container-entrypoint", None, NONE, _flag(container_entrypoint=False)),
+    O("container-writable", None, NONE, _flag(container_writable=True)),
+    O("container-readonly", None, NONE, _flag(container_writable=False)),
+    O("container-env", None, REQUIRED, _container_env),
 )  # fmt: skip
 del O
 
@@ -659,7 +719,7 @@ def parse_sbatch(
             script_keys.update(line_values)
             from_script.update(line_values)
         _check_exclusive(script_keys, "#SBATCH directives: ")
-    values = _layer(_layer(from_script, from_env), command_line)
+    values = container_request(_layer(_layer(from_script, from_env), command_line), ctx.environ)
     values.pop("_wrap", None)
     values.pop("_version", None)
     flags = {k: bool(values.pop(k, False)) for k in ("_parsable", "_test_only", "_wait")}
@@ -710,6 +770,7 @@ def parse_srun(argv: list[str], *, cwd: str, environ: Mapping[str, str]) -> Srun
     found, command = _scan(argv, SRUN)
     options: dict[str, Any] = {"workdir": ctx.cwd, "environment": dict(environ)}
     options.update(_convert(found, ctx))
+    container_request(options, environ)
     if not command:
         raise OptionError("no command given: usage is srun [options] command [args...]")
     return SrunRequest(options=options, command=command)

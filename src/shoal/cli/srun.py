@@ -61,11 +61,13 @@ def main(argv: list[str] | None = None) -> int:
         tls = client.tls_context() if any(n.get("tls") for n in step["nodes"]) else None
     except ClientError as e:
         fail(str(e))
-    rc, sig = Launcher(step, req.command, opts, env, tls).run()
+    launcher = Launcher(step, req.command, opts, env, tls)
+    rc, sig = launcher.run()
+    why = {"reason": launcher.reason} if launcher.reason else {}
     try:
-        client.post(f"/shoal/v1/jobs/{job_id}/steps/{step['step_id']}/complete", {"exit_code": rc, "signal": sig})
+        client.post(f"/shoal/v1/jobs/{job_id}/steps/{step['step_id']}/complete", {"exit_code": rc, "signal": sig, **why})
         if own_allocation is not None:
-            _complete(client, own_allocation, rc, sig)
+            _complete(client, own_allocation, rc, sig, launcher.reason)
     except ClientError as e:
         print(f"srun: error: could not record the step's end: {e}", file=sys.stderr)
     return rc if not sig else 128 + sig
@@ -128,8 +130,9 @@ def _allocate(client, opts: dict, command: list[str]) -> int:
     return job_id
 
 
-def _complete(client, job_id: int, rc: int, sig: int) -> None:
-    client.post(f"/shoal/v1/jobs/{job_id}/complete", {"exit_code": rc, "signal": sig})
+def _complete(client, job_id: int, rc: int, sig: int, reason: str | None = None) -> None:
+    client.post(f"/shoal/v1/jobs/{job_id}/complete",
+                {"exit_code": rc, "signal": sig, **({"reason": reason} if reason else {})})
 
 
 class Launcher:
@@ -144,11 +147,13 @@ class Launcher:
         self.unbuffered = bool(opts.get("unbuffered")) and not self.label
         self.env = env
         self.cwd = opts.get("workdir") or os.getcwd()
+        self.container = opts.get("container")  # Pyxis' options: the tasks run in this container
         self.exits: dict[int, tuple[int, int]] = {}
         self.lock = threading.Lock()
         self.partial: dict[tuple[int, str], str] = {}
         self.socks: list[socket.socket] = []
         self.failed: list[str] = []
+        self.reason: str | None = None
 
     def run(self) -> tuple[int, int]:
         threads = [threading.Thread(target=self._node, args=(n,), daemon=True) for n in self.step["nodes"]]
@@ -187,7 +192,7 @@ class Launcher:
             "key": f"{self.step['job_id']}.{self.step['run']}", "job_id": self.step["job_id"],
             "run": self.step["run"], "step_id": self.step["step_id"], "credential": node["credential"],
             "argv": self.command, "cwd": self.cwd, "env": self.env, "nodeid": node["nodeid"],
-            "tasks": node["tasks"],
+            "tasks": node["tasks"], **({"container": self.container} if self.container else {}),
         }).encode()
         head = (f"POST /v1/steps HTTP/1.0\r\nHost: {node['address']}\r\nContent-Type: application/json\r\n"
                 f"Content-Length: {len(body)}\r\n\r\n").encode()
@@ -217,7 +222,9 @@ class Launcher:
                 return
             for line in f:
                 doc = json.loads(line)
-                if "exit" in doc:
+                if "reason" in doc:  # the node could not start the tasks (their container, say)
+                    self.reason = str(doc["reason"])
+                elif "exit" in doc:
                     with self.lock:
                         for k, v in doc["exit"].items():
                             self.exits[int(k)] = (v[0], v[1])

@@ -37,6 +37,7 @@ from shoal.server.kube import api as kube_api
 from shoal.server.kube import service as kubesvc
 from shoal.server.kube.logs import AgentEndpoint
 from shoal.server.kube.objects import ObjectError
+from shoal.server.kubeapi import routes as kubeapi_routes
 from shoal.server.limits import guard
 from shoal.server.schemas import (AgentRegister, AgentReport, BulkCancelRequest, CancelRequest,
                                   InteractiveComplete, JobSubmit, JobUpdate, NodeUpdate,
@@ -87,6 +88,9 @@ def create_app(server: Server) -> fastpath.FastPaths:
 
     @app.exception_handler(AuthError)
     async def _auth_error(request, exc: AuthError):
+        if kubeapi_routes.is_kube_path(request.url.path):  # kubectl reads a Status
+            reason = "Unauthorized" if exc.status == 401 else "Forbidden"
+            return JSONResponse(kubeapi_routes.status(exc.message, exc.status, reason), status_code=exc.status)
         return JSONResponse({"detail": exc.message}, status_code=exc.status)
 
     @app.exception_handler(jobsvc.JobError)
@@ -100,8 +104,10 @@ def create_app(server: Server) -> fastpath.FastPaths:
     @app.exception_handler(StaleDataError)
     async def _conflict(request, exc: StaleDataError):
         # Optimistic concurrency: someone else changed the same row first. Safe to retry.
-        return JSONResponse({"detail": "the object was changed concurrently; retry the request"},
-                            status_code=409)
+        message = "the object was changed concurrently; retry the request"
+        if kubeapi_routes.is_kube_path(request.url.path):
+            return JSONResponse(kubeapi_routes.status(message, 409, "Conflict"), status_code=409)
+        return JSONResponse({"detail": message}, status_code=409)
 
     # Async: a synchronous dependency costs a thread hand-off per request, and these only
     # read the token cache (a miss is one indexed lookup, then cached).
@@ -502,6 +508,8 @@ def create_app(server: Server) -> fastpath.FastPaths:
             if step is None:
                 raise jobsvc.JobError(f"no step {job_id}.{step_id}", 404)
             stepsvc.complete_step(step, body.exit_code, body.signal, server.clock())
+            if body.reason:
+                row.reason = body.reason[:64]  # the job's Reason in sacct and scontrol, kept at its end
         return {"ok": True}
 
     @app.post("/shoal/v1/jobs/{job_id}/complete")
@@ -516,7 +524,8 @@ def create_app(server: Server) -> fastpath.FastPaths:
             names = Allocation.from_json(row.allocation).node_names if row.allocation else ()
             if row.state == JobState.RUNNING.value:
                 state = JobState.COMPLETED if body.exit_code == 0 and body.signal == 0 else JobState.FAILED
-                jobsvc.finish(s, row, state, now, exit_code=body.exit_code, signal=body.signal)
+                jobsvc.finish(s, row, state, now, exit_code=body.exit_code, signal=body.signal,
+                              reason=body.reason[:64] if body.reason else None)
             elif row.state == JobState.PENDING.value:
                 jobsvc.finish(s, row, JobState.CANCELLED, now)
         _after_change(set(names))
@@ -702,6 +711,7 @@ def create_app(server: Server) -> fastpath.FastPaths:
             "fence_grace_s": fence.grace_s,
             "fence_check_s": fence.check_s,
             "kill_wait_s": server.config.nodes.kill_wait_s,
+            "containers": server.config.containers.model_dump(),
         }
 
     @app.get("/shoal/v1/agents/{node}/work")
@@ -853,7 +863,8 @@ def create_app(server: Server) -> fastpath.FastPaths:
                 "gpus": r.gpus, "gpus_alloc": gpus, "gres": gpu_gres(tuple(GPU(**g) for g in r.gpus)),
                 "labels": r.labels, "taints": r.taints or [], "features": r.features,
                 "partitions": parts_of.get(r.name, []),
-                "last_heartbeat": r.last_heartbeat, "boot_time": r.boot_time, "jobs": sorted(jobs),
+                "last_heartbeat": r.last_heartbeat, "boot_time": r.boot_time, "registered_at": r.registered_at,
+                "jobs": sorted(jobs),
             })
         return out
 
@@ -868,6 +879,7 @@ def create_app(server: Server) -> fastpath.FastPaths:
     )
     app.include_router(commands.router(command_routes, server.auth.resolve))
     app.include_router(console.router(server, nodes_json=_nodes_json, private_jobs=_private_jobs))
+    app.include_router(kubeapi_routes.router(server, principal, _nodes_json, retry_on_conflict))
 
     # The requests every job costs, answered without FastAPI's layers (shoal.server.fastpath).
     fast = fastpath.Routes()

@@ -304,6 +304,18 @@ class ServingConfig(BaseModel):
     hpa_sync_s: float = Field(default=15.0, gt=0, le=600)  # --horizontal-pod-autoscaler-sync-period
 
 
+class ContainersConfig(BaseModel):
+    """The agents' image pulls: registry mirrors (as sites set pull-through caches) and
+    registries served over plain HTTP; docs/CONTAINERS.md."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # registry -> mirror, e.g. {"nvcr.io": "cache.example:5000"}: nvcr.io/nvidia/x pulls from the mirror
+    registry_mirrors: dict[str, str] = Field(default_factory=dict)
+    insecure_registries: list[str] = Field(default_factory=list)  # pulled over HTTP, unverified
+    image_cache_mb: int = Field(default=0, ge=0, description="per node; 0: unlimited")
+
+
 class AuthConfig(BaseModel):
     """Who sees and may do what, beyond the token roles (see shoal.server.auth)."""
 
@@ -329,6 +341,7 @@ class ClusterConfig(BaseModel):
     nodes: NodeLifecycleConfig = NodeLifecycleConfig()
     topology: TopologyConfig | None = None
     serving: ServingConfig = ServingConfig()
+    containers: ContainersConfig = ContainersConfig()
     auth: AuthConfig = AuthConfig()
     # Where relative paths (topology.file) start: the cluster file's folder.
     _base_dir: Path | None = PrivateAttr(default=None)

@@ -200,6 +200,8 @@ def submit(session: Session, principal: Principal, body: JobSubmit, *, partition
     reason = feasible(req, partition, members, time_limit_s=time_limit) if members else None
     if reason:
         raise JobError(f"Requested node configuration is not available: {reason}")
+    if body.container is not None:
+        _check_container_runtime(members)
     deps, dep_any = (), False
     if body.dependency:
         try:
@@ -260,6 +262,7 @@ def submit(session: Session, principal: Principal, body: JobSubmit, *, partition
         "account": account,
         "qos": job_qos.name if job_qos is not None else body.qos,
         "time_min_s": body.time_min_s,
+        **({"container": body.container} if body.container is not None else {}),
     }
     common = dict(
         name=name, user=principal.user, partition=partition.name, state=JobState.PENDING.value,
@@ -283,6 +286,15 @@ def submit(session: Session, principal: Principal, body: JobSubmit, *, partition
     if rest:
         insert_rows(session, JobRow, rest)
     return {"job_id": first, "array_job_id": first, "array_task_ids": task_ids}
+
+
+def _check_container_runtime(members: list[NodeInfo]) -> None:
+    """--container-image needs a node with a container runtime (its agent's --runtime)."""
+    from shoal.model.container import RUNTIME_LABEL
+
+    if not any(n.labels.get(RUNTIME_LABEL) for n in members):
+        raise JobError("--container-image: no node of this partition has a container runtime "
+                       "(start its agents with --runtime podman, enroot, apptainer or docker)")
 
 
 def _resolve_account(tree: AccountTree | None, user: str, account: str | None) -> str | None:

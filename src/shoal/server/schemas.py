@@ -135,6 +135,7 @@ class JobSubmit(StoredText):
     qos: str | None = Field(default=None, max_length=64)
     reservation: str | None = Field(default=None, max_length=64)
     kill_on_invalid_dep: bool | None = None
+    container: dict | None = Field(default=None, description="Pyxis' --container-* options (model.container)")
 
     _argv = field_validator("argv")(check_argv)
     _environment = field_validator("environment")(check_environment)
@@ -154,6 +155,13 @@ class JobSubmit(StoredText):
                 raise ValueError(f"script_base64 is not base64: {e}") from None
             self.script, self.script_base64 = data.decode("utf-8", "surrogateescape"), None
         return self
+
+    @field_validator("container")
+    @classmethod
+    def _container(cls, doc: dict | None) -> dict | None:
+        from shoal.model.container import check_request
+
+        return None if doc is None else check_request(doc)
 
 
 class CancelRequest(BaseModel):
@@ -209,6 +217,7 @@ class StepComplete(BaseModel):
 
     exit_code: int = 0
     signal: int = 0
+    reason: str | None = Field(default=None, max_length=256)  # why its tasks never started (their container)
 
 
 class InteractiveComplete(BaseModel):
@@ -216,6 +225,7 @@ class InteractiveComplete(BaseModel):
 
     exit_code: int = 0
     signal: int = 0
+    reason: str | None = Field(default=None, max_length=256)
 
 
 class NodeUpdate(StoredText):

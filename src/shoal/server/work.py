@@ -186,6 +186,8 @@ def run_entry(row: JobRow, mine: dict, nodeid: int, server) -> dict:
             "array_job_id": row.array_job_id,
             "array_task_id": row.array_task_id,
         }
+        if spec.get("container"):
+            entry["batch"]["container"] = spec["container"]
     return entry
 
 

@@ -1,0 +1,604 @@
+"""Job steps in containers, as Pyxis runs them through Enroot: one container per step on a
+node (or one per ``--container-name``, kept for the job), the step's tasks started in it.
+
+``Container`` is the one description of a container; each runtime turns it into argv
+lists (``create``, ``task``, ``remove``) and never joins them into a shell string.
+``ImageCache`` pulls an image once per node (one lock per image: eight tasks starting at
+once pull once), keeps when each was last used, and evicts the least recently used ones
+over the node's size limit. ``StepContainers`` is what the step server calls.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import itertools
+import json
+import os
+import shutil
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from shoal.model.container import ImageRef, Mount, image_ref, rewrite
+
+PAUSE = "/.shoal/pause"  # where the keeper's pause process (catatonit -P) is mounted in a podman container
+PULL_TIMEOUT_S = 600.0
+
+
+class ContainerStartError(Exception):
+    """The step's container cannot be had; the text is the runtime's own message."""
+
+
+@dataclass(frozen=True)
+class Container:
+    """One container as every runtime needs it described.
+
+    ``user`` is (uid, gid) inside the container (0, 0 with remap-root, when ``host_user``
+    says whose files root's are on the host); ``gpus`` are the node's GPU indices, handed
+    to the runtime by CDI name; ``network`` is always the host's, as Pyxis leaves it.
+    """
+
+    name: str
+    image: str  # the runtime's reference: a registry reference, a local image or an image file
+    mounts: tuple[Mount, ...] = ()
+    workdir: str | None = None
+    user: tuple[int, int] | None = None
+    host_user: tuple[int, int] | None = None  # remap-root: container root is this user on the host
+    gpus: tuple[int, ...] = ()
+    cdi_kind: str = "nvidia.com/gpu"  # the CDI kind naming ``gpus`` (cdi.py)
+    writable: bool = True
+    entrypoint: tuple[str, ...] = ()  # the image's ENTRYPOINT, run before a task's command (--container-entrypoint)
+    labels: dict[str, str] = field(default_factory=dict)
+    insecure: bool = False  # the registry speaks plain HTTP
+
+
+class StepRuntime:
+    """How one engine pulls, creates, enters and removes a container."""
+
+    name = ""
+    binary = ""
+
+    def available(self) -> bool:
+        return shutil.which(self.binary) is not None
+
+    def pull(self, ref: str, insecure: bool, dest: Path) -> list[str]:
+        raise NotImplementedError
+
+    def create(self, c: Container) -> list[str] | None:
+        """The argv that starts the container for its tasks (None: each task starts its own)."""
+        return None
+
+    def task(self, c: Container, env_names: list[str], workdir: str, argv: list[str]) -> list[str]:
+        """The argv that runs one task's ``argv`` in the container, its environment taken by
+        name from the runtime process's own (no value is ever on a command line)."""
+        raise NotImplementedError
+
+    def remove(self, c: Container) -> list[str] | None:
+        return None
+
+
+class PodmanSteps(StepRuntime):
+    """podman: a keeper container (``catatonit -P`` from the host, so any image works) on
+    the host network, the step's tasks run in it by ``podman exec``, as Pyxis' tasks join
+    one container."""
+
+    name = "podman"
+    binary = "podman"
+
+    def pull(self, ref, insecure, dest):
+        return [self.binary, "pull", "--quiet", *(["--tls-verify=false"] if insecure else []), ref]
+
+    def create(self, c):
+        argv = [self.binary, "run", "--detach", "--name", c.name, "--network", "host", "--pull", "never"]
+        for k, v in sorted(c.labels.items()):
+            argv += ["--label", f"{k}={v}"]
+        if c.host_user is not None:
+            uid, gid = c.host_user
+            argv += ["--uidmap", f"0:{uid}:1", "--gidmap", f"0:{gid}:1"]
+        if c.user is not None:
+            argv += ["--user", f"{c.user[0]}:{c.user[1]}"]
+        if not c.writable:
+            argv.append("--read-only")
+        for m in c.mounts:
+            argv += ["--mount", self.mount(m)]
+        for g in c.gpus:
+            argv += ["--device", f"{c.cdi_kind}={g}"]
+        pause = shutil.which("catatonit") or "/usr/libexec/podman/catatonit"
+        argv += ["--mount", f"type=bind,source={pause},destination={PAUSE},ro=true",
+                 "--entrypoint", json.dumps([PAUSE, "-P"]), c.image]
+        return argv
+
+    @staticmethod
+    def mount(m: Mount) -> str:
+        if m.source == "tmpfs":
+            return f"type=tmpfs,destination={m.target}"
+        spec = f"type=bind,source={m.source},destination={m.target}"
+        if m.readonly:
+            spec += ",ro=true"
+        propagation = [f for f in m.flags if f.endswith(("private", "shared", "slave"))]
+        if propagation:
+            spec += f",bind-propagation={propagation[-1]}"
+        return spec
+
+    def task(self, c, env_names, workdir, argv):
+        out = [self.binary, "exec", "--workdir", workdir]
+        if c.user is not None:
+            out += ["--user", f"{c.user[0]}:{c.user[1]}"]
+        for name in env_names:
+            out += ["--env", name]
+        return [*out, c.name, *c.entrypoint, *argv]
+
+    def remove(self, c):
+        return [self.binary, "rm", "--force", "--time", "0", "--ignore", c.name]
+
+
+class DockerSteps(PodmanSteps):
+    """docker: as podman, GPUs through the NVIDIA runtime's ``--gpus`` (its value carries
+    double quotes, as docker reads it as CSV)."""
+
+    name = "docker"
+    binary = "docker"
+
+    def pull(self, ref, insecure, dest):
+        return [self.binary, "pull", "--quiet", ref]  # insecure registries are the daemon's setting
+
+    def create(self, c):
+        argv = super().create(c)
+        argv = [a for a in argv if a not in ("--pull", "never")]  # docker run has no --pull never
+        devices = [i for i, a in enumerate(argv) if a == "--device"]
+        for i in reversed(devices):
+            del argv[i:i + 2]
+        if c.gpus:
+            at = argv.index("--entrypoint")
+            argv[at:at] = ["--gpus", '"device=' + ",".join(str(g) for g in c.gpus) + '"']
+        return argv
+
+    def remove(self, c):
+        return [self.binary, "rm", "--force", c.name]
+
+
+class EnrootSteps(StepRuntime):
+    """Enroot as Pyxis drives it: ``import`` into the node's cache (a squashfs), ``create``
+    the container's root filesystem once, ``start`` each task in it."""
+
+    name = "enroot"
+    binary = "enroot"
+
+    def pull(self, ref, insecure, dest):
+        registry, _, rest = ref.partition("/")
+        return [self.binary, "import", "--output", str(dest), f"docker://{registry}#{rest}"]
+
+    def create(self, c):
+        return [self.binary, "create", "--force", "--name", c.name, c.image]
+
+    def task(self, c, env_names, workdir, argv):
+        out = [self.binary, "start"]
+        if c.host_user is not None:
+            out.append("--root")
+        if c.writable:
+            out.append("--rw")
+        for m in c.mounts:
+            flags = ",".join(("rbind", *m.flags)) if m.source != "tmpfs" else "x-create=dir"
+            out += ["--mount", f"{m.source}:{m.target}:none:{flags}" if m.source != "tmpfs"
+                    else f"tmpfs:{m.target}:tmpfs:{flags}"]
+        for name in env_names:
+            out += ["--env", name]
+        # No workdir flag: Enroot's rc enters $PWD, the directory the runtime process starts
+        # in (StepContainer.cwd), as Pyxis' tasks start in theirs.
+        return [*out, c.name, *c.entrypoint, *argv]
+
+    def remove(self, c):
+        return [self.binary, "remove", "--force", c.name]
+
+
+class ApptainerSteps(StepRuntime):
+    """apptainer: the image built once into the node's cache (a SIF), each task ``exec``'d
+    in it; ``--nv`` binds the GPUs, CUDA_VISIBLE_DEVICES picks the task's."""
+
+    name = "apptainer"
+    binary = "apptainer"
+
+    def pull(self, ref, insecure, dest):
+        return [self.binary, "pull", *(["--nohttps"] if insecure else []), str(dest), f"docker://{ref}"]
+
+    def task(self, c, env_names, workdir, argv):
+        out = [self.binary, "exec", "--cleanenv", "--pwd", workdir]
+        if c.gpus:
+            out.append("--nv")
+        if c.writable:
+            out.append("--writable-tmpfs")
+        if c.host_user is not None:
+            out.append("--fakeroot")
+        for m in c.mounts:
+            out += ["--bind", f"{m.source}:{m.target}" + (":ro" if m.readonly else "")]
+        # --cleanenv: only the task's variables, which apptainer takes as APPTAINERENV_<NAME>
+        return [*out, c.image, *c.entrypoint, *argv]
+
+    def remove(self, c):
+        return None
+
+
+STEP_RUNTIMES: dict[str, type[StepRuntime]] = {
+    r.name: r for r in (PodmanSteps, DockerSteps, EnrootSteps, ApptainerSteps)
+}
+
+
+# ---------------------------------------------------------------- image cache
+
+
+@dataclass
+class CachedImage:
+    ref: str
+    id: str  # the engine's image id (a content digest) or the image file's path
+    size: int
+    env: dict[str, str]
+    entrypoint: list[str]
+    last_used: float
+
+
+class ImageCache:
+    """The node's images, pulled once each: ``index.json`` keeps, per reference, its id,
+    size, environment, entrypoint and last use; ``locks/`` holds one lock per image, so
+    concurrent tasks and steps wait for one pull instead of starting their own."""
+
+    def __init__(self, runtime: StepRuntime, root: Path, limit_mb: int = 0, clock=time.time) -> None:
+        self.runtime = runtime
+        self.root = root
+        self.limit = limit_mb * 1024 * 1024
+        self.clock = clock
+        (root / "locks").mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()  # the index file, within this agent
+
+    def _index(self) -> dict[str, dict]:
+        try:
+            return json.loads((self.root / "index.json").read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def _save(self, index: dict) -> None:
+        tmp = self.root / "index.json.tmp"
+        tmp.write_text(json.dumps(index, indent=1))
+        tmp.replace(self.root / "index.json")
+
+    def images(self) -> list[CachedImage]:
+        """What the node holds, most recently used first."""
+        return sorted((CachedImage(**doc) for doc in self._index().values()), key=lambda i: -i.last_used)
+
+    def get(self, ref: str, insecure: bool) -> CachedImage:
+        """The image, pulled now unless the node has it; ContainerStartError with the
+        runtime's message when it cannot be pulled."""
+        key = hashlib.sha256(ref.encode()).hexdigest()[:32]
+        with open(self.root / "locks" / key, "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            with self._lock:
+                doc = self._index().get(ref)
+            if doc is None or not self._present(doc):
+                doc = self._pull(ref, insecure, key).__dict__
+            with self._lock:
+                index = self._index()
+                doc["last_used"] = self.clock()
+                index[ref] = doc
+                self._save(index)
+        self.evict(keep=ref)
+        return CachedImage(**doc)
+
+    def _present(self, doc: dict) -> bool:
+        if self.runtime.name in ("podman", "docker"):
+            return subprocess.run([self.runtime.binary, "image", "exists" if self.runtime.name == "podman"
+                                   else "inspect", doc["id"]], capture_output=True).returncode == 0
+        return Path(doc["id"]).exists()
+
+    def _pull(self, ref: str, insecure: bool, key: str) -> CachedImage:
+        dest = self.root / f"{key}.{'sif' if self.runtime.name == 'apptainer' else 'sqsh'}"
+        argv = self.runtime.pull(ref, insecure, dest)
+        try:
+            out = subprocess.run(argv, capture_output=True, text=True, timeout=PULL_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise ContainerStartError(f"pulling {ref} took over {PULL_TIMEOUT_S:.0f} s") from None
+        if out.returncode != 0:
+            raise ContainerStartError(_last_lines(out.stderr or out.stdout)
+                                      or f"{argv[0]} exited {out.returncode} pulling {ref}")
+        if self.runtime.name not in ("podman", "docker"):
+            return CachedImage(ref, str(dest), dest.stat().st_size, {}, [], self.clock())
+        image = inspect_image(self.runtime.binary, ref, self.clock())
+        if image is None:
+            raise ContainerStartError(f"{ref} was pulled but {self.runtime.binary} cannot inspect it")
+        return image
+
+    def evict(self, keep: str | None = None) -> list[str]:
+        """Remove the least recently used images while the cache is over its limit (never
+        ``keep``, nor one that a container still uses: the engine refuses, and it stays)."""
+        if not self.limit:
+            return []
+        removed = []
+        with self._lock:
+            index = self._index()
+            total = sum(d["size"] for d in index.values())
+            for ref, doc in sorted(index.items(), key=lambda kv: kv[1]["last_used"]):
+                if total <= self.limit:
+                    break
+                if ref == keep:
+                    continue
+                if self.runtime.name in ("podman", "docker"):
+                    gone = subprocess.run([self.runtime.binary, "rmi", doc["id"]], capture_output=True).returncode == 0
+                else:
+                    Path(doc["id"]).unlink(missing_ok=True)
+                    gone = True
+                if gone:
+                    total -= doc["size"]
+                    del index[ref]
+                    removed.append(ref)
+            self._save(index)
+        return removed
+
+
+def inspect_image(binary: str, ref: str, now: float) -> CachedImage | None:
+    """What podman or docker knows of an image in its store (None: it has none by that name)."""
+    out = subprocess.run([binary, "image", "inspect", ref], capture_output=True, text=True)
+    if out.returncode != 0:
+        return None
+    doc = json.loads(out.stdout)[0]
+    config = doc.get("Config") or {}
+    return CachedImage(ref, doc["Id"], int(doc.get("Size") or 0),
+                       dict(v.split("=", 1) for v in config.get("Env") or [] if "=" in v),
+                       list(config.get("Entrypoint") or []), now)
+
+
+def _last_lines(text: str, n: int = 3) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return "\n".join(lines[-n:])
+
+
+# ---------------------------------------------------------------- the agent's side
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The cluster's container settings (config.ContainersConfig), as the server hands them over."""
+
+    registry_mirrors: dict[str, str] = field(default_factory=dict)
+    insecure_registries: tuple[str, ...] = ()
+    image_cache_mb: int = 0
+
+    @classmethod
+    def from_json(cls, doc: dict | None) -> Settings:
+        doc = doc or {}
+        return cls(dict(doc.get("registry_mirrors") or {}), tuple(doc.get("insecure_registries") or ()),
+                   int(doc.get("image_cache_mb") or 0))
+
+
+@dataclass(frozen=True)
+class OCIHandle:
+    """A podman container entered with its OCI runtime's own ``exec`` (runc, crun): the
+    task's process (argv, environment, directory, user) in a file only root reads, so no
+    value is on a command line; ``files`` is the step's folder of them."""
+
+    binary: str
+    root: str
+    id: str
+    files: Path
+
+    def exec_argv(self, c: Container, env: dict[str, str], workdir: str, argv: list[str], seq: int) -> list[str]:
+        uid, gid = c.user if c.user is not None else (0, 0)
+        process = {"terminal": False, "user": {"uid": uid, "gid": gid}, "args": argv, "cwd": workdir,
+                   "env": [f"{k}={v}" for k, v in env.items()], "noNewPrivileges": uid != 0}
+        if uid == 0:  # root inside keeps what podman gives its own processes
+            caps = ["CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL", "CAP_NET_BIND_SERVICE",
+                    "CAP_SETFCAP", "CAP_SETGID", "CAP_SETPCAP", "CAP_SETUID", "CAP_SYS_CHROOT"]
+            process["capabilities"] = {k: caps for k in ("bounding", "effective", "permitted")}
+        self.files.mkdir(mode=0o700, exist_ok=True)
+        path = self.files / f"task-{seq}.json"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(process, f)
+        return [self.binary, "--root", self.root, "exec", "--process", str(path), self.id]
+
+
+@dataclass
+class StepContainer:
+    """A step's container on this node, ready for its tasks."""
+
+    container: Container
+    runtime: StepRuntime
+    image_env: dict[str, str]
+    keep_env: tuple[str, ...]  # --container-env: the host's value wins over the image's
+    named: bool
+    oci: OCIHandle | None = None  # enter through the OCI runtime itself (podman's exec costs 5x)
+    _seq: itertools.count = field(default_factory=itertools.count)
+
+    def task_argv(self, env: dict[str, str], workdir: str, argv: list[str]) -> tuple[list[str], dict[str, str]]:
+        """A task's argv and the runtime process's environment: the job's variables, less
+        those the image sets itself (Pyxis: the image's values win) unless --container-env
+        names them."""
+        mine = {k: v for k, v in env.items() if k not in self.image_env or k in self.keep_env}
+        if self.container.gpus and mine.get("CUDA_VISIBLE_DEVICES"):
+            # CDI hands the container only these GPUs, which CUDA numbers from 0 there.
+            where = {str(g): str(i) for i, g in enumerate(self.container.gpus)}
+            local = ",".join(where.get(g, g) for g in mine["CUDA_VISIBLE_DEVICES"].split(","))
+            mine["CUDA_VISIBLE_DEVICES"] = mine["GPU_DEVICE_ORDINAL"] = local
+        if self.oci is not None:
+            return self.oci.exec_argv(self.container, {**self.image_env, **mine}, workdir,
+                                      [*self.container.entrypoint, *argv], next(self._seq)), \
+                {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+        proc_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **mine}
+        if self.runtime.name == "apptainer":
+            proc_env.update({f"APPTAINERENV_{k}": v for k, v in mine.items()})
+        return self.runtime.task(self.container, sorted(mine), workdir, argv), proc_env
+
+
+class StepContainers:
+    """The node's container runtime for job steps, its image cache and its settings."""
+
+    def __init__(self, runtime: str, node: str, workdir: Path) -> None:
+        self.node = node
+        cls = STEP_RUNTIMES.get(runtime)
+        self.runtime = cls() if cls is not None else None
+        self.settings = Settings()
+        self.cache = ImageCache(self.runtime, workdir / "images") if self.runtime is not None else None
+        self.root = workdir / "containers"
+        self.root.mkdir(parents=True, exist_ok=True)
+        # Names unique on the host: test clusters share one podman store, and number jobs alike.
+        self.tag = hashlib.sha256(str(workdir.resolve()).encode()).hexdigest()[:8]
+        self.cdi_kind: str | None = None  # set once the node's GPUs have a CDI specification (cdi.py)
+
+    def configure(self, settings: Settings) -> None:
+        self.settings = settings
+        if self.cache is not None:
+            self.cache.limit = settings.image_cache_mb * 1024 * 1024
+
+    def start(self, request: dict, *, job_id: int, step_id: int, user: tuple[int, int], home: str | None,
+              cwd: str, gpus: list[int]) -> StepContainer:
+        """The step's container on this node, created (or, named, found) and running."""
+        rt = self.runtime
+        if rt is None:
+            raise ContainerStartError(f"no container runtime on node {self.node} (its agent runs with --runtime "
+                                      f"process); --container-image needs podman, enroot, apptainer or docker")
+        if not rt.available():
+            raise ContainerStartError(f"{rt.binary}: command not found on node {self.node}")
+        name = (request.get("name") or "").partition(":")[0]  # Pyxis' :auto|create|exec flags: as auto
+        cname = f"pyxis_{job_id}_{name}_{self.tag}" if name else f"shoal_{job_id}.{step_id}_{self.node}_{self.tag}"
+        with open(self.root / f"{cname}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # steps sharing a named container create it once
+            if name and self._running(cname):
+                image = self._named_image(cname)
+            else:
+                image = self._image(request)
+            env = image.env if image is not None else {}
+            entry = tuple(image.entrypoint) if image is not None and request.get("entrypoint") else ()
+            mounts = self._mounts(request, home, cwd)
+            remap = bool(request.get("remap_root"))
+            c = Container(
+                name=cname, image=image.id if image is not None else "", mounts=tuple(mounts),
+                user=(0, 0) if remap else user, host_user=user if remap and user != (0, 0) else None,
+                gpus=tuple(gpus) if self.cdi_kind else (), cdi_kind=self.cdi_kind or "",
+                writable=request.get("writable", True) is not False,
+                entrypoint=entry, labels={"shoal.job": str(job_id)},
+            )
+            if not (name and self._running(cname)):
+                self._create(c)
+                if name:
+                    (self.root / f"{cname}.json").write_text(json.dumps({"image": image.__dict__}))
+        files = self.root / f"{cname}.{step_id}.tasks"
+        return StepContainer(c, rt, env, tuple(request.get("env") or ()), bool(name), self._oci(cname, files))
+
+    def _image(self, request: dict):
+        ref = image_ref(request["image"])
+        if ref.kind == "registry":
+            pulled = rewrite(ref.ref, self.settings.registry_mirrors)
+            registry = pulled.partition("/")[0]
+            return self.cache.get(pulled, insecure=registry in self.settings.insecure_registries)
+        return self._local(ref)
+
+    def _local(self, ref: ImageRef) -> CachedImage:
+        """An image file on the node, or one already in the engine's store (podman://, dockerd://)."""
+        engine = self.runtime.name in ("podman", "docker")
+        name = ref.ref
+        if ref.kind == "file":
+            if not os.path.exists(ref.ref):
+                raise ContainerStartError(f"image file {ref.ref} does not exist on node {self.node}")
+            if not engine:
+                return CachedImage(ref.ref, ref.ref, os.path.getsize(ref.ref), {}, [], time.time())
+            if ref.ref.endswith((".sqsh", ".squashfs", ".sqfs", ".sif")):
+                raise ContainerStartError(f"{ref.ref}: {self.runtime.name} cannot run a squashfs or SIF image "
+                                          f"(an OCI or Docker archive, .tar, can)")
+            out = subprocess.run([self.runtime.binary, "load", "--quiet", "--input", ref.ref],
+                                 capture_output=True, text=True, timeout=PULL_TIMEOUT_S)
+            if out.returncode != 0:
+                raise ContainerStartError(_last_lines(out.stderr) or f"cannot load {ref.ref}")
+            name = out.stdout.strip().rpartition("Loaded image: ")[2].split(",")[0].strip()
+        elif ref.kind != {"podman": "podman", "docker": "dockerd"}.get(self.runtime.name):
+            raise ContainerStartError(f"{ref.kind}:// images are in another engine's store; "
+                                      f"node {self.node} runs {self.runtime.name}")
+        image = inspect_image(self.runtime.binary, name, time.time())
+        if image is None:
+            raise ContainerStartError(f"no image {name} in {self.runtime.name} on node {self.node}")
+        return image
+
+    def _named_image(self, cname: str):
+        try:
+            return CachedImage(**json.loads((self.root / f"{cname}.json").read_text())["image"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def _mounts(self, request: dict, home: str | None, cwd: str) -> list[Mount]:
+        """--container-mounts, then the user's home (unless --no-container-mount-home) and
+        the task's directory (Shoal mounts it, as sites' Enroot mount files mount the
+        shared file systems jobs are submitted from)."""
+        mounts = []
+        for doc in request.get("mounts") or []:
+            m = Mount.from_json(doc)
+            source = m.source if m.source in ("tmpfs", "umount") else os.path.normpath(os.path.join(cwd, m.source))
+            target = os.path.normpath(os.path.join(cwd, m.target))
+            if m.source not in ("tmpfs", "umount") and not os.path.exists(source):
+                raise ContainerStartError(f"--container-mounts: {source}: no such file or directory on {self.node}")
+            mounts.append(Mount(source, target, m.flags))
+        taken = {m.target for m in mounts}
+        if request.get("mount_home", True) and home and os.path.isdir(home) and home not in taken and home != "/":
+            mounts.append(Mount(home, home))
+            taken.add(home)
+        if cwd and cwd != "/" and os.path.isdir(cwd) and cwd not in taken \
+                and not (home and cwd.startswith(home.rstrip("/") + "/") and home in taken):
+            mounts.append(Mount(cwd, cwd))
+        return mounts
+
+    def _running(self, cname: str) -> bool:
+        if self.runtime.name not in ("podman", "docker"):
+            return (self.root / f"{cname}.json").exists()
+        out = subprocess.run([self.runtime.binary, "inspect", "--format", "{{.State.Running}}", cname],
+                             capture_output=True, text=True)
+        return out.returncode == 0 and out.stdout.strip() == "true"
+
+    def _create(self, c: Container) -> None:
+        argv = self.runtime.create(c)
+        if argv is None:
+            return
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        remove = self.runtime.remove(c)
+        if out.returncode != 0 and remove and "already in use" in out.stderr:
+            # One left by an agent that died mid-step (names are unique per job and step).
+            subprocess.run(remove, capture_output=True)
+            out = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        if out.returncode != 0:
+            raise ContainerStartError(_last_lines(out.stderr or out.stdout) or f"{argv[0]} exited {out.returncode}")
+
+    def _oci(self, cname: str, step_files: Path) -> OCIHandle | None:
+        """podman's container as its OCI runtime knows it (rootful podman keeps runc's and
+        crun's state under /run/<runtime>); None where tasks go through ``podman exec``."""
+        if self.runtime.name != "podman" or os.geteuid() != 0:
+            return None
+        out = subprocess.run([self.runtime.binary, "inspect", "--format", "{{.Id}} {{.OCIRuntime}}", cname],
+                             capture_output=True, text=True)
+        cid, _, oci = out.stdout.strip().partition(" ")
+        binary = shutil.which(oci) if oci in ("runc", "crun") else None
+        if out.returncode != 0 or binary is None or not os.path.isdir(f"/run/{oci}/{cid}"):
+            return None
+        return OCIHandle(binary, f"/run/{oci}", cid, step_files)
+
+    def finish(self, sc: StepContainer) -> None:
+        """After the step: its container goes, unless it is named (kept for the job)."""
+        if sc.oci is not None:
+            shutil.rmtree(sc.oci.files, ignore_errors=True)
+        if not sc.named:
+            self.remove(sc.container)
+            (self.root / f"{sc.container.name}.lock").unlink(missing_ok=True)
+
+    def remove(self, c: Container) -> None:
+        argv = self.runtime.remove(c) if self.runtime is not None else None
+        if argv:
+            subprocess.run(argv, capture_output=True, timeout=60)
+
+    def has_named(self, job_id: int) -> bool:
+        return any(self.root.glob(f"pyxis_{job_id}_*.json"))
+
+    def remove_job(self, job_id: int) -> None:
+        """The job ended: its named containers go (Pyxis' container_scope=job)."""
+        if self.runtime is None:
+            return
+        for meta in self.root.glob(f"pyxis_{job_id}_*.json"):
+            cname = meta.name[:-len(".json")]
+            self.remove(Container(cname, ""))
+            meta.unlink(missing_ok=True)
+            (self.root / f"{cname}.lock").unlink(missing_ok=True)

@@ -1,0 +1,109 @@
+"""A real OCI registry and small real images for container tests, with no internet.
+
+``Registry`` starts Distribution's registry (Debian's ``docker-registry``) on 127.0.0.1;
+``build_image`` makes a busybox image (Debian's busybox-static) with its own
+/etc/os-release, imports it into podman and pushes it under any name. ``podman_env``
+is the environment rootful podman needs on these machines: runc, and no default
+ulimits (crun fails on the hybrid cgroup layout).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tarfile
+import time
+import urllib.request
+from pathlib import Path
+
+from tests.integration.cluster import free_port
+
+CONTAINERS_CONF = """[containers]
+default_ulimits = []
+
+[engine]
+runtime = "runc"
+"""
+BUSYBOX = "/usr/bin/busybox"
+APPLETS = ("sh", "cat", "ls", "echo", "id", "env", "grep", "sleep", "touch", "test", "head", "wc", "pwd", "true",
+           "false", "mkdir", "stat", "printf", "hostname", "sort", "tr", "cut", "seq")
+
+
+def missing_tools() -> list[str]:
+    """The programs these tests need that this machine lacks (.ci/run installs them)."""
+    return [t for t in ("podman", "runc", "docker-registry", "catatonit") if shutil.which(t) is None] \
+        + ([] if os.path.exists(BUSYBOX) else ["busybox"])
+
+
+def podman_env(root: Path) -> dict[str, str]:
+    conf = root / "containers.conf"
+    conf.write_text(CONTAINERS_CONF)
+    return {"CONTAINERS_CONF": str(conf)}
+
+
+def podman(env: dict[str, str], *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
+    out = subprocess.run(["podman", *args], env={**os.environ, **env}, capture_output=True, text=True,
+                         timeout=timeout)
+    if check and out.returncode != 0:
+        raise AssertionError(f"podman {' '.join(args)} exited {out.returncode}: {out.stderr}")
+    return out
+
+
+class Registry:
+    """Distribution's registry serving plain HTTP on 127.0.0.1 from a temporary directory."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        root.mkdir(parents=True, exist_ok=True)
+        (root / "config.yml").write_text(
+            f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {root / 'data'}\n"
+            f"  delete:\n    enabled: true\nhttp:\n  addr: {self.address}\n")
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> Registry:
+        log = open(self.root / "registry.log", "w")
+        self.proc = subprocess.Popen(["docker-registry", "serve", str(self.root / "config.yml")],
+                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            try:
+                urllib.request.urlopen(f"http://{self.address}/v2/", timeout=1).read()
+                return self
+            except OSError:
+                time.sleep(0.1)
+        raise AssertionError(f"the registry did not start: {(self.root / 'registry.log').read_text()}")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(10)
+
+
+def build_image(env: dict[str, str], root: Path, tag: str, pretty_name: str, files: dict[str, str] | None = None) -> str:
+    """A busybox image (its /etc/os-release says ``pretty_name``; ``files`` adds more) in
+    podman's store as ``tag``; returns the tag."""
+    rootfs = root / f"rootfs-{abs(hash(tag))}"
+    shutil.rmtree(rootfs, ignore_errors=True)
+    (rootfs / "bin").mkdir(parents=True)
+    (rootfs / "etc").mkdir()
+    (rootfs / "tmp").mkdir()
+    shutil.copy(BUSYBOX, rootfs / "bin" / "busybox")
+    for applet in APPLETS:
+        (rootfs / "bin" / applet).symlink_to("busybox")
+    (rootfs / "etc" / "os-release").write_text(f'NAME="{pretty_name}"\nID=shoaltest\nPRETTY_NAME="{pretty_name}"\n')
+    (rootfs / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
+    for path, text in (files or {}).items():
+        (rootfs / path.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+        (rootfs / path.lstrip("/")).write_text(text)
+    archive = root / f"{rootfs.name}.tar"
+    with tarfile.open(archive, "w") as tar:
+        tar.add(rootfs, arcname=".")
+    podman(env, "import", "--change", "ENV=PATH=/bin", str(archive), tag)
+    return tag
+
+
+def push(env: dict[str, str], local: str, remote: str) -> None:
+    podman(env, "push", "--quiet", "--tls-verify=false", local, remote)

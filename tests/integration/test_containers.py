@@ -1,0 +1,289 @@
+"""Batch containers for real, the Pyxis way: a local registry serves a busybox image under
+nvcr.io's name through the cluster's mirror setting, and rootful podman runs job steps in it.
+
+One cluster serves every story here (module fixture): podman's start-up is the slow part.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+
+from shoal.agent.stepcontainer import Settings
+from tests.integration.cluster import LocalCluster, wait_until
+from tests.integration.registry import Registry, build_image, missing_tools, podman, podman_env, push
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(bool(missing_tools()), reason=f"needs {missing_tools()} "
+                                                   "(.ci/run installs them)")]
+
+IMAGE = "nvcr.io/nvidia/pytorch:24.10-py3"
+# The seed's full size (8 nodes x 8 GPUs, 64 tasks) is for a run by hand (SHOAL_CONTAINERS_FULL=1):
+# 64 containers' tasks at once are too much for CI's two cores next to the rest of the suite.
+NODES, GPUS = (8, 8) if os.environ.get("SHOAL_CONTAINERS_FULL") else (2, 2)
+PRETTY = "Shoal PyTorch stand-in 24.10"
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    root = tmp_path_factory.mktemp("containers")
+    penv = podman_env(root)
+    registry = Registry(root / "registry").start()
+    local = f"localhost/shoal-test-{registry.port}:1"
+    build_image(penv, root, local, PRETTY, files={"/opt/image-marker": "inside\n"})
+    push(penv, local, f"{registry.address}/nvidia/pytorch:24.10-py3")
+    podman(penv, "rmi", local)
+    config = root / "cluster.yaml"
+    config.write_text(json.dumps({
+        "cluster_name": "containers", "partitions": [{"name": "gpu", "nodes": f"node[01-{NODES:02d}]", "default": True}],
+        "nodes": {"heartbeat_interval_s": 1.0, "kill_wait_s": 2.0},
+        "containers": {"registry_mirrors": {"nvcr.io": registry.address},
+                       "insecure_registries": [registry.address]}}))
+    cluster = LocalCluster(root / "cluster", nodes=NODES, gpus_per_node=GPUS, config=str(config),
+                           extra=("--runtime", "podman"))
+    cluster.env.update(penv)
+    cluster.up()
+    data, checkpoints = root / "data", root / "checkpoints"
+    data.mkdir()
+    checkpoints.mkdir()
+    (data / "shard-0").write_text("tokens\n")
+    yield {"cluster": cluster, "registry": registry, "data": data, "checkpoints": checkpoints, "podman": penv}
+    cluster.down()
+    registry.stop()
+    podman(penv, "rmi", "--force", f"{registry.address}/nvidia/pytorch:24.10-py3", check=False)
+
+
+def output(cluster: LocalCluster, job_id: int) -> str:
+    return (cluster.workdir / f"slurm-{job_id}.out").read_text()
+
+
+def test_seed_script_runs_its_tasks_inside_the_container(env):
+    """The seed's script (2 nodes x 2 GPUs in CI): every task of srun runs in the image
+    pulled through the mirror, sees /data and /checkpoints, its GPU and a rank of its own."""
+    c, data, ckpt = env["cluster"], env["data"], env["checkpoints"]
+    c.workdir.joinpath("train.sh").write_text(
+        'echo "rank=$SLURM_PROCID gpus=$CUDA_VISIBLE_DEVICES node=$SLURMD_NODENAME '
+        'os=$(grep PRETTY /etc/os-release) marker=$(cat /opt/image-marker) data=$(cat /data/shard-0) '
+        'uid=$(id -u) master=$MASTER_ADDR"\n'
+        'touch /checkpoints/rank-$SLURM_PROCID\n')
+    job = c.sbatch(script=f"""#!/bin/bash
+#SBATCH --job-name=llama-70b-pretrain
+#SBATCH --nodes={NODES}
+#SBATCH --ntasks-per-node={GPUS}
+#SBATCH --gpus-per-node={GPUS}
+#SBATCH --exclusive
+#SBATCH --container-image={IMAGE}
+#SBATCH --container-mounts={data}:/data,{ckpt}:/checkpoints
+export MASTER_ADDR=$(scontrol show hostname $SLURM_NODELIST | head -1)
+srun --gpus-per-task=1 sh train.sh
+""")
+    done = c.wait_for(job, timeout=600)
+    text = output(c, job)
+    assert done["state"] == "COMPLETED", text
+    lines = sorted(line for line in text.splitlines() if line.startswith("rank="))
+    assert sorted(int(line.split()[0][5:]) for line in lines) == list(range(NODES * GPUS)), text
+    for line in lines:
+        assert f'PRETTY_NAME="{PRETTY}"' in line and "marker=inside" in line and "data=tokens" in line, line
+        assert "master=node01" in line and "uid=0" in line
+    per_node = {}
+    for line in lines:
+        fields = dict(f.split("=", 1) for f in line.split() if "=" in f and not f.startswith(("os", "NAME")))
+        per_node.setdefault(fields["node"], []).append(fields["gpus"])
+    gpus = sorted(str(g) for g in range(GPUS))
+    assert {n: sorted(g) for n, g in per_node.items()} == {f"node{i:02d}": gpus for i in range(1, NODES + 1)}
+    assert sorted(p.name for p in ckpt.iterdir()) == sorted(f"rank-{r}" for r in range(NODES * GPUS))
+    sacct = c.run(["sacct", "-j", str(job), "-n", "-X", "-o", "State"]).stdout
+    assert "COMPLETED" in sacct
+
+
+def test_named_container_keeps_its_files_between_steps(env):
+    """--container-name: a file written in step 0 is there in step 1; the container goes at the job's end."""
+    c = env["cluster"]
+    job = c.sbatch(script=f"""#!/bin/bash
+#SBATCH --nodes=1
+srun --container-image={IMAGE} --container-name=work sh -c 'echo installed > /opt/pip-package'
+srun --container-name=work cat /opt/pip-package
+srun --container-image={IMAGE} sh -c 'test -e /opt/pip-package && echo leaked || echo fresh'
+""")
+    done = c.wait_for(job, timeout=90)
+    text = output(c, job)
+    assert done["state"] == "COMPLETED", text
+    assert text.splitlines()[-2:] == ["installed", "fresh"], text
+
+    def gone():
+        names = podman(env["podman"], "ps", "--all", "--format", "{{.Names}}").stdout.split()
+        return not any(n.startswith(f"pyxis_{job}_work_") for n in names)
+
+    deadline = time.time() + 30
+    while not gone():
+        assert time.time() < deadline, "the named container outlived its job"
+        time.sleep(0.5)
+
+
+def test_readonly_mount_and_readonly_root(env):
+    c, data = env["cluster"], env["data"]
+    out = c.run(["srun", "-N1", f"--container-image={IMAGE}", f"--container-mounts={data}:/data:ro",
+                 "--container-readonly", "sh", "-c",
+                 "touch /data/x 2>/dev/null && echo data-writable; touch /opt/y 2>/dev/null && echo root-writable;"
+                 " cat /data/shard-0"], timeout=90)
+    assert out.stdout.strip() == "tokens", out.stdout + out.stderr
+
+
+def test_missing_image_fails_fast_with_the_registrys_message(env):
+    c = env["cluster"]
+    t0 = time.time()
+    out = c.run(["srun", "-N1", "--container-image=nvcr.io/nvidia/no-such-image:1", "true"], check=False, timeout=60)
+    assert out.returncode != 0
+    assert "pyxis: failed to start the container" in out.stderr and "manifest unknown" in out.stderr, out.stderr
+    assert time.time() - t0 < 30
+    job = max(j["job_id"] for j in c.jobs())
+    sacct = c.run(["sacct", "-j", str(job), "-X", "-n", "-o", "State,Reason%40"]).stdout
+    assert sacct.split() == ["FAILED", "ContainerError:", "manifest", "unknown"], sacct
+
+
+def test_a_registry_that_refuses_fails_the_step_in_seconds(env):
+    c = env["cluster"]
+    t0 = time.time()
+    out = c.run(["srun", "-N1", "--container-image=docker://127.0.0.1:1/nvidia/x:1", "true"], check=False, timeout=60)
+    assert out.returncode != 0 and "connection refused" in out.stderr, out.stderr
+    assert time.time() - t0 < 30
+
+
+def test_missing_mount_source_fails_the_step_with_a_reason(env):
+    c = env["cluster"]
+    job = c.sbatch(script=f"""#!/bin/bash
+#SBATCH --nodes=1
+#SBATCH --container-image={IMAGE}
+#SBATCH --container-mounts=/no/such/dir:/data
+srun true
+""")
+    done = c.wait_for(job, timeout=60)
+    assert done["state"] == "FAILED"
+    assert "/no/such/dir: no such file or directory" in output(c, job)
+    show = c.run(["scontrol", "show", "job", str(job)]).stdout
+    assert "Reason=ContainerError: no such file or directory on node01" in show, show
+
+
+def test_one_pull_for_concurrent_tasks_then_the_cache(env):
+    """Four tasks of a step on one node start at once: the node pulls the image once (the
+    registry serves its manifest once); the next step finds it in the node's cache."""
+    c = env["cluster"]
+    image = f"{env['registry'].address}/nvidia/pytorch:24.10-py3"
+    podman(env["podman"], "rmi", "--force", image, check=False)
+    index_file = c.root / "state" / "nodes" / "node01" / "images" / "index.json"
+    index_file.unlink(missing_ok=True)
+
+    def manifest_gets() -> int:
+        log = (env["registry"].root / "registry.log").read_text()
+        return log.count('"GET /v2/nvidia/pytorch/manifests/24.10-py3 HTTP/1.1" 200')
+
+    before = manifest_gets()
+    c.run(["srun", "-N1", "-n4", "-w", "node01", f"--container-image={IMAGE}", "true"], timeout=90)
+    assert manifest_gets() == before + 1
+    c.run(["srun", "-N1", "-n4", "-w", "node01", f"--container-image={IMAGE}", "true"], timeout=90)
+    assert manifest_gets() == before + 1
+    assert list(json.loads(index_file.read_text())) == [image]
+
+
+def test_a_container_sees_exactly_its_gpus(env):
+    """The agent's CDI spec names its GPUs' (stand-in) device nodes: with GPU 0 taken by
+    another job, a step given GPU 1 sees /dev/nvidia1 (char 195:1) and no other GPU, and
+    CUDA numbers it 0 there."""
+    c = env["cluster"]
+    holder = c.sbatch("-w", "node02", "--gpus=1", "--wrap", "sleep 60")
+    c.wait_for(holder, states=("RUNNING",), settled=False)
+    try:
+        out = c.run(["srun", "-w", "node02", "--gpus=1", f"--container-image={IMAGE}", "sh", "-c",
+                     "ls /dev | grep nvidia | tr '\\n' ' '; echo; stat -c '%t:%T' /dev/nvidia1; "
+                     "echo $CUDA_VISIBLE_DEVICES"], timeout=90)
+    finally:
+        c.run(["scancel", str(holder)])
+    assert out.stdout.split("\n")[:3] == ["nvidia1 nvidiactl ", "c3:1", "0"], out.stdout + out.stderr
+
+
+def test_tasks_enter_the_keeper_through_the_oci_runtime(env, tmp_path, monkeypatch):
+    """The agent's side alone: a step's container from the node's cache, its tasks run by
+    runc's own exec as the job's user with the image's PATH, output on their own pipes."""
+    import subprocess
+
+    from shoal.agent.stepcontainer import StepContainers
+
+    monkeypatch.setenv("CONTAINERS_CONF", env["podman"]["CONTAINERS_CONF"])
+    containers = StepContainers("podman", "nodeX", tmp_path)
+    containers.configure(Settings.from_json({"registry_mirrors": {"nvcr.io": env["registry"].address},
+                                             "insecure_registries": [env["registry"].address]}))
+    sc = containers.start({"image": IMAGE, "mount_home": False}, job_id=9, step_id=0, user=(1000, 1000),
+                          home=None, cwd=str(tmp_path), gpus=[])
+    try:
+        assert sc.oci is not None and sc.oci.binary.endswith("runc")
+        argv, proc_env = sc.task_argv({"SLURM_PROCID": "secret-3", "PATH": "/host/only"}, str(tmp_path),
+                                      ["sh", "-c", "echo $SLURM_PROCID $PATH; id -u; pwd"])
+        assert "secret-3" not in " ".join(argv)  # values travel in a file, not on the command line
+        out = subprocess.run(argv, env=proc_env, capture_output=True, text=True, timeout=30)
+        assert out.stdout.split() == ["secret-3", "/bin", "1000", str(tmp_path)], out.stderr
+    finally:
+        containers.finish(sc)
+    assert not sc.oci.files.exists()
+
+
+def deployment(name: str, image: str, command: list[str], gpus: int = 0) -> dict:
+    container = {"name": "app", "image": image, "command": command}
+    if gpus:
+        container["resources"] = {"limits": {"nvidia.com/gpu": gpus}}
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
+                     "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [container]}}}}
+
+
+def test_a_pod_runs_its_image_through_podman_and_a_missing_tag_backs_off(env):
+    """A Deployment's image, as written (nvcr.io's name), runs through podman from the local
+    registry via the mirror, with its GPU by CDI name; a tag the registry lacks shows
+    ErrImagePull / ImagePullBackOff with kubelet's events."""
+    c = env["cluster"]
+    docs = [deployment("web", IMAGE, ["sh", "-c", "grep PRETTY /etc/os-release; ls /dev | grep nvidia | tr '\\n' ' ';"
+                                                   " echo; echo cuda=$CUDA_VISIBLE_DEVICES; sleep 600"], gpus=1),
+            deployment("missing-tag", "nvcr.io/nvidia/pytorch:99.99-py3", ["true"])]
+    c.run(["shoal", "apply", "-f", "-"], input="\n---\n".join(json.dumps(d) for d in docs))
+    try:
+        def pod_of(app: str):
+            items = json.loads(c.run(["shoal", "get", "pods", "-l", f"app={app}", "-o", "json"]).stdout)["items"]
+            return items[0] if items else None
+
+        def running():
+            p = pod_of("web")
+            return p if p and p["status"].get("phase") == "Running" else None
+
+        name = wait_until(running, 60, "the web pod running")["metadata"]["name"]
+        log = wait_until(lambda: (lambda t: t if "cuda=" in t else None)(c.run(["shoal", "logs", name]).stdout),
+                         30, "the pod's output")
+        lines = log.splitlines()
+        lines = lines[lines.index(f'PRETTY_NAME="{PRETTY}"'):]  # after podman's own pull lines
+        assert len(lines[1].split()) == 2 and lines[1].split()[1] == "nvidiactl", log  # one GPU and the control node
+        assert lines[2] == "cuda=0", log
+
+        def backing_off():
+            p = pod_of("missing-tag")
+            for cs in (p or {}).get("status", {}).get("containerStatuses") or ():
+                w = cs.get("state", {}).get("waiting") or {}
+                if w.get("reason") in ("ErrImagePull", "ImagePullBackOff"):
+                    return p, w
+            return None
+
+        pod, waiting = wait_until(backing_off, 60, "the missing tag's pull error")
+        assert "manifest unknown" in waiting["message"], waiting
+        described = c.run(["shoal", "describe", "pod", pod["metadata"]["name"]]).stdout
+        assert "Failed" in described and "pytorch:99.99-py3" in described, described
+    finally:
+        c.run(["shoal", "delete", "deployment", "web", "missing-tag"], check=False)
+
+
+def test_container_image_refused_where_no_node_has_a_runtime(tmp_path):
+    cluster = LocalCluster(tmp_path / "cluster", nodes=1, gpus_per_node=0).up()
+    try:
+        out = cluster.run(["sbatch", f"--container-image={IMAGE}", "--wrap", "true"], check=False)
+        assert out.returncode != 0
+        assert "no node of this partition has a container runtime" in out.stderr, out.stderr
+    finally:
+        cluster.down()
