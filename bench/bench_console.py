@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -144,6 +145,7 @@ def shots(out: Path) -> None:
     finally:
         stop.set()
         driver.quit()
+        shutil.rmtree(driver.profile_dir, ignore_errors=True)
         c.down()
     print(f"screenshots in {out}")
 
@@ -176,6 +178,7 @@ def load(jobs: int = 1000, runs: int = 7) -> dict:
         return out
     finally:
         driver.quit()
+        shutil.rmtree(driver.profile_dir, ignore_errors=True)
         c.down()
 
 
