@@ -406,7 +406,7 @@ def test_unsupported_kind_lists_what_is_supported():
     assert errors_of({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "x"}}) == [
         ("kind", 'Unsupported value: "apps/v1 StatefulSet": supported kinds: v1 Namespace, v1 Pod, v1 Service, '
                  "apps/v1 Deployment, apps/v1 ReplicaSet, autoscaling/v2 HorizontalPodAutoscaler, "
-                 "scheduling.k8s.io/v1 PriorityClass, rbac.authorization.k8s.io/v1 RoleBinding"),
+                 "scheduling.k8s.io/v1 PriorityClass, rbac.authorization.k8s.io/v1 RoleBinding, batch/v1 Job"),
     ]
     assert errors_of({"apiVersion": "autoscaling/v1", "kind": "HorizontalPodAutoscaler"}) == [
         ("apiVersion", 'Unsupported value: "autoscaling/v1": HorizontalPodAutoscaler is served as autoscaling/v2'),

@@ -48,6 +48,7 @@ RESOURCES = (
     Resource("events", "event", "Event", "", ("ev",), True),
     Resource("rolebindings", "rolebinding", "RoleBinding", "rbac.authorization.k8s.io", (), True),
     Resource("nodes", "node", "Node", "", ("no",), False),
+    Resource("jobs", "job", "Job", "batch", (), True),
 )
 BY_PLURAL = {r.plural: r for r in RESOURCES}
 BY_KIND = {r.kind: r for r in RESOURCES}
@@ -675,6 +676,19 @@ def _hpa_row(o, now, wide):
             age(meta(o).get("creationTimestamp"), now)]
 
 
+def _job_row(o, now, wide):
+    spec, st = o.get("spec") or {}, o.get("status") or {}
+    conds = {c.get("type") for c in st.get("conditions") or () if c.get("status") == "True"}
+    status = next((t for t in ("Failed", "Complete", "Suspended", "FailureTarget", "SuccessCriteriaMet")
+                   if t in conds), "Running")
+    start, end = parse_time(st.get("startTime")), parse_time(st.get("completionTime"))
+    row = [status, f"{int(st.get('succeeded') or 0)}/{spec.get('completions', 1)}",
+           human_duration((end or now) - start) if start else "", age(meta(o).get("creationTimestamp"), now)]
+    if wide:
+        row += [*_containers_cells(_template_spec(o)), selector_text(spec.get("selector"))]
+    return row
+
+
 def _namespace_row(o, now, wide):
     return [(o.get("status") or {}).get("phase") or "Active", age(meta(o).get("creationTimestamp"), now)]
 
@@ -735,6 +749,7 @@ PRINTERS = {
     "horizontalpodautoscalers": Printer(["REFERENCE", "TARGETS", "MINPODS", "MAXPODS", "REPLICAS", "AGE"], [],
                                         _hpa_row),
     "namespaces": Printer(["STATUS", "AGE"], [], _namespace_row),
+    "jobs": Printer(["STATUS", "COMPLETIONS", "DURATION", "AGE"], ["CONTAINERS", "IMAGES", "SELECTOR"], _job_row),
     "priorityclasses": Printer(["VALUE", "GLOBAL-DEFAULT", "AGE", "PREEMPTIONPOLICY"], [], _priorityclass_row),
     "rolebindings": Printer(["ROLE", "AGE"], ["USERS", "GROUPS", "SERVICEACCOUNTS"], _rolebinding_row),
     "events": Printer(["LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"],
@@ -801,39 +816,7 @@ def render_yaml(doc: Any) -> str:
 # ---------------------------------------------------------------- nodes from /shoal/v1/nodes
 
 
-def node_object(n: Mapping[str, Any], version: str) -> dict:
-    """A Shoal node (docs/API.md) as a Kubernetes Node, so that get/describe treat it alike."""
-    state = n.get("state") or ""
-    heartbeat = n.get("last_heartbeat")
-    ready = {"UP": "True", "DRAIN": "True", "DOWN": "False"}.get(state, "Unknown")
-    message = ("shoal agent is posting ready status" if ready == "True"
-               else n.get("reason") or "Agent stopped posting node status.")
-    cond = {"type": "Ready", "status": ready,
-            "lastHeartbeatTime": _iso(heartbeat), "lastTransitionTime": _iso(n.get("reason_time") or heartbeat),
-            "reason": "KubeletReady" if ready == "True" else "NodeStatusUnknown", "message": message}
-    gpus = len(n.get("gpus") or ())
-    capacity = {"cpu": str(n.get("cpus") or 0), "memory": f"{int(n.get('memory_mb') or 0) * 1024}Ki",
-                "nvidia.com/gpu": str(gpus), "pods": "110"}
-    addresses = [{"type": "InternalIP", "address": n.get("address") or ""}, {"type": "Hostname", "address": n["name"]}]
-    return {
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": n["name"], "labels": dict(n.get("labels") or {}),
-                     "annotations": {"shoal.io/state": n.get("display_state") or state.lower()},
-                     "creationTimestamp": _iso(n.get("registered_at") or n.get("boot_time"))},
-        "spec": {"taints": [dict(t) for t in n.get("taints") or ()], "unschedulable": state == "DRAIN"},
-        "status": {
-            "conditions": [cond], "addresses": addresses, "capacity": capacity, "allocatable": dict(capacity),
-            "nodeInfo": {"kubeletVersion": n.get("version") or version, "containerRuntimeVersion": "shoal"},
-            "shoal": {"gpusAllocated": n.get("gpus_alloc") or 0, "partitions": n.get("partitions") or [],
-                      "gpus": n.get("gpus") or []},
-        },
-    }
-
-
-def _iso(epoch: float | None) -> str | None:
-    if epoch is None:
-        return None
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+from shoal.kube.nodeview import node_object  # noqa: E402,F401 (get/describe nodes; the server shares it)
 
 
 # ---------------------------------------------------------------- taints

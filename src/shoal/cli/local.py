@@ -184,6 +184,13 @@ def up(args) -> int:
     else:
         return _failed(sdir, f"not every node registered within {args.timeout:g}s", None)
     write_config(config_path(), server_url, token, client.ca_pem())
+    kubeconfig_file = None
+    if tls:  # kubectl sends its token only over HTTPS
+        from shoal.cli import kubeconfig
+
+        kubeconfig_file = str(sdir / "kubeconfig")
+        kubeconfig.write(kubeconfig_file, kubeconfig.kubeconfig(server_url, token, client.ca_pem(), "admin",
+                                                                cluster="shoal-local"))
     if getattr(args, "gateway", None):
         pids["gateway"] = _spawn([py, "-m", "shoal", "gateway", "--server", server_url, "--token-file",
                                   str(admin_file), "--listen", f"127.0.0.1:{args.gateway}"],
@@ -210,6 +217,7 @@ def up(args) -> int:
           f"{args.cpus_per_node} CPUs, {args.memory_per_node} memory")
     print(f"  server   {server_url}  (logs and state in {sdir})")
     print(f"  config   {config_path()}  (sbatch, squeue, sinfo... use it)")
+    print(f"  console  {server_url}/console  (log in with the token on the token: line of {config_path()})")
     if not use_uts:
         print("  note     not root: nodes share this machine's hostname, and node names resolve only if "
               "/etc/hosts lists them")
@@ -218,6 +226,10 @@ def up(args) -> int:
     if state.get("prometheus"):
         print(f"  metrics  {state['prometheus']}  (Prometheus scraping the server and the agents; "
               "dashboards in examples/grafana/)")
+    if kubeconfig_file:
+        print(f"  kubectl  export KUBECONFIG={kubeconfig_file}")
+    else:
+        print("  kubectl  needs HTTPS: start with 'shoal up --tls on' for a kubeconfig")
     print("  try      sinfo; sbatch --wrap hostname; squeue; shoal apply -f app.yaml; shoal down")
     return 0
 

@@ -103,6 +103,10 @@ def _parser() -> argparse.ArgumentParser:
 
     tokens.add_parser(sub)  # token create, list, revoke
 
+    from shoal.cli import kubeconfig
+
+    kubeconfig.add_parser(sub)
+
     g = sub.add_parser("gateway", help="route HTTP requests to Services' ready pods")
     g.add_argument("--listen", default="127.0.0.1:8080", help="host:port to serve on (default %(default)s)")
     source = g.add_mutually_exclusive_group()
@@ -157,6 +161,10 @@ def main(argv: list[str] | None = None) -> int:
         return local.up(args) if args.command == "up" else local.down(args)
     if args.command == "token":
         return args.token_command(args)
+    if args.command == "kubeconfig":
+        from shoal.cli import kubeconfig
+
+        return kubeconfig.run(args)
     parser.print_help()
     return 1
 

@@ -280,6 +280,10 @@ def _apply_defaults(obj: dict) -> None:
         if kind == "Deployment" and spec["strategy"]["type"] == "RollingUpdate":
             spec["strategy"].setdefault("rollingUpdate", {"maxSurge": DEFAULT_MAX_SURGE,
                                                           "maxUnavailable": DEFAULT_MAX_UNAVAILABLE})
+    elif kind == "Job":
+        _default_pod_spec(spec["template"]["spec"])
+        # Shoal has no work-queue Jobs: without completions, each of the parallel pods must succeed.
+        spec.setdefault("completions", spec["parallelism"])
     elif kind == "Service":
         for p in spec.get("ports") or ():
             p.setdefault("targetPort", p["port"])

@@ -11,6 +11,7 @@ from decimal import Decimal
 from shoal.kube.hpa import POD_METRICS
 from shoal.kube.schema import (
     CLUSTER_SCOPED,
+    Job,
     FIELD_REFS,
     GPU,
     MAX_USER_PRIORITY,
@@ -114,6 +115,8 @@ def check_object(obj: KubeObject, r: Report) -> None:
         _check_pod_spec(obj.spec, "spec", r)
     elif isinstance(obj, (Deployment, ReplicaSet)):
         _check_workload(obj, r)
+    elif isinstance(obj, Job):
+        _check_job(obj, r)
     elif isinstance(obj, Service):
         _check_service(obj, r)
     elif isinstance(obj, HorizontalPodAutoscaler):
@@ -175,6 +178,17 @@ def _check_workload(obj: Deployment | ReplicaSet, r: Report) -> None:
         if obj.spec.progressDeadlineSeconds <= obj.spec.minReadySeconds:
             r.error("spec.progressDeadlineSeconds", f"Invalid value: {obj.spec.progressDeadlineSeconds}: "
                                                     "must be greater than minReadySeconds")
+
+
+def _check_job(obj: Job, r: Report) -> None:
+    spec = obj.spec
+    _check_meta(spec.template.metadata, "spec.template.metadata", "Pod", r, template=True)
+    _check_pod_spec(spec.template.spec, "spec.template.spec", r)
+    if spec.template.spec.restartPolicy not in ("OnFailure", "Never"):
+        r.error("spec.template.spec.restartPolicy", unsupported(spec.template.spec.restartPolicy,
+                                                                ["OnFailure", "Never"]))
+    if spec.completionMode == "Indexed" and spec.completions is None:
+        r.error("spec.completions", "Required value: when completion mode is Indexed")
 
 
 def _check_strategy(spec: DeploymentSpec, r: Report) -> None:

@@ -305,6 +305,20 @@ class ReplicaSetSpec(Model):
     minReadySeconds: int = Field(0, ge=0)
 
 
+class JobSpec(Model):
+    IGNORED = frozenset({"podFailurePolicy", "podReplacementPolicy", "successPolicy", "backoffLimitPerIndex",
+                         "maxFailedIndexes", "manualSelector", "managedBy"})
+    template: PodTemplateSpec
+    completions: int | None = Field(None, ge=0)
+    parallelism: int = Field(1, ge=0)
+    completionMode: Literal["NonIndexed", "Indexed"] = "NonIndexed"
+    backoffLimit: int = Field(6, ge=0)
+    activeDeadlineSeconds: int | None = Field(None, ge=1)
+    ttlSecondsAfterFinished: int | None = Field(None, ge=0)
+    suspend: bool = False
+    selector: LabelSelectorSpec | None = None
+
+
 # -- services --------------------------------------------------------------------------------
 
 class ServicePort(Model):
@@ -442,6 +456,12 @@ class Service(KubeObject):
     spec: ServiceSpec
 
 
+class Job(KubeObject):
+    """A batch/v1 Job: pods run to completion (docs/KUBERNETES-API.md)."""
+
+    spec: JobSpec
+
+
 class HorizontalPodAutoscaler(KubeObject):
     spec: HPASpec
 
@@ -484,6 +504,7 @@ KINDS: dict[tuple[str, str], type[KubeObject]] = {
     ("autoscaling/v2", "HorizontalPodAutoscaler"): HorizontalPodAutoscaler,
     ("scheduling.k8s.io/v1", "PriorityClass"): PriorityClass,
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): RoleBinding,
+    ("batch/v1", "Job"): Job,
 }
 CLUSTER_SCOPED = frozenset({"Namespace", "PriorityClass"})
 

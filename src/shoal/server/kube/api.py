@@ -141,49 +141,24 @@ def router(server, principal, admin, retry_on_conflict) -> APIRouter:
         changed(routes=False)
         return out
 
-    def locate(p: Principal, namespace: str, name: str, container: str | None, verb: str):
-        """The node's agent, run key and container of a pod the caller may
-        read the log of (``get``) or exec into (``create``, as pods/exec in Kubernetes)."""
-        with server.sessions() as s:
-            row = podsvc.find(s, namespace, name)
-            if row is None:
-                raise objs.not_found(objs.KINDS["pods"], name)
-            a = access(s, p)
-            if verb == "get":
-                a.check_read(objs.KINDS["pods"], namespace, name, row.user)
-            else:
-                a.check_change(verb, objs.KINDS["pods"], namespace, name, row.user)
-            node = s.get(NodeRow, row.batch_host) if row.batch_host else None
-            if node is None:
-                raise ObjectError(f'container "{container or row.spec["pod"]["spec"]["containers"][0]["name"]}" '
-                                  f'in pod "{name}" is waiting to start: the pod is not scheduled yet', 400)
-            names = [c["name"] for c in row.spec["pod"]["spec"]["containers"]]
-            if container is None and len(names) > 1:
-                raise ObjectError(f"a container name must be specified for pod {name}, "
-                                  f"choose one of: [{' '.join(names)}]", 400)
-            cname = container or names[0]
-            if cname not in names:
-                raise ObjectError(f"container {cname} is not valid for pod {name}", 400)
-            return AgentEndpoint.of(node), podsvc.job_key(row), cname
-
     @r.get("/pods/{namespace}/{name}/log")
     async def pod_log(namespace: str, name: str, container: str | None = None, previous: bool = False,
                       follow: bool = False, tail: int | None = Query(default=None, ge=0),
                       p: Principal = Depends(principal)):
-        agent, key, cname = await run_in_threadpool(locate, p, namespace, name, container, "get")
+        agent, key, cname = await run_in_threadpool(locate, server, p, namespace, name, container, "get")
         chunks = server.logs.stream(agent, key=key, container=cname, previous=previous,
                                     follow=follow, tail=tail)
         first = await chunks.__anext__()  # errors (unreachable agent, no such log) before the 200
-        return StreamingResponse(_prepend(first, chunks), media_type="text/plain; charset=utf-8")
+        return StreamingResponse(prepend(first, chunks), media_type="text/plain; charset=utf-8")
 
     @r.post("/pods/{namespace}/{name}/exec")
     async def pod_exec(namespace: str, name: str, body: ExecRequest, p: Principal = Depends(principal)):
         """Run a command in a running container; NDJSON output as srun's steps stream it."""
-        agent, key, cname = await run_in_threadpool(locate, p, namespace, name, body.container, "create")
+        agent, key, cname = await run_in_threadpool(locate, server, p, namespace, name, body.container, "create")
         chunks = server.logs.exec(agent, key=key, container=cname, argv=body.command,
                                   stdin=body.stdin)
         first = await chunks.__anext__()  # errors (not running, no such command) before the 200
-        return StreamingResponse(_prepend(first, chunks), media_type="application/x-ndjson")
+        return StreamingResponse(prepend(first, chunks), media_type="application/x-ndjson")
 
     @r.get("/routes")
     async def routes(version: str | None = None, wait: float = Query(default=0, ge=0, le=60),
@@ -213,7 +188,33 @@ def router(server, principal, admin, retry_on_conflict) -> APIRouter:
     return r
 
 
-async def _prepend(first, rest):
+def locate(server, p: Principal, namespace: str, name: str, container: str | None, verb: str):
+    """The node's agent, run key and container of a pod the caller may
+    read the log of (``get``) or exec into (``create``, as pods/exec in Kubernetes)."""
+    with server.sessions() as s:
+        row = podsvc.find(s, namespace, name)
+        if row is None:
+            raise objs.not_found(objs.KINDS["pods"], name)
+        a = Access.of(s, p, server.config.auth.default_namespace_open)
+        if verb == "get":
+            a.check_read(objs.KINDS["pods"], namespace, name, row.user)
+        else:
+            a.check_change(verb, objs.KINDS["pods"], namespace, name, row.user)
+        node = s.get(NodeRow, row.batch_host) if row.batch_host else None
+        if node is None:
+            raise ObjectError(f'container "{container or row.spec["pod"]["spec"]["containers"][0]["name"]}" '
+                              f'in pod "{name}" is waiting to start: the pod is not scheduled yet', 400)
+        names = [c["name"] for c in row.spec["pod"]["spec"]["containers"]]
+        if container is None and len(names) > 1:
+            raise ObjectError(f"a container name must be specified for pod {name}, "
+                              f"choose one of: [{' '.join(names)}]", 400)
+        cname = container or names[0]
+        if cname not in names:
+            raise ObjectError(f"container {cname} is not valid for pod {name}", 400)
+        return AgentEndpoint.of(node), podsvc.job_key(row), cname
+
+
+async def prepend(first, rest):
     yield first
     async for chunk in rest:
         yield chunk

@@ -12,6 +12,7 @@ from __future__ import annotations
 from sqlalchemy.orm.exc import StaleDataError
 
 from shoal.kube import hpa as hpalib
+from shoal.kube import jobs as jobslib
 from shoal.kube import rollout
 from shoal.kube.manifest import pod_resources
 from shoal.model.job import JobState
@@ -75,6 +76,8 @@ class KubeController(KickedLoop):
                 created, deleted = self._replicaset(session, rs, now)
                 sched |= created
                 routes |= deleted
+            for job in objs.list_rows(session, "Job"):
+                sched |= self._job(session, job, now)
         self.rounds += 1
         if sched:
             s.controller.wake()
@@ -155,6 +158,35 @@ class KubeController(KickedLoop):
                   "availableReplicas": len(available), "observedGeneration": rs.generation}
         objs.set_status(rs, status)
         return created, deleted
+
+    # -------------------------------------------------------------- Jobs
+
+    def _job(self, session, job: ObjectRow, now: float) -> bool:
+        """One sync of a batch/v1 Job (``kube.jobs.plan_job``); True when pods were created."""
+        spec = job.body.get("spec") or {}
+        plan = jobslib.plan_job(spec, [_job_pod(r) for r in podsvc.owned(session, job.uid)], job.status or {},
+                                objs.rfc3339(now))
+        owner = (job.body.get("metadata") or {}).get("annotations", {}).get("shoal.io/owner") or "root"
+        for index in plan.create:
+            labels, annotations, pod_spec = jobslib.pod_template(spec.get("template") or {}, job.name, job.uid,
+                                                                 index)
+            name = podsvc.new_name(job.name if index is None else f"{job.name}-{index}")
+            podsvc.create(session, self.server, namespace=job.namespace, name=name, labels=labels,
+                          annotations=annotations, spec=pod_spec, owner_uid=job.uid, owner_name=job.name,
+                          owner_kind="Job", user=owner, now=now, uid=objs.new_uid())
+            objs.record_event(session, job.namespace, "Job", job.name, "Normal", "SuccessfulCreate",
+                              f"Created pod: {name}", now, "job-controller")
+        live = {r.name: r for r in podsvc.live(session, owner_uid=job.uid)}
+        for name in plan.delete:
+            if name in live:
+                podsvc.delete(session, live[name], now)
+                objs.record_event(session, job.namespace, "Job", job.name, "Normal", "SuccessfulDelete",
+                                  f"Deleted pod: {name}", now, "job-controller")
+        for type_, reason, message in plan.events:
+            objs.record_event(session, job.namespace, "Job", job.name, type_, reason, message, now,
+                              "job-controller")
+        objs.set_status(job, plan.status)
+        return bool(plan.create)
 
     # -------------------------------------------------------------- Deployments
 
@@ -267,6 +299,19 @@ class KubeController(KickedLoop):
             if sel and all(selector.get(k) == v for k, v in sel.items()):
                 out.append(svc.name)
         return out
+
+
+_JOB_POD_PHASES = {JobState.COMPLETED.value: "Succeeded", JobState.FAILED.value: "Failed",
+                   JobState.TIMEOUT.value: "Failed"}  # other ends (preempted, node lost, deleted): retried
+
+
+def _job_pod(row: JobRow) -> jobslib.JobPod:
+    index = (row.spec["pod"].get("annotations") or {}).get(jobslib.INDEX_ANNOTATION)
+    if JobState(row.state).terminal:
+        phase = _JOB_POD_PHASES.get(row.state, "Disrupted")
+    else:
+        phase = "Active" if row.deleting_at is None else "Disrupted"
+    return jobslib.JobPod(row.name, phase, int(index) if index is not None else None)
 
 
 def _pod_views(rows: list[JobRow]) -> list[rollout.PodView]:

@@ -46,10 +46,11 @@ KINDS = {k.plural: k for k in (
     Kind("pods", "Pod", "v1"),
     Kind("events", "Event", "v1"),
     Kind("rolebindings", "RoleBinding", "rbac.authorization.k8s.io/v1"),
+    Kind("jobs", "Job", "batch/v1"),
 )}
 BY_KIND = {k.kind: k for k in KINDS.values()}
 STORED = frozenset({"Deployment", "ReplicaSet", "Service", "HorizontalPodAutoscaler", "Namespace", "PriorityClass",
-                    "RoleBinding"})
+                    "RoleBinding", "Job"})
 BUILTIN_NAMESPACES = ("default", "kube-system")
 CLUSTER = ""  # the namespace column of cluster-scoped kinds
 

@@ -25,6 +25,7 @@ from shoal.store.models import CleanupRow, JobRow
 
 POD = "pod"
 LIVE_STATES = (JobState.PENDING.value, JobState.RUNNING.value)
+OWNER_API = {"ReplicaSet": "apps/v1", "Job": "batch/v1"}  # the kinds that own pods
 
 
 def pod_uid(row: JobRow) -> str:
@@ -61,7 +62,7 @@ def priority_of(session: Session, spec: dict) -> tuple[int, str | None]:
 
 def create(session: Session, server, *, namespace: str, name: str, labels: dict, annotations: dict,
            spec: dict, owner_uid: str | None, owner_name: str | None, user: str, now: float,
-           uid: str, deployment: str | None = None) -> JobRow:
+           uid: str, deployment: str | None = None, owner_kind: str = "ReplicaSet") -> JobRow:
     """A pending pod (a job row) from a pod template. The caller commits and wakes the scheduler."""
     res = pod_resources(spec)
     value, class_name = priority_of(session, spec)
@@ -71,6 +72,8 @@ def create(session: Session, server, *, namespace: str, name: str, labels: dict,
     pod = {"namespace": namespace, "name": name, "uid": uid, "labels": labels, "annotations": annotations,
            "spec": spec, "owner": owner_name, "priorityClassName": class_name,
            "deployment": deployment}
+    if owner_kind != "ReplicaSet":
+        pod["owner_kind"] = owner_kind
     row = JobRow(
         kind=POD, namespace=namespace, owner_uid=owner_uid, name=name, user=user,
         partition=server.serving_partition, state=JobState.PENDING.value, reason="None", held=False,
@@ -85,6 +88,12 @@ def create(session: Session, server, *, namespace: str, name: str, labels: dict,
 
 def new_name(prefix: str) -> str:
     return f"{prefix}-{random_suffix()}"
+
+
+def owned(session: Session, owner_uid: str) -> list[JobRow]:
+    """Every pod an owner made, in any state (a Job counts its ended ones)."""
+    return list(session.scalars(select(JobRow).where(JobRow.kind == POD, JobRow.owner_uid == owner_uid)
+                                .order_by(JobRow.id)))
 
 
 def live(session: Session, owner_uid: str | None = None, namespace: str | None = None) -> list[JobRow]:
@@ -222,7 +231,8 @@ def to_json(row: JobRow, node_addresses: dict[str, str] | None = None) -> dict:
             "resourceVersion": str(row.version), "creationTimestamp": rfc3339(row.submit_time)}
     meta["annotations"] = {**(pod.get("annotations") or {}), "shoal.io/job-id": str(row.id)}
     if row.owner_uid:
-        meta["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": pod.get("owner"),
+        kind = pod.get("owner_kind", "ReplicaSet")
+        meta["ownerReferences"] = [{"apiVersion": OWNER_API[kind], "kind": kind, "name": pod.get("owner"),
                                     "uid": row.owner_uid, "controller": True, "blockOwnerDeletion": True}]
     if row.deleting_at is not None or row.state == JobState.CANCELLED.value:
         meta["deletionTimestamp"] = rfc3339(row.deleting_at or row.end_time)

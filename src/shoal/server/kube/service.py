@@ -148,7 +148,7 @@ def delete(session: Session, access: Access, kind: Kind, namespace: str, name: s
     row = objs.require(session, kind, ns, name)
     access.check_change("delete", kind, ns, name, owner_of(row))
     if kind.kind == "Namespace":
-        for k in ("Deployment", "Service", "HorizontalPodAutoscaler", "RoleBinding"):
+        for k in ("Deployment", "Job", "Service", "HorizontalPodAutoscaler", "RoleBinding"):
             for child in objs.list_rows(session, k, name):
                 delete(session, access, BY_KIND[k], name, child.name, now)
         for pod in podsvc.live(session, namespace=name):
@@ -156,6 +156,9 @@ def delete(session: Session, access: Access, kind: Kind, namespace: str, name: s
     if kind.kind == "Deployment":
         for rs in objs.owned(session, "ReplicaSet", row.uid):
             _delete_replicaset(session, rs, now)
+    if kind.kind == "Job":  # its pods go with it, ended ones too (they are shown until deleted)
+        for pod in podsvc.owned(session, row.uid):
+            podsvc.delete(session, pod, now)
     if kind.kind == "ReplicaSet":
         _delete_replicaset(session, row, now)
         return {"kind": kind.kind, "namespace": ns or None, "name": name}

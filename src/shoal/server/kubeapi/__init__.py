@@ -1,0 +1,1 @@
+"""The Kubernetes REST API over Shoal's objects (docs/KUBERNETES-API.md)."""

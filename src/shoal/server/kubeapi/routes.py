@@ -1,0 +1,314 @@
+"""The Kubernetes REST API's routes, made from the resource registry: discovery, then for
+each resource its collection, item and subresource paths. Handlers only translate HTTP:
+the use cases are ``KubeService``'s, and every refusal is a ``Status`` as kubectl expects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import yaml
+from fastapi import APIRouter, Depends, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from shoal.server.auth import Principal
+from shoal.server.kube import api as shoal_kube_api
+from shoal.server.kube.objects import ObjectError
+from shoal.server.kubeapi import openapi, printing
+from shoal.server.kubeapi.cache import POLL_S, Entry, with_rv
+from shoal.server.kubeapi.registry import (
+    RESOURCES, Resource, api_group, api_group_list, api_versions, resource_list, version_info,
+)
+from shoal.server.kubeapi.service import Invalid, KubeService, Selection
+
+WATCH_TIMEOUT_S = 1800  # a watch without timeoutSeconds ends after this, as the API server's min-request-timeout
+PATCH_TYPES = {
+    "application/json-patch+json": "json",
+    "application/merge-patch+json": "merge",
+    "application/strategic-merge-patch+json": "strategic",
+    "application/apply-patch+yaml": "apply",
+}
+
+
+def status(message: str, code: int, reason: str, details: dict | None = None) -> dict:
+    out = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure" if code >= 300 else "Success",
+           "message": message, "reason": reason, "code": code}
+    if details:
+        out["details"] = details
+    return out
+
+
+def is_kube_path(path: str) -> bool:
+    return path.startswith(("/api/", "/apis", "/openapi/")) or path in ("/api", "/version")
+
+
+def error_response(e: Exception) -> JSONResponse:
+    """An ObjectError as a Status; an Invalid with one cause per bad field."""
+    if isinstance(e, Invalid):
+        r = e.resource
+        kind = f"{r.kind}.{r.group}" if r.group else r.kind
+        causes = [{"reason": "FieldValueInvalid", "message": x["message"], "field": x["path"]} for x in e.errors]
+        text = ", ".join(f"{x['path']}: {x['message']}" if x["path"] else x["message"] for x in e.errors)
+        return JSONResponse(status(f'{kind} "{e.name}" is invalid: {text}', 422, "Invalid",
+                                   {"name": e.name, "group": r.group, "kind": r.kind, "causes": causes}), 422)
+    assert isinstance(e, ObjectError)
+    return JSONResponse(status(e.message, e.status, e.reason), status_code=e.status)
+
+
+async def call(fn, *args, code: int = 200):
+    """Run a use case off the event loop; its refusal as a Status."""
+    try:
+        out = await run_in_threadpool(fn, *args)
+    except (ObjectError, Invalid) as e:
+        return error_response(e)
+    return JSONResponse(out, status_code=code) if code != 200 else out
+
+
+async def body_of(request: Request):
+    raw = await request.body()
+    ctype = request.headers.get("content-type", "")
+    if "protobuf" in ctype or "cbor" in ctype:
+        raise ObjectError("the body of the request was in an unknown format - accepted media types include: "
+                          "application/json, application/yaml", 415, "UnsupportedMediaType")
+    try:
+        if ctype.startswith("application/apply-patch+yaml"):
+            return yaml.safe_load(raw)
+        return json.loads(raw or b"null")
+    except (ValueError, yaml.YAMLError) as e:
+        raise ObjectError(f"the request body is not valid JSON: {e}", 400) from None
+
+
+def number(request: Request, name: str, default: float = 0) -> float:
+    """A numeric query parameter (``limit``, ``timeoutSeconds``, ``tailLines``)."""
+    text = request.query_params.get(name)
+    try:
+        return float(text) if text else default
+    except ValueError:
+        raise ObjectError(f"{name}: invalid value {text!r}: must be a number", 400) from None
+
+
+def dry_run(request: Request) -> bool:
+    return "All" in request.query_params.getlist("dryRun")
+
+
+# ---------------------------------------------------------------- the router
+
+
+def router(server, principal, nodes_json, retry_on_conflict) -> APIRouter:
+    """``retry_on_conflict``: runs a write again when the controllers changed its rows first."""
+    r = APIRouter(include_in_schema=False)  # described by its own OpenAPI documents (/openapi/v3)
+    server.nodes_json = nodes_json
+    svc = server.kube_api = KubeService(server, retry_on_conflict)
+
+    @r.get("/version")
+    async def version():
+        return version_info()
+
+    @r.get("/api")
+    async def api(request: Request, p: Principal = Depends(principal)):
+        return api_versions(request.url.netloc)
+
+    @r.get("/apis")
+    async def apis(p: Principal = Depends(principal)):
+        return api_group_list()
+
+    @r.get("/api/{version}")
+    async def core_resources(version: str, p: Principal = Depends(principal)):
+        return _found(resource_list("", version))
+
+    @r.get("/apis/{group}")
+    async def group_doc(group: str, p: Principal = Depends(principal)):
+        return _found(api_group(group))
+
+    @r.get("/apis/{group}/{version}")
+    async def group_resources(group: str, version: str, p: Principal = Depends(principal)):
+        return _found(resource_list(group, version))
+
+    openapi.add_routes(r, principal)
+    for res in RESOURCES:
+        _read_routes(r, res, svc, principal)
+        _write_routes(r, res, svc, principal)
+        for sub in res.subresources:
+            if sub.name == "scale":
+                _scale_routes(r, res, svc, principal)
+            elif sub.name == "log":
+                _log_route(r, res, server, principal)
+    return r
+
+
+def _found(doc: dict | None):
+    if doc is None:
+        return JSONResponse(status("the server could not find the requested resource", 404, "NotFound"),
+                            status_code=404)
+    return doc
+
+
+def _paths(res: Resource) -> tuple[str, str]:
+    """(the collection path in a namespace or of a cluster-scoped kind, the item path)."""
+    root = f"/apis/{res.group}/{res.version}" if res.group else f"/api/{res.version}"
+    collection = f"{root}/namespaces/{{namespace}}/{res.resource}" if res.namespaced else f"{root}/{res.resource}"
+    return collection, f"{collection}/{{name}}"
+
+
+def _read_routes(r: APIRouter, res: Resource, svc: KubeService, principal) -> None:
+    collection, item = _paths(res)
+
+    async def read(request: Request, namespace: str | None, p: Principal):
+        q, accept = request.query_params, request.headers.get("accept")
+        try:
+            sel = Selection(namespace, q.get("labelSelector"), q.get("fieldSelector"))
+            limit = int(number(request, "limit"))
+            if q.get("watch") in ("1", "true", "True"):
+                return await watch(request, res, svc, p, sel)
+        except ObjectError as e:
+            return error_response(e)
+        return await call(svc.list, res, p, sel, limit, q.get("continue"),
+                          printing.wants_table(accept), q.get("includeObject", "Metadata"))
+
+    async def read_collection(request: Request, namespace: str, p: Principal = Depends(principal)):
+        return await read(request, namespace, p)
+
+    async def read_all(request: Request, p: Principal = Depends(principal)):
+        return await read(request, None, p)
+
+    async def read_item(request: Request, name: str, namespace: str | None = None,
+                        p: Principal = Depends(principal)):
+        out = await call(svc.get, res, p, namespace, name)
+        if isinstance(out, Response) or not printing.wants_table(request.headers.get("accept")):
+            return out
+        return printing.table(res.resource, [out], time.time(), out["metadata"]["resourceVersion"],
+                              request.query_params.get("includeObject", "Metadata"))
+
+    if res.namespaced:
+        r.add_api_route(collection, read_collection, methods=["GET"])
+    r.add_api_route(_paths(res)[0].replace("/namespaces/{namespace}", ""), read_all, methods=["GET"])
+    r.add_api_route(item, read_item, methods=["GET"])
+
+
+async def watch(request: Request, res: Resource, svc: KubeService, p: Principal, sel: Selection):
+    """Chunked JSON watch events from ``resourceVersion`` (0 or none: the current objects as
+    ADDED first); a position older than the cache keeps gets an ERROR event with 410."""
+    q = request.query_params
+    a = await run_in_threadpool(svc.access, p)
+    svc.check_list(a, res, sel.namespace, "watch")
+    table = printing.wants_table(request.headers.get("accept"))
+    since = q.get("resourceVersion") or "0"
+    if not since.isdigit():
+        raise ObjectError(f"invalid resource version: {since}", 400)
+    timeout = min(number(request, "timeoutSeconds", WATCH_TIMEOUT_S), WATCH_TIMEOUT_S)
+    cache = svc.cache
+    headers_sent: list = []
+
+    def line(type_: str, entry: Entry) -> bytes:
+        obj = with_rv(entry)
+        if table:  # column definitions with the first event only
+            obj = printing.table(res.resource, [obj], time.time(), str(entry.rv), q.get("includeObject", "Metadata"),
+                                 headers=not headers_sent)
+            headers_sent.append(True)
+        return (json.dumps({"type": type_, "object": obj}) + "\n").encode()
+
+    async def events():
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        pos = int(since)
+        if pos == 0:
+            pos, entries = await run_in_threadpool(cache.items, res)
+            for e in svc.visible(a, res, entries, sel):
+                yield line("ADDED", e)
+        elif cache.too_old(pos):
+            gone = status(f"too old resource version: {pos} ({cache.oldest})", 410, "Expired")
+            yield (json.dumps({"type": "ERROR", "object": gone}) + "\n").encode()
+            return
+        while loop.time() < deadline:
+            await cache.poll(res)
+            for ev in cache.since(res, pos):
+                pos = ev.rv
+                if next(svc.visible(a, res, [ev.entry], sel), None) is not None:
+                    yield line(ev.type, ev.entry)
+            if await request.is_disconnected():
+                return
+            await asyncio.sleep(POLL_S)
+
+    return StreamingResponse(events(), media_type="application/json")
+
+
+def _write_routes(r: APIRouter, res: Resource, svc: KubeService, principal) -> None:
+    collection, item = _paths(res)
+
+    async def create(request: Request, namespace: str | None = None, p: Principal = Depends(principal)):
+        try:
+            doc = await body_of(request)
+        except ObjectError as e:
+            return error_response(e)
+        return await call(lambda: svc.write(res, p, namespace, doc, None, dry_run(request))[0], code=201)
+
+    async def replace(request: Request, name: str, namespace: str | None = None, p: Principal = Depends(principal)):
+        try:
+            doc = await body_of(request)
+        except ObjectError as e:
+            return error_response(e)
+        return await call(lambda: svc.write(res, p, namespace, doc, name, dry_run(request))[0])
+
+    async def patch(request: Request, name: str, namespace: str | None = None, p: Principal = Depends(principal)):
+        kind = PATCH_TYPES.get(request.headers.get("content-type", "").split(";")[0].strip())
+        if kind is None:
+            return JSONResponse(status(f"the body of the request was in an unknown format - accepted media types "
+                                       f"include: {', '.join(PATCH_TYPES)}", 415, "UnsupportedMediaType"), 415)
+        try:
+            body = await body_of(request)
+        except ObjectError as e:
+            return error_response(e)
+        return await call(lambda: svc.patch(res, p, namespace, name, kind, body, dry_run(request))[0])
+
+    async def delete(request: Request, name: str, namespace: str | None = None, p: Principal = Depends(principal)):
+        def gone():
+            uid = svc.delete(res, p, namespace, name)
+            return status("", 200, "", {"name": name, "group": res.group, "kind": res.resource, "uid": uid})
+
+        return await call(gone)
+
+    if "create" in res.verbs:
+        r.add_api_route(collection, create, methods=["POST"])
+    for verb, method, handler in (("update", "PUT", replace), ("patch", "PATCH", patch), ("delete", "DELETE", delete)):
+        if verb in res.verbs:
+            r.add_api_route(item, handler, methods=[method])
+
+
+def _scale_routes(r: APIRouter, res: Resource, svc: KubeService, principal) -> None:
+    """``deployments/{name}/scale``: an autoscaling/v1 Scale (``kubectl scale``)."""
+
+    async def get_scale(namespace: str, name: str, p: Principal = Depends(principal)):
+        return await call(svc.scale_of, res, namespace, name)
+
+    async def set_scale(request: Request, namespace: str, name: str, p: Principal = Depends(principal)):
+        try:
+            body = await body_of(request)
+        except ObjectError as e:
+            return error_response(e)
+        return await call(svc.scale, res, p, namespace, name, body)
+
+    path = f"{_paths(res)[1]}/scale"
+    r.add_api_route(path, get_scale, methods=["GET"])
+    r.add_api_route(path, set_scale, methods=["PUT", "PATCH"])
+
+
+def _log_route(r: APIRouter, res: Resource, server, principal) -> None:
+    """``pods/{name}/log`` (``kubectl logs``): the agent's log stream, as text."""
+
+    async def pod_log(request: Request, namespace: str, name: str, p: Principal = Depends(principal)):
+        q = request.query_params
+        try:
+            tail = int(number(request, "tailLines")) if q.get("tailLines") else None
+            agent, key, cname = await run_in_threadpool(shoal_kube_api.locate, server, p, namespace, name,
+                                                        q.get("container"), "get")
+            chunks = server.logs.stream(agent, key=key, container=cname, previous=q.get("previous") == "true",
+                                        follow=q.get("follow") == "true", tail=tail)
+            first = await chunks.__anext__()
+        except ObjectError as e:
+            return error_response(e)
+        return StreamingResponse(shoal_kube_api.prepend(first, chunks), media_type="text/plain")
+
+    r.add_api_route(f"{_paths(res)[1]}/log", pod_log, methods=["GET"])

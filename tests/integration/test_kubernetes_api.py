@@ -1,0 +1,290 @@
+"""The Kubernetes API, spoken to by the real kubectl 1.32 and the official Python client: a
+local cluster serving HTTPS (kubectl sends its token only over TLS), the vLLM example
+Deployment run with the example model server standing in for the vLLM image.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+from tests.integration.cluster import LocalCluster, wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+SERVER = ROOT / "examples" / "serving" / "model_server.py"
+DEPLOYMENT = ROOT / "examples" / "serving" / "vllm-llama-70b.yaml"
+SERVICE = ROOT / "examples" / "serving" / "vllm-service.yaml"
+
+needs_kubectl = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = LocalCluster(tmp_path_factory.mktemp("kubeapi"), nodes=2, gpus_per_node=8, gpu_model="H100-SXM-80GB",
+                     memory="1T", extra=("--tls", "on", "--label", "nvidia.com/gpu.product=NVIDIA-H100-SXM",
+                                         "--taint", "nvidia.com/gpu=present:NoSchedule",
+                                         "--image", f"vllm/vllm-openai:*=python3 {SERVER}"))
+    c.up()
+    c.kubeconfig = str(c.root / "state" / "kubeconfig")
+    c.env.update(KUBECONFIG=c.kubeconfig, KUBECACHEDIR=str(c.root / "kube-cache"))
+    yield c
+    c.down()
+
+
+def kubectl(c: LocalCluster, *args: str, check: bool = True, kubeconfig: str | None = None, timeout: float = 60):
+    env = {"KUBECONFIG": kubeconfig} if kubeconfig else None
+    return c.run(["kubectl", *args], check=check, env=env, timeout=timeout)
+
+
+def table(text: str) -> list[list[str]]:
+    return [line.split() for line in text.strip().splitlines()]
+
+
+@pytest.mark.slow
+@needs_kubectl
+def test_kubectl_transcript(cluster):
+    """What a serving team types on a real cluster, and what kubectl prints back."""
+    c = cluster
+    out = kubectl(c, "version").stdout
+    assert "Client Version: v1.32" in out and "Server Version: v1.32.0-shoal" in out
+
+    kinds = table(kubectl(c, "api-resources").stdout)
+    assert kinds[0] == ["NAME", "SHORTNAMES", "APIVERSION", "NAMESPACED", "KIND"]
+    assert ["deployments", "deploy", "apps/v1", "true", "Deployment"] in kinds
+    assert ["nodes", "no", "v1", "false", "Node"] in kinds
+
+    nodes = table(kubectl(c, "get", "nodes", "-o", "wide").stdout)
+    assert nodes[0][:5] == ["NAME", "STATUS", "ROLES", "AGE", "VERSION"] and "GPUS" in nodes[0]
+    assert [row[nodes[0].index("GPUS")] for row in nodes[1:]] == ["0/8", "0/8"]
+
+    # The example as it is (4 replicas of 4 GPUs; the process runtime fits one per node: one port).
+    out = kubectl(c, "apply", "-f", str(DEPLOYMENT), "-f", str(SERVICE)).stdout
+    assert out.split("\n")[:2] == ["deployment.apps/vllm-llama-70b created", "service/vllm created"]
+    wait_until(lambda: table(kubectl(c, "get", "deploy", "vllm-llama-70b").stdout)[1][1:4] == ["2/4", "4", "2"],
+               60, "2 of 4 replicas ready and available")
+    got = kubectl(c, "get", "deploy,rs,pods", "-o", "wide").stdout
+    blocks = got.strip().split("\n\n")
+    assert table(blocks[0])[0] == ["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE", "CONTAINERS", "IMAGES",
+                                   "SELECTOR"]
+    assert table(blocks[0])[1][:4] == ["deployment.apps/vllm-llama-70b", "2/4", "4", "2"]
+    assert table(blocks[1])[0][:4] == ["NAME", "DESIRED", "CURRENT", "READY"]
+    pods = table(blocks[2])
+    assert pods[0] == ["NAME", "READY", "STATUS", "RESTARTS", "AGE", "IP", "NODE", "NOMINATED", "NODE",
+                       "READINESS", "GATES"]
+    assert sorted(p[2] for p in pods[1:]) == ["Pending", "Pending", "Running", "Running"]
+    assert sorted(p[6] for p in pods[1:] if p[2] == "Running") == ["node01", "node02"]
+    nodes = table(kubectl(c, "get", "nodes").stdout)
+    assert [row[-1] for row in nodes[1:]] == ["4/8", "4/8"]  # GPUs allocated, whatever holds them
+
+    described = kubectl(c, "describe", "deploy", "vllm-llama-70b").stdout
+    assert "Replicas:               4 desired | 4 updated | 4 total | 2 available | 2 unavailable" in described
+    assert "NewReplicaSet:   vllm-llama-70b-" in described and "ScalingReplicaSet" in described
+
+    assert kubectl(c, "scale", "deploy/vllm-llama-70b", "--replicas=1").stdout.strip() == \
+        "deployment.apps/vllm-llama-70b scaled"
+    assert kubectl(c, "set", "image", "deploy/vllm-llama-70b", "vllm=vllm/vllm-openai:v0.6.4").stdout.strip() == \
+        "deployment.apps/vllm-llama-70b image updated"
+    out = kubectl(c, "rollout", "status", "deploy/vllm-llama-70b", "--timeout=90s", timeout=100).stdout
+    assert out.strip().endswith('deployment "vllm-llama-70b" successfully rolled out')
+    history = table(kubectl(c, "rollout", "history", "deploy/vllm-llama-70b").stdout)
+    assert [row[0] for row in history[2:]] == ["1", "2"]
+    logs = kubectl(c, "logs", "deploy/vllm-llama-70b").stdout
+    assert "meta-llama/Llama-3.1-70B" in logs
+
+    # Server-side validation: an unknown field is named, nothing is applied.
+    bad = c.root / "bad.yaml"
+    bad.write_text(DEPLOYMENT.read_text().replace("  replicas: 4\n", "  replicas: 4\n  replicaz: 2\n"))
+    out = kubectl(c, "apply", "-f", str(bad), check=False)
+    assert out.returncode == 1
+    assert 'The Deployment "vllm-llama-70b" is invalid: spec.replicaz: unknown field "spec.replicaz"' in out.stderr
+    assert "replicas: 1" in kubectl(c, "get", "deploy", "vllm-llama-70b", "-o", "yaml").stdout
+
+    explained = kubectl(c, "explain", "deployment.spec.replicas").stdout
+    assert "FIELD: replicas <integer>" in explained and "Number of desired pods" in explained
+
+    out = kubectl(c, "get", "pods", "nosuch", check=False)
+    assert out.stderr.strip() == 'Error from server (NotFound): pods "nosuch" not found'
+
+    out = kubectl(c, "delete", "-f", str(DEPLOYMENT), "-f", str(SERVICE), timeout=90).stdout
+    assert out.split("\n")[:2] == ['deployment.apps "vllm-llama-70b" deleted', 'service "vllm" deleted']
+    wait_until(lambda: "No resources found" in kubectl(c, "get", "pods").stderr, 60, "the pods to go")
+    events = table(kubectl(c, "get", "events").stdout)
+    assert events[0] == ["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]
+    assert any(row[2] == "ScalingReplicaSet" and row[3] == "deployment/vllm-llama-70b" for row in events[1:])
+
+
+@pytest.mark.slow
+@needs_kubectl
+def test_apply_of_a_changed_image_keeps_every_other_field(cluster):
+    """Client-side apply's three-way strategic merge: the image changes; probes, GPU limits,
+    ports and a label someone added with kubectl label stay as they were."""
+    c = cluster
+    manifest = {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "probed"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "probed"}},
+                 "template": {"metadata": {"labels": {"app": "probed"}}, "spec": {
+                     "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                     "containers": [{
+                         "name": "server", "image": "vllm/vllm-openai:v1", "ports": [{"containerPort": 8100}],
+                         "args": ["--port", "8100"],
+                         "env": [{"name": "MODEL_VERSION", "value": "v1"}],
+                         "resources": {"limits": {"nvidia.com/gpu": 1, "memory": "8Gi"}},
+                         "readinessProbe": {"httpGet": {"path": "/health", "port": 8100}, "periodSeconds": 2},
+                     }]}}}}
+    path = c.root / "probed.json"
+    path.write_text(json.dumps(manifest))
+    kubectl(c, "apply", "-f", str(path))
+    kubectl(c, "label", "deploy", "probed", "team=infer")
+    before = json.loads(kubectl(c, "get", "deploy", "probed", "-o", "json").stdout)
+
+    manifest["spec"]["template"]["spec"]["containers"][0]["image"] = "vllm/vllm-openai:v2"
+    path.write_text(json.dumps(manifest))
+    assert kubectl(c, "apply", "-f", str(path)).stdout.strip() == "deployment.apps/probed configured"
+    after = json.loads(kubectl(c, "get", "deploy", "probed", "-o", "json").stdout)
+
+    assert after["spec"]["template"]["spec"]["containers"][0]["image"] == "vllm/vllm-openai:v2"
+    after["spec"]["template"]["spec"]["containers"][0]["image"] = "vllm/vllm-openai:v1"
+    assert after["spec"] == before["spec"]
+    assert after["metadata"]["labels"] == {"team": "infer"}
+    assert after["metadata"]["generation"] == before["metadata"]["generation"] + 1
+    assert int(after["metadata"]["resourceVersion"]) > int(before["metadata"]["resourceVersion"])
+    kubectl(c, "delete", "deploy", "probed", timeout=90)
+
+
+@pytest.mark.slow
+@needs_kubectl
+def test_forbidden_outside_a_granted_namespace(cluster):
+    c = cluster
+    bob = str(c.root / "bob.kubeconfig")
+    c.run(["shoal", "kubeconfig", "--user", "bob", "-o", bob])
+    docs = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}} for ns in ("team-a", "team-b")]
+    docs.append({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                 "metadata": {"name": "bob-edit", "namespace": "team-a"},
+                 "subjects": [{"kind": "User", "name": "bob"}],
+                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"}})
+    path = c.root / "rbac.json"
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}))
+    kubectl(c, "apply", "-f", str(path))
+
+    out = kubectl(c, "get", "pods", "-n", "team-b", kubeconfig=bob, check=False)
+    assert out.returncode == 1
+    assert out.stderr.strip() == ('Error from server (Forbidden): pods is forbidden: User "bob" cannot list '
+                                  'resource "pods" in API group "" in the namespace "team-b"')
+    out = kubectl(c, "get", "pods", "-n", "team-a", kubeconfig=bob)
+    assert out.stderr.strip() == "No resources found in team-a namespace."
+
+    svc = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+           "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]}}
+    path = c.root / "svc.json"
+    path.write_text(json.dumps(svc))
+    assert kubectl(c, "apply", "-n", "team-a", "-f", str(path), kubeconfig=bob).stdout.strip() == \
+        "service/web created"
+    out = kubectl(c, "apply", "-n", "team-b", "-f", str(path), kubeconfig=bob, check=False)
+    assert out.returncode == 1 and "Error from server (Forbidden)" in out.stderr
+    assert 'User "bob" cannot create resource "services" in API group "" in the namespace "team-b"' in out.stderr
+    kubectl(c, "delete", "ns", "team-a", "team-b", timeout=90)
+
+
+@pytest.mark.slow
+def test_python_client_watches_pods_across_a_rollout(cluster):
+    """The official client lists pods, then watches from the list's resourceVersion while a
+    Deployment rolls to a new image: each pod is ADDED first, DELETED last, in order."""
+    from kubernetes import client, config, watch
+
+    config.load_kube_config(cluster.kubeconfig)
+    core, apps = client.CoreV1Api(), client.AppsV1Api()
+    listed = core.list_namespaced_pod("default", label_selector="app=watched")
+    assert listed.items == []
+    seen: list[tuple[str, str, int]] = []
+    w = watch.Watch()
+
+    def follow():
+        for ev in w.stream(core.list_namespaced_pod, "default", label_selector="app=watched",
+                           resource_version=listed.metadata.resource_version, timeout_seconds=120):
+            seen.append((ev["type"], ev["object"].metadata.name, int(ev["object"].metadata.resource_version)))
+            if [t for t, _, _ in seen].count("DELETED") == 2:  # both pods gone: the story is over
+                w.stop()
+
+    watcher = threading.Thread(target=follow, daemon=True)
+    watcher.start()
+    container = client.V1Container(name="server", image="vllm/vllm-openai:v1", args=["--port", "8200"],
+                                   ports=[client.V1ContainerPort(container_port=8200)])
+    body = client.V1Deployment(
+        metadata=client.V1ObjectMeta(name="watched"),
+        spec=client.V1DeploymentSpec(
+            replicas=1, selector=client.V1LabelSelector(match_labels={"app": "watched"}),
+            template=client.V1PodTemplateSpec(metadata=client.V1ObjectMeta(labels={"app": "watched"}),
+                                              spec=client.V1PodSpec(containers=[container], tolerations=[
+                                                  client.V1Toleration(key="nvidia.com/gpu", operator="Exists",
+                                                                      effect="NoSchedule")]))))
+    apps.create_namespaced_deployment("default", body)
+
+    def rolled(image):
+        d = apps.read_namespaced_deployment("watched", "default")
+        return (d.status.updated_replicas == 1 and d.status.available_replicas == 1 and d.status.replicas == 1
+                and d.status.observed_generation == d.metadata.generation
+                and d.spec.template.spec.containers[0].image == image)
+
+    wait_until(lambda: rolled("vllm/vllm-openai:v1"), 60, "the first pod to be available")
+    apps.patch_namespaced_deployment("watched", "default",
+                                     {"spec": {"template": {"spec": {"containers": [
+                                         {"name": "server", "image": "vllm/vllm-openai:v2"}]}}}})
+    wait_until(lambda: rolled("vllm/vllm-openai:v2"), 60, "the rollout")
+    wait_until(lambda: len(core.list_namespaced_pod("default", label_selector="app=watched").items) == 1, 60,
+               "the old pod to go")
+    wait_until(lambda: sum(1 for t, _, _ in seen if t == "DELETED") == 1, 10, "the old pod's DELETED event")
+    apps.delete_namespaced_deployment("watched", "default")
+    wait_until(lambda: sum(1 for t, _, _ in seen if t == "DELETED") == 2, 60, "the new pod's DELETED event")
+    watcher.join(10)
+
+    versions = [rv for _, _, rv in seen]
+    assert versions == sorted(versions)
+    names = list(dict.fromkeys(name for _, name, _ in seen))
+    assert len(names) == 2
+    old, new = ([t for t, n, _ in seen if n == name] for name in names)
+    assert old[0] == "ADDED" and old[-1] == "DELETED" and "MODIFIED" in old  # Running, then Terminating
+    assert new[0] == "ADDED" and new[-1] == "DELETED" and new.count("DELETED") == 1
+    first_new = next(i for i, (t, n, _) in enumerate(seen) if n == names[1])
+    old_gone = next(i for i, (t, n, _) in enumerate(seen) if n == names[0] and t == "DELETED")
+    assert first_new < old_gone  # surge: the new pod comes before the old one goes
+
+
+@pytest.mark.slow
+@needs_kubectl
+def test_indexed_job_retries_a_failed_index_and_completes(cluster):
+    """A batch/v1 Indexed Job of 4 pods, backoffLimit 2, whose index 2 fails once: retried,
+    every index done, and kubectl wait --for=condition=complete returns."""
+    c = cluster
+    marker = c.root / "index-2-failed-once"
+    script = (f'if [ "$JOB_COMPLETION_INDEX" = 2 ] && [ ! -e {marker} ]; then touch {marker}; exit 1; fi; '
+              'echo shard $JOB_COMPLETION_INDEX done')
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "finetune"},
+           "spec": {"completions": 4, "parallelism": 4, "completionMode": "Indexed", "backoffLimit": 2,
+                    "template": {"spec": {
+                        "restartPolicy": "Never",
+                        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                        "containers": [{"name": "train", "image": "busybox", "command": ["sh", "-c", script],
+                                        "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}}
+    path = c.root / "job.json"
+    path.write_text(json.dumps(job))
+    assert kubectl(c, "apply", "-f", str(path)).stdout.strip() == "job.batch/finetune created"
+    out = kubectl(c, "wait", "--for=condition=complete", "job/finetune", "--timeout=60s", timeout=70)
+    assert out.stdout.strip() == "job.batch/finetune condition met"
+
+    jobs = table(kubectl(c, "get", "jobs").stdout)
+    assert jobs[0] == ["NAME", "STATUS", "COMPLETIONS", "DURATION", "AGE"]
+    assert jobs[1][:3] == ["finetune", "Complete", "4/4"]
+    status = json.loads(kubectl(c, "get", "job", "finetune", "-o", "json").stdout)["status"]
+    assert (status["succeeded"], status["failed"], status["completedIndexes"]) == (4, 1, "0-3")
+    assert [x["type"] for x in status["conditions"]] == ["SuccessCriteriaMet", "Complete"]
+    pods = table(kubectl(c, "get", "pods", "-l", "job-name=finetune").stdout)[1:]
+    statuses = sorted((row[0].rsplit("-", 1)[0], row[2]) for row in pods)
+    assert statuses == sorted([("finetune-0", "Completed"), ("finetune-1", "Completed"), ("finetune-2", "Error"),
+                               ("finetune-2", "Completed"), ("finetune-3", "Completed")])
+    kubectl(c, "delete", "job", "finetune", timeout=90)
+    wait_until(lambda: "No resources found" in kubectl(c, "get", "pods", "-l", "job-name=finetune").stderr, 30,
+               "the Job's pods to go with it")
