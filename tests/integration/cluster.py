@@ -72,6 +72,7 @@ class LocalCluster:
         out = self.run(["shoal", "up", *self.args], check=False, timeout=90)
         if out.returncode != 0:
             raise AssertionError(f"shoal up failed ({out.returncode}):\n{out.stdout}\n{out.stderr}")
+        self.up_output = out.stdout
         self.state = json.loads((self.root / "state" / "cluster.json").read_text())
         self.admin_token = json.loads((self.root / "client.yaml").read_text())["token"]
         return self

@@ -42,6 +42,8 @@ def _runs(log) -> dict[int, tuple[str, float, float]]:
     """Each run's node and the first and last moment it was seen alive."""
     runs: dict[int, tuple[str, float, float]] = {}
     for line in log.read_text().splitlines():
+        if len(line.split()) != 4:
+            continue  # a line still being written
         _, run, node, t = line.split()
         r, t = int(run), float(t)
         n, first, last = runs.get(r, (node, t, t))
@@ -53,16 +55,19 @@ def _assert_never_overlapped(log) -> dict[int, tuple[str, float, float]]:
     runs = _runs(log)
     spans = sorted(runs.items(), key=lambda r: r[1][1])
     for (a, (na, _, end_a)), (b, (nb, start_b, _)) in zip(spans, spans[1:]):
-        assert end_a < start_b, f"run {a} on {na} was alive until {end_a:.2f}, after run {b} on {nb} began at {start_b:.2f}"
+        assert end_a < start_b, \
+            f"run {a} on {na} was alive until {end_a:.2f}, after run {b} on {nb} began at {start_b:.2f}"
     return runs
 
 
-def _restarted(cluster: LocalCluster, job: int, log, count: int) -> dict:
+def _restarted(cluster: LocalCluster, job: int, log, after: int) -> dict:
+    """The job running again, in a run later than ``after`` that has begun its log."""
     def again():
         j = cluster.job(job)
-        return j if j["restart_count"] == count and j["state"] == "RUNNING" and count in _runs(log) else None
+        started = j["restart_count"] > after and j["state"] == "RUNNING" and j["restart_count"] in _runs(log)
+        return j if started else None
 
-    return wait_until(again, 40, f"job {job} to run again (run {count})")
+    return wait_until(again, 60, f"job {job} to run again (after run {after})")
 
 
 def test_a_requeue_job_never_runs_twice_at_once_when_its_agent_is_cut_off_killed_or_stopped(partitioned):  # noqa: F811
@@ -78,7 +83,8 @@ def test_a_requeue_job_never_runs_twice_at_once_when_its_agent_is_cut_off_killed
 
     cluster.cut()  # a network partition: the agent lives, cut off
     try:
-        host = _restarted(cluster, job, log, 1)["batch_host"]
+        again = _restarted(cluster, job, log, 0)
+        host, run = again["batch_host"], again["restart_count"]
     finally:
         cluster.heal()
     _assert_never_overlapped(log)
@@ -90,19 +96,20 @@ def test_a_requeue_job_never_runs_twice_at_once_when_its_agent_is_cut_off_killed
     try:
         # kill -9 of the agent (its supervisor is alone), SIGSTOP (the agent neither reports
         # nor fences), twice each, wherever the job runs by then.
-        for run, fault in enumerate(("kill", "stop", "kill", "stop"), start=2):
+        for fault in ("kill", "stop", "kill", "stop"):
             if fault == "kill":
                 cmd = Path(f"/proc/{agent_pid(host)}/cmdline").read_bytes().decode().split("\0")[:-1]
                 os.kill(agent_pid(host), signal.SIGKILL)
-                moved = _restarted(cluster, job, log, run)["batch_host"]
+                again = _restarted(cluster, job, log, run)
                 agents[host] = _start_agent(cluster, cmd)
             else:
                 pid = agent_pid(host)
                 os.kill(pid, signal.SIGSTOP)
                 try:
-                    moved = _restarted(cluster, job, log, run)["batch_host"]
+                    again = _restarted(cluster, job, log, run)
                 finally:
                     os.kill(pid, signal.SIGCONT)
+            moved, run = again["batch_host"], again["restart_count"]
             assert moved != host
             wait_until(lambda: next(n for n in cluster.nodes_json() if n["name"] == host)["state"] == "UP", 30,
                        f"{host}'s agent to be back")
@@ -110,9 +117,10 @@ def test_a_requeue_job_never_runs_twice_at_once_when_its_agent_is_cut_off_killed
             host = moved
         (log.parent / f"{log.name}.done").touch()
         done = cluster.wait_for(job, timeout=30)
-        assert (done["state"], done["restart_count"]) == ("COMPLETED", 5), done
+        # Five faults, five restarts (more only if a loaded machine delayed a report past a lease).
+        assert done["state"] == "COMPLETED" and done["restart_count"] >= 5, done
         runs = _assert_never_overlapped(log)
-        assert sorted(runs) == list(range(6)) and runs[0][0] == "node03", runs
+        assert sorted(runs) == list(range(done["restart_count"] + 1)) and runs[0][0] == "node03", runs
         stepped = {int(line.split()[1]) for line in log.read_text().splitlines() if line.startswith("step")}
         assert 0 in stepped, "the first run's srun step never ticked"
     finally:
@@ -137,7 +145,8 @@ def test_jobs_that_ended_while_their_agent_was_dead_are_corrected_when_it_return
     taken_back = cluster.sbatch("-w", "node01", "--requeue", "--output=/dev/null",
                                 "--wrap", f"echo ran >> {w}/taken_back; {wait}; exit 3")
     fenced = cluster.sbatch("-w", "node01", "--requeue", "--output=/dev/null", script=_ticking(log))
-    rerun = cluster.sbatch("--requeue", "--output=/dev/null", "--wrap", f"echo $SLURM_RESTART_COUNT >> {w}/rerun; {wait}")
+    rerun = cluster.sbatch("--requeue", "--output=/dev/null",
+                           "--wrap", f"echo $SLURM_RESTART_COUNT >> {w}/rerun; {wait}")
     for j in (plain, taken_back, fenced, rerun):
         assert cluster.wait_for(j, states=("RUNNING",), timeout=20)["nodelist"] == "node01"
     wait_until(lambda: (w / "taken_back").exists() and (w / "rerun").exists() and log.exists(), 15, "all to start")
@@ -161,7 +170,7 @@ def test_jobs_that_ended_while_their_agent_was_dead_are_corrected_when_it_return
         assert (d["state"], d["restart_count"]) == ("COMPLETED", 1) and "which stands" in d["admin_comment"], d
         assert (w / "rerun").read_text().split() == ["0", "1"]
         # The fenced run is not corrected: the job runs again, after the fence, never alongside.
-        _restarted(cluster, fenced, log, 1)
+        _restarted(cluster, fenced, log, 0)
         (log.parent / f"{log.name}.done").touch()
         assert cluster.wait_for(fenced, timeout=30)["state"] == "COMPLETED"
         runs = _assert_never_overlapped(log)

@@ -199,3 +199,53 @@ def test_a_step_whose_srun_goes_away_is_killed_over_https_as_over_http(cluster, 
         for job in cluster.api("GET", "/shoal/v1/jobs?all=true")["jobs"]:
             if job["state"] == "RUNNING" and job["name"] == "sh":  # srun's own allocation, left by the kill
                 cluster.api("POST", f"/shoal/v1/jobs/{job['job_id']}/cancel", {})
+
+
+def test_the_console_over_https_keeps_jobs_private(cluster):
+    """The console's login cookie is Secure over HTTPS, and under PrivateData=jobs its own routes
+    show a user nothing of another's job: the grid colours it without naming it, GPU-hours leave
+    it out, its output is 404 as its Job is, its script 403."""
+    context = ssl.create_default_context(cafile=cluster.ca_file)
+    opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=context),
+                                         _NoRedirect())
+    carol = cluster.api("POST", "/shoal/v1/tokens", {"user": "carol", "role": "user"})["token"]
+    # Another user's running job: root's, run as root (a user the machine has).
+    theirs = cluster.api("POST", "/shoal/v1/jobs", {"script": "#!/bin/sh\nsleep 300\n", "workdir": "/tmp",
+                                                   "stdout": "/dev/null", "name": "roots-secret",
+                                                   "gpus_per_node": 1})["job_id"]
+    started = cluster.wait_for(theirs, states=("RUNNING", "FAILED", "COMPLETED"), timeout=30)
+    assert started["state"] == "RUNNING", started
+    try:
+        login = urllib.request.Request(f"{cluster.server}/console/login", method="POST",
+                                       data=f"token={carol}&next=/console/queue".encode())
+        with pytest.raises(urllib.error.HTTPError) as redirect:
+            opener.open(login, timeout=10)
+        assert redirect.value.code == 303 and redirect.value.headers["location"] == "/console/queue"
+        cookie = redirect.value.headers["set-cookie"]
+        assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Secure" in cookie, cookie
+
+        def get(path: str):
+            req = urllib.request.Request(f"{cluster.server}{path}", headers={
+                "Cookie": cookie.split(";")[0], "X-Shoal-Console": "1"})
+            try:
+                with opener.open(req, timeout=10) as r:
+                    return r.status, json.loads(r.read())
+            except urllib.error.HTTPError as e:
+                return e.code, json.loads(e.read())
+
+        status, overview = get("/console/api/overview")
+        cells = [g for n in overview["nodes"] for g in n["gpus"] if g["holder"] == "training"]
+        assert status == 200 and len(cells) == 1 and cells[0]["job"] is None, cluster.job(theirs)
+        assert "roots-secret" not in json.dumps(overview)
+        assert get("/console/api/usage")[1] == {"accounts": [], "users": []}
+        assert get(f"/shoal/v1/jobs/{theirs}/script")[0] == 403  # as scontrol write batch_script
+        assert get(f"/shoal/v1/jobs/{theirs}/output")[0] == 404
+        assert get("/shoal/v1/whoami")[1]["user"] == "carol"
+    finally:
+        if cluster.job(theirs)["state"] == "RUNNING":
+            cluster.api("POST", f"/shoal/v1/jobs/{theirs}/cancel", {})
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):
+        return None

@@ -12,6 +12,7 @@ import pytest
 
 from shoal.server.controller import Controller, stream_wait
 from shoal.server.groupcommit import InFlight
+from shoal.server.hub import WorkHub
 
 GAP, PAUSE, DEFER = 0.02, 0.25, 3.0
 NO_STREAM = -math.inf
@@ -51,7 +52,8 @@ class _Controller(Controller):
 
     def __init__(self) -> None:
         scheduler = SimpleNamespace(stream_gap_s=GAP, stream_pause_s=PAUSE, stream_defer_s=DEFER, interval_s=1.0)
-        super().__init__(SimpleNamespace(config=SimpleNamespace(scheduler=scheduler), clock=time.time, qos=()))
+        super().__init__(SimpleNamespace(config=SimpleNamespace(scheduler=scheduler), clock=time.time, qos=(),
+                                         hub=WorkHub()))
         self.ran = 0
         self.now = 1000.0
 

@@ -283,7 +283,8 @@ def test_a_step_task_under_its_supervisor_exits_and_dies_as_the_task_does(tmp_pa
     p.communicate(timeout=10)
     assert p.returncode == -signal.SIGTERM
     p = _step(tmp_path, lease, "no-such-command-anywhere")
-    assert p.communicate(timeout=10)[1] == "slurmstepd: error: execve(): no-such-command-anywhere: No such file or directory\n"
+    assert p.communicate(timeout=10)[1] == \
+        "slurmstepd: error: execve(): no-such-command-anywhere: No such file or directory\n"
     assert p.returncode == 2
 
 

@@ -23,6 +23,7 @@ import os
 import selectors
 import socket
 import ssl
+import stat
 import subprocess
 import threading
 import time
@@ -36,6 +37,7 @@ from shoal.agent.pods import ContainerNotRunning, LogNotFound
 from shoal.agent.runtime import Runtime, _killpg, set_gpu_env
 
 log = logging.getLogger("shoal.agent.steps")
+OUTPUT_BYTES = 64 * 1024  # the most of a job's output file the console is sent at once
 
 MAX_BODY = 8 * 1024 * 1024
 
@@ -105,17 +107,27 @@ class _Handler(BaseHTTPRequestHandler):
             self._text(200, self.server.agent.metrics_text(), "text/plain; version=0.0.4; charset=utf-8")
         elif self.path.startswith("/v1/pods/log?"):
             self._pod_log(self.path.partition("?")[2])
+        elif self.path.startswith("/v1/jobs/output?"):
+            self._job_output(self.path.partition("?")[2])
         else:
             self._json(404, {"detail": "not found"})
+
+    def _signed_query(self, query: str, what: str) -> dict | None:
+        """The query's fields if the server signed it; else None, the 403 already answered."""
+        body, _, sig = query.rpartition("&sig=")
+        q = {k: v[0] for k, v in parse_qs(body).items()}
+        err = _check_signed(self.server.agent, body, sig, q.get("t", 0), what)
+        if err:
+            self._json(403, {"detail": err})
+            return None
+        return q
 
     def _pod_log(self, query: str) -> None:
         """A container's log, for ``shoal logs`` (the server signs the query with the step key)."""
         agent = self.server.agent
-        body, _, sig = query.rpartition("&sig=")
-        q = {k: v[0] for k, v in parse_qs(body).items()}
-        err = _check_signed(agent, body, sig, q.get("t", 0), "log")
-        if err:
-            return self._json(403, {"detail": err})
+        q = self._signed_query(query, "log")
+        if q is None:
+            return
         key, container = q.get("key", ""), q.get("container", "")
         try:
             path = agent.pods.log_path(key, container, previous=q.get("previous") == "1")
@@ -136,6 +148,29 @@ class _Handler(BaseHTTPRequestHandler):
                 return False
 
         _send_log(path, self.wfile, tail, follow=q.get("follow") == "1", alive=alive)
+
+    def _job_output(self, query: str) -> None:
+        """The end of a batch job's output file, for the console (the server signs the query).
+        Read only if the job's user owns it, so an --output naming another's file shows nothing."""
+        agent = self.server.agent
+        q = self._signed_query(query, "output")
+        if q is None:
+            return
+        path, limit = q.get("path", ""), min(int(q.get("bytes") or OUTPUT_BYTES), OUTPUT_BYTES)
+        try:
+            ident = agent.runtime.users.of(q.get("user", ""))
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except UnknownUser as e:
+            return self._json(404, {"detail": str(e)})
+        except OSError as e:
+            return self._json(404, {"detail": f"no output file {path} on {agent.name}: {e.strerror}"})
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != (os.geteuid() if ident is None else ident.uid):
+                return self._json(403, {"detail": f"{path} is not a file of the job's user"})
+            f.seek(max(0, st.st_size - limit))
+            data = f.read(limit)
+        self._text(200, data.decode("utf-8", "replace"), "text/plain; charset=utf-8")
 
     def do_POST(self):
         if self.path not in ("/v1/steps", "/v1/pods/exec"):

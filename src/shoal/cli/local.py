@@ -219,6 +219,7 @@ def up(args) -> int:
           f"{args.cpus_per_node} CPUs, {args.memory_per_node} memory")
     print(f"  server   {server_url}  (logs and state in {sdir})")
     print(f"  config   {config_path()}  (sbatch, squeue, sinfo... use it)")
+    print(f"  console  {server_url}/console  (log in with the token on the token: line of {config_path()})")
     if not use_uts:
         print("  note     not root: nodes share this machine's hostname, and node names resolve only if "
               "/etc/hosts lists them")

@@ -22,7 +22,7 @@ from shoal.model.node import NodeState, display_state
 from shoal.model.gpu import gpu_gres
 from shoal.model.resources import GPU, Allocation
 from shoal.sched.placement import check_feasible
-from shoal.server import commands, fastpath
+from shoal.server import commands, console, fastpath
 from shoal.server import metrics as metricsmod
 from shoal.server import jobs as jobsvc
 from shoal.server import nodes as nodesvc
@@ -35,6 +35,7 @@ from shoal.server.core import Server
 from shoal.server.groupcommit import GroupCommit, InFlight
 from shoal.server.kube import api as kube_api
 from shoal.server.kube import service as kubesvc
+from shoal.server.kube.logs import AgentEndpoint
 from shoal.server.kube.objects import ObjectError
 from shoal.server.kubeapi import routes as kubeapi_routes
 from shoal.server.limits import guard
@@ -110,9 +111,14 @@ def create_app(server: Server) -> fastpath.FastPaths:
 
     # Async: a synchronous dependency costs a thread hand-off per request, and these only
     # read the token cache (a miss is one indexed lookup, then cached).
-    async def principal(authorization: str | None = Header(default=None),
+    async def principal(request: Request, authorization: str | None = Header(default=None),
                         x_shoal_job_token: str | None = Header(default=None),
                         x_shoal_user: str | None = Header(default=None)) -> Principal:
+        if authorization is None and x_shoal_job_token is None:
+            # The console's pages send the token as its cookie (server/console), with their header:
+            # read only here, so the commands' and agents' requests parse no cookies.
+            authorization = console.cookie_credential(None, request.cookies.get(console.COOKIE),
+                                                      request.headers.get(console.HEADER))
         return server.auth.resolve(authorization, x_shoal_job_token, x_shoal_user)
 
     async def admin(p: Principal = Depends(principal)) -> Principal:
@@ -297,6 +303,35 @@ def create_app(server: Server) -> fastpath.FastPaths:
             raise jobsvc.JobError("Job script not specified: an interactive job has no batch script", 404)
         return Response(script.encode("utf-8", "surrogateescape"), media_type="application/octet-stream",
                         headers={"X-Shoal-Script-SHA256": digest} if digest else None)
+
+    def _owned_job(s, job_id: int, p: Principal) -> JobRow:
+        """The job, if the caller may read its output: those who may change it (as its script)."""
+        row = _job(s, job_id)
+        if _private_jobs(p) is not None and row.user != p.user and row.id != p.job_id:
+            raise jobsvc.JobError(f"Invalid job id specified: {job_id}", 404)
+        try:
+            jobsvc.check_owner(row, p)
+        except jobsvc.JobError:
+            raise jobsvc.JobError(f"Access/permission denied: job {row.id}'s output is shown only to "
+                                  "its owner and operators", 403) from None
+        return row
+
+    @app.get("/shoal/v1/jobs/{job_id}/output")
+    async def get_output(job_id: int, size: int = Query(default=16384, ge=0, le=65536),
+                         p: Principal = Depends(principal)):
+        """The end of a batch job's standard output file, read by its batch host's agent."""
+        def locate():
+            with server.sessions() as s:
+                row = _owned_job(s, job_id, p)
+                path = jobsvc.to_json(row)["stdout"]
+                node = s.get(NodeRow, row.batch_host) if row.batch_host else None
+                if node is None or not path:
+                    raise jobsvc.JobError(f"job {job_id} has no output yet (it has not started)", 404)
+                return AgentEndpoint.of(node), path, row.user
+
+        agent, path, user = await fastpath.in_thread(locate)
+        out = b"".join([chunk async for chunk in server.logs.job_output(agent, path=path, user=user, size=size)])
+        return Response(out, media_type="text/plain; charset=utf-8")
 
     @app.post("/shoal/v1/jobs/cancel")
     @retry_on_conflict
@@ -842,6 +877,7 @@ def create_app(server: Server) -> fastpath.FastPaths:
         cancel=lambda job_id, body, p: cancel(job_id, CancelRequest.model_validate(body), p),
     )
     app.include_router(commands.router(command_routes, server.auth.resolve))
+    app.include_router(console.router(server, nodes_json=_nodes_json, private_jobs=_private_jobs))
     app.include_router(kubeapi_routes.router(server, principal, _nodes_json, retry_on_conflict))
 
     # The requests every job costs, answered without FastAPI's layers (shoal.server.fastpath).

@@ -59,6 +59,7 @@ class Controller(KickedLoop):
 
     def wake(self) -> None:
         self._pass_asked = True
+        self.server.hub.touch()
         super().wake()
 
     def submitted(self, alone: bool = True) -> None:
@@ -83,6 +84,7 @@ class Controller(KickedLoop):
         self._streaming = alone and (since < config.stream_gap_s or (self._streaming and since < _pause_s(config)))
         self._last_submit = now
         self._submit_asked = True
+        self.server.hub.touch()
         super().wake()
 
     def step(self) -> None:

@@ -5,6 +5,9 @@ agent passes the (epoch, generation) it last saw and returns at once if it diffe
 epoch changes with every server start, so an agent never waits on a stale counter.
 Signals (scancel --signal, --signal=SIG@secs) are edge events kept in a short queue.
 
+The console's live pages wait on one more counter, ``changes``: every bump and every
+``touch`` (a submission, a cancel: anything that wakes the scheduler) advances it.
+
 Servers sharing a store tell each other their bumps and signals through ``relay`` (the
 change feed); ``heard`` applies another server's, so an agent long-polling a follower wakes
 when the leader plans its work.
@@ -30,6 +33,8 @@ class WorkHub:
         self._lock = threading.Lock()
         self.loop: asyncio.AbstractEventLoop | None = None
         self.relay: Callable[[dict], None] | None = None
+        self.changes = 0  # advanced by every bump and touch (the console's live pages)
+        self._watchers: list[asyncio.Future] = []
 
     def generation(self, node: str) -> int:
         return self._gens[node]
@@ -45,8 +50,30 @@ class WorkHub:
         with self._lock:
             for n in nodes:
                 self._gens[n] += 1
+            self.changes += 1
         if self.loop is not None:
             self.loop.call_soon_threadsafe(self._wake, nodes)
+
+    def touch(self) -> None:
+        """Something a page shows changed without changing any node's work (a pending job)."""
+        with self._lock:
+            self.changes += 1
+        if self.loop is not None and self._watchers:  # no page open: no wake-up to pay for
+            self.loop.call_soon_threadsafe(self._wake, ())
+
+    async def changed(self, seen: int, timeout: float) -> int:
+        """Wait until ``changes`` passes ``seen`` (or the timeout); the current count."""
+        if self.changes == seen:
+            fut = asyncio.get_running_loop().create_future()
+            self._watchers.append(fut)
+            try:
+                await asyncio.wait_for(fut, timeout)
+            except asyncio.TimeoutError:
+                pass
+            finally:
+                if fut in self._watchers:
+                    self._watchers.remove(fut)
+        return self.changes
 
     def signal(self, node: str, key: str, signum: int, target: str) -> None:
         """target: 'steps' (scancel -s), 'batch' (scancel -b: the batch shell and its children),
@@ -81,6 +108,10 @@ class WorkHub:
             return list(self._signals[node])
 
     def _wake(self, nodes) -> None:
+        watchers, self._watchers = self._watchers, []
+        for fut in watchers:
+            if not fut.done():
+                fut.set_result(None)
         for n in nodes:
             for fut in self._waiters.pop(n, ()):
                 if not fut.done():

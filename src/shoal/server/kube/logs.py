@@ -68,6 +68,13 @@ class PodLogs:
         query = log_query(self.server.secret, agent, key, container, previous, follow, tail, time.time())
         return self._from_agent(agent, "GET", f"/v1/pods/log?{query}", None, 60 if not follow else None)
 
+    def job_output(self, agent: AgentEndpoint, *, path: str, user: str, size: int):
+        """The last ``size`` bytes of a batch job's output file on its batch host (the console)."""
+        # "/" left as is: the HTTP client would unquote %2F, and the agent checks the bytes signed.
+        query = urlencode({"path": path, "user": user, "bytes": size, "t": f"{time.time():.0f}"}, safe="/")
+        query = f"{query}&sig={sign(_step_key(self.server.secret, agent), query)}"
+        return self._from_agent(agent, "GET", f"/v1/jobs/output?{query}", None, 10)
+
     def exec(self, agent: AgentEndpoint, *, key: str, container: str, argv: list[str], stdin: str):
         """The command's NDJSON output lines as srun reads them (the first chunk is empty)."""
         body = exec_request(self.server.secret, agent, key, container, argv, stdin, time.time())

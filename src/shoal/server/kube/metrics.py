@@ -35,6 +35,17 @@ class Metrics:
             for key, cores in pod_cpu.items():
                 self._cpu[key] = (float(cores), now)
 
+    def gpu_utilisation(self, now: float) -> dict[tuple[str, int], float]:
+        """Each GPU's last fresh utilisation (%), by (node, index): the console's grid."""
+        with self._lock:
+            return {g: u for g, (u, t) in self._gpu.items() if now - t < STALE_S}
+
+    def pod_load(self, now: float) -> dict[str, dict]:
+        """Each pod's fresh request rate and in-flight requests from the gateways, by "NS/POD"."""
+        with self._lock:
+            return {k: {"rps": rps, "inflight": inflight} for k, (rps, inflight, t) in self._pods.items()
+                    if now - t < STALE_S}
+
     def held(self, namespace: str, services: list[str], now: float | None = None) -> int:
         import time
 

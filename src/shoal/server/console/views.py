@@ -1,0 +1,100 @@
+"""What the console's pages show that no API route answers, as pure functions over rows read
+by the routes: the GPU grid, partitions' GPU totals, GPU-hours per account and user."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+# A GPU's holder as the grid colours it (docs/CONSOLE.md).
+TRAINING, SERVING, COMPLETING, IDLE, DRAINED, DOWN = "training", "serving", "completing", "idle", "drained", "down"
+
+
+@dataclass(frozen=True)
+class Holder:
+    """Who holds GPUs: a running job or pod (``kind`` batch | pod), or a finished run's clean-up."""
+    job_id: int
+    kind: str
+    name: str
+    user: str
+    namespace: str | None
+    allocation: dict | None
+    completing: bool = False
+
+
+def gpu_grid(nodes: list[dict], holders: Iterable[Holder], utilisation: dict[tuple[str, int], float],
+             visible) -> list[dict]:
+    """Each node with one cell per GPU: its holder (shown as ``visible(holder)`` allows: under
+    PrivateData=jobs another user's job is only "training"), model and utilisation."""
+    held: dict[tuple[str, int], Holder] = {}
+    for h in holders:
+        for n in (h.allocation or {}).get("nodes", ()):
+            for index in n["gpus"]:
+                # A running job wins over a clean-up of the same GPU (the clean-up is ending).
+                if not h.completing or (n["name"], index) not in held:
+                    held[(n["name"], index)] = h
+    out = []
+    for node in nodes:
+        cells = []
+        for g in sorted(node["gpus"], key=lambda g: g["index"]):
+            h = held.get((node["name"], g["index"]))
+            cells.append({"index": g["index"], "model": g["product"], "memory_mb": g["memory_mb"],
+                          "holder": _cell_holder(node, h, visible),
+                          "job": _job_of(h) if h is not None and visible(h) else None,
+                          "utilisation": utilisation.get((node["name"], g["index"])),
+                          "healthy": _healthy(node, g["index"])})
+        out.append({"name": node["name"], "state": node["display_state"], "reason": node["reason"],
+                    "partitions": node["partitions"], "gpus": cells})
+    return out
+
+
+def _cell_holder(node: dict, h: Holder | None, visible) -> str:
+    if h is not None:
+        return COMPLETING if h.completing else SERVING if h.kind == "pod" else TRAINING
+    if node["state"] == "DOWN":
+        return DOWN
+    if node["state"] == "DRAIN":
+        return DRAINED
+    return IDLE
+
+
+def _job_of(h: Holder) -> dict:
+    return {"job_id": h.job_id, "name": h.name, "user": h.user, "namespace": h.namespace, "kind": h.kind}
+
+
+def _healthy(node: dict, index: int) -> bool:
+    """No lasting problem (ECC, lost) reported for this GPU (the node's ``gpu_health``)."""
+    return not any(x.get("index") == index for x in node.get("gpu_health") or ())
+
+
+def partition_totals(grid: list[dict]) -> list[dict]:
+    """GPUs per partition by holder (a node in two partitions counts in both, as sinfo's rows)."""
+    totals: dict[str, dict] = {}
+    for node in grid:
+        for part in node["partitions"] or ["(none)"]:
+            t = totals.setdefault(part, {"partition": part, "nodes": 0, "gpus": 0, TRAINING: 0, SERVING: 0,
+                                         COMPLETING: 0, IDLE: 0, DRAINED: 0, DOWN: 0})
+            t["nodes"] += 1
+            t["gpus"] += len(node["gpus"])
+            for cell in node["gpus"]:
+                t[cell["holder"]] += 1
+    return sorted(totals.values(), key=lambda t: t["partition"])
+
+
+def gpu_hours(rows: Iterable[tuple[str, str | None, float | None, float | None, dict | None]],
+              now: float) -> dict:
+    """GPU-hours of (user, account, start, end, allocation) rows: total per account, per user."""
+    accounts: dict[str, float] = {}
+    users: dict[tuple[str, str], float] = {}
+    for user, account, start, end, allocation in rows:
+        if start is None or not allocation:
+            continue
+        gpus = sum(len(n["gpus"]) for n in allocation["nodes"])
+        hours = gpus * max(0.0, (end if end is not None else now) - start) / 3600
+        if not hours:
+            continue
+        acct = account or "(default account)"
+        accounts[acct] = accounts.get(acct, 0.0) + hours
+        users[(acct, user)] = users.get((acct, user), 0.0) + hours
+    return {"accounts": [{"account": a, "gpu_hours": round(h, 3)} for a, h in sorted(accounts.items())],
+            "users": [{"account": a, "user": u, "gpu_hours": round(h, 3)} for (a, u), h in sorted(users.items())]}
