@@ -100,10 +100,10 @@ def test_every_command_prints_its_version_and_exits_as_slurms_do(cluster, comman
         # With other options too: sbatch --version --wrap true prints the version, submits nothing.
         extra = {"sbatch": ["--wrap", "true"], "srun": ["hostname"]}.get(command, [])
         out = cluster.run([command, flag, *extra])
-        assert (out.returncode, out.stdout, out.stderr) == (0, f"shoal {__version__}\n", "")
+        assert (out.returncode, out.stdout, out.stderr) == (0, f"slurm 22.05.8 (shoal {__version__})\n", "")
     assert len(cluster.jobs()) == before
     if command == "scontrol":
-        assert cluster.run(["scontrol", "version"]).stdout == f"shoal {__version__}\n"
+        assert cluster.run(["scontrol", "version"]).stdout == f"slurm 22.05.8 (shoal {__version__})\n"
 
 
 def test_version_is_refused_in_a_directive(cluster):

@@ -22,10 +22,16 @@ STEP_KEYS = ("nodes", "ntasks", "ntasks_per_node", "cpus_per_task", "gpus_per_ta
 
 def main(argv: list[str] | None = None) -> int:
     from shoal.cli.client import Client, ClientError, fail
-    from shoal.cli.options import SRUN, OptionError, asks_version, parse_srun
+    from shoal.cli.options import SRUN, OptionError, asks_help, asks_version, parse_srun
 
     argv = sys.argv[1:] if argv is None else argv
     try:
+        if asks_help(argv, SRUN):
+            from shoal.cli.fmt import emit
+            from shoal.cli.options import help_text
+
+            emit(help_text(SRUN, usage="--usage" in argv))
+            return 0
         if asks_version(argv, SRUN):
             from shoal.cli import version_line
 
@@ -183,14 +189,6 @@ class Launcher:
                 pass
 
     def _node(self, node: dict) -> None:
-        body = json.dumps({
-            "key": f"{self.step['job_id']}.{self.step['run']}", "job_id": self.step["job_id"],
-            "run": self.step["run"], "step_id": self.step["step_id"], "credential": node["credential"],
-            "argv": self.command, "cwd": self.cwd, "env": self.env, "nodeid": node["nodeid"],
-            "tasks": node["tasks"],
-        }).encode()
-        head = (f"POST /v1/steps HTTP/1.0\r\nHost: {node['address']}\r\nContent-Type: application/json\r\n"
-                f"Content-Length: {len(body)}\r\n\r\n").encode()
         try:
             sock = socket.create_connection((node["address"], node["port"]), timeout=30)
             if node.get("tls"):
@@ -201,6 +199,17 @@ class Launcher:
             return
         self.socks.append(sock)
         sock.settimeout(None)
+        # The address the node sees this srun at, as Slurm tells its tasks.
+        here = sock.getsockname()[0]
+        env = {**self.env, "SLURM_LAUNCH_NODE_IPADDR": here, "SLURM_SRUN_COMM_HOST": here}
+        body = json.dumps({
+            "key": f"{self.step['job_id']}.{self.step['run']}", "job_id": self.step["job_id"],
+            "run": self.step["run"], "step_id": self.step["step_id"], "credential": node["credential"],
+            "argv": self.command, "cwd": self.cwd, "env": env, "nodeid": node["nodeid"],
+            "tasks": node["tasks"],
+        }).encode()
+        head = (f"POST /v1/steps HTTP/1.0\r\nHost: {node['address']}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n").encode()
         try:
             sock.sendall(head + body)
             f = sock.makefile("rb")

@@ -295,6 +295,12 @@ def create_app(server: Server) -> fastpath.FastPaths:
                 q = q.where(JobRow.state.in_([_long_state(x) for x in body.states]))
             if body.name:
                 q = q.where(JobRow.name == body.name)
+            if body.qos:
+                from sqlalchemy import func
+
+                q = q.where(func.coalesce(JobRow.spec["qos"].as_string(), jobsvc.DEFAULT_QOS) == body.qos)
+            if body.account:
+                q = q.where(JobRow.spec["account"].as_string() == body.account)
             if not p.is_operator and not body.job_ids:
                 q = q.where(JobRow.user == p.user)
             for row in s.scalars(q):
@@ -714,7 +720,8 @@ def create_app(server: Server) -> fastpath.FastPaths:
         ok = (ev.exit_code or 0) == 0 and not ev.signal
         jobsvc.finish(s, row, JobState.COMPLETED if ok else JobState.FAILED, ev.time or now,
                       exit_code=ev.exit_code or 0, signal=ev.signal or 0,
-                      reason=ev.reason[:64] if ev.reason else None)  # the reason column's width
+                      reason=ev.reason[:64] if ev.reason else  # the reason column's width
+                      "NonZeroExitCode" if ev.exit_code and not ev.signal else None)
         return names
 
     # ------------------------------------------------------------------ helpers

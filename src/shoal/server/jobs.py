@@ -258,11 +258,15 @@ def submit(session: Session, principal: Principal, body: JobSubmit, *, partition
         "account": account,
         "qos": job_qos.name if job_qos is not None else body.qos,
         "time_min_s": body.time_min_s,
+        "recorded_options": body.recorded_options,
     }
+    if task_ids is not None:
+        spec["array_env"] = array_env(task_ids)
     common = dict(
         name=name, user=principal.user, partition=partition.name, state=JobState.PENDING.value,
         # A held job says so from the start, as Slurm's does, not from the next pass.
-        reason="JobHeldUser" if body.hold else "None", held=body.hold, interactive=body.interactive,
+        reason="JobHeldUser" if body.hold else "BeginTime" if (body.begin_time or 0) > now else "None",
+        held=body.hold, interactive=body.interactive,
         requeue=body.requeue,
         submit_time=now, begin_time=body.begin_time, time_limit_s=time_limit,
         request=request_to_json(req), spec=spec, workdir=body.workdir, dependency=body.dependency,
@@ -403,7 +407,8 @@ def cancel(session: Session, row: JobRow, principal: Principal, now: float) -> b
     state = JobState(row.state)
     if state.terminal:
         return False
-    finish(session, row, JobState.CANCELLED, now, reason="None")
+    # The reason stays what it was (JobHeldUser, Priority...), as Slurm's scontrol shows it.
+    finish(session, row, JobState.CANCELLED, now)
     return True
 
 
@@ -553,6 +558,14 @@ def queue_view(session: Session, rows: list, completing: set[int] | None = None)
         job["completing"] = job["job_id"] in completing
         out.append(job)
     return out
+
+
+def array_env(task_ids: list[int]) -> dict[str, str]:
+    """SLURM_ARRAY_TASK_COUNT/MIN/MAX/STEP, the same for every task of an array, as Slurm sets them."""
+    gaps = {b - a for a, b in zip(task_ids, task_ids[1:])}
+    return {"SLURM_ARRAY_TASK_COUNT": str(len(task_ids)), "SLURM_ARRAY_TASK_MAX": str(max(task_ids)),
+            "SLURM_ARRAY_TASK_MIN": str(min(task_ids)),
+            "SLURM_ARRAY_TASK_STEP": str(gaps.pop() if len(gaps) == 1 else 1)}
 
 
 def array_summary(task_ids: list[int], throttle: int | None) -> str:

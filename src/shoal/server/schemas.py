@@ -130,6 +130,8 @@ class JobSubmit(StoredText):
     qos: str | None = Field(default=None, max_length=64)
     reservation: str | None = Field(default=None, max_length=64)
     kill_on_invalid_dep: bool | None = None
+    # Options Slurm takes that Shoal keeps but does not act on (--wckey, --mail-type, ...).
+    recorded_options: dict[str, str] = Field(default_factory=dict, max_length=32)
 
     _argv = field_validator("argv")(check_argv)
     _environment = field_validator("environment")(check_environment)
@@ -149,6 +151,8 @@ class BulkCancelRequest(CancelRequest):
     partition: str | None = None
     states: list[str] = Field(default_factory=list)
     name: str | None = None
+    qos: str | None = None
+    account: str | None = None
 
     @field_validator("job_ids", "states", mode="before")
     @classmethod
