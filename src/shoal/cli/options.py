@@ -766,12 +766,19 @@ def _convert_env(ctx: _Context) -> dict[str, Any]:
 
 def parse_srun(argv: list[str], *, cwd: str, environ: Mapping[str, str]) -> SrunRequest:
     """srun's options (the resource options plus srun's own) and the command to run."""
+    req = parse_salloc(argv, cwd=cwd, environ=environ)
+    if not req.command:
+        raise OptionError("no command given: usage is srun [options] command [args...]")
+    return req
+
+
+def parse_salloc(argv: list[str], *, cwd: str, environ: Mapping[str, str]) -> SrunRequest:
+    """salloc's options (srun's table: the same resource options) and its command, which may
+    be empty (salloc then runs the user's shell)."""
     ctx = _Context(cwd=os.path.normpath(cwd), environ=environ, now=0.0)
     found, command = _scan(argv, SRUN)
     options: dict[str, Any] = {"workdir": ctx.cwd, "environment": dict(environ)}
     options.update(_convert(found, ctx))
     options.pop("_verbose", None)
     _gather_recorded(options)
-    if not command:
-        raise OptionError("no command given: usage is srun [options] command [args...]")
     return SrunRequest(options=options, command=command)

@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     job_id = os.environ.get("SLURM_JOB_ID")
     own_allocation = None
     try:
-        if job_id is None or not os.environ.get("SHOAL_JOB_TOKEN"):
+        if job_id is None:  # in salloc's shell, SLURM_JOB_ID is the allocation, stepped into with the user's token
             own_allocation = _allocate(client, opts, req.command)
             job_id = str(own_allocation)
         step = client.post(f"/shoal/v1/jobs/{job_id}/steps", _step_body(opts, req.command))
@@ -94,8 +94,8 @@ def _step_body(opts: dict, command: list[str]) -> dict:
     return body
 
 
-def _allocate(client, opts: dict, command: list[str]) -> int:
-    """srun outside a job: get an allocation first, and wait for it (srun: job N queued...)."""
+def _allocate(client, opts: dict, command: list[str], prog: str = "srun") -> int:
+    """srun (or salloc) outside a job: get an allocation first, and wait for it (srun: job N queued...)."""
     body = {k: v for k, v in opts.items() if k not in ("label", "unbuffered", "mpi", "kill_on_bad_exit",
                                                        "overlap", "exact", "gpu_bind", "cpu_bind")}
     body["interactive"] = True
@@ -111,7 +111,7 @@ def _allocate(client, opts: dict, command: list[str]) -> int:
         try:
             client.post(f"/shoal/v1/jobs/{job_id}/cancel", {})
         finally:
-            print(f"srun: Job allocation {job_id} has been revoked", file=sys.stderr)
+            print(f"{prog}: Job allocation {job_id} has been revoked", file=sys.stderr)
             raise SystemExit(1)
 
     old = signal.signal(signal.SIGINT, cancel)
@@ -121,16 +121,16 @@ def _allocate(client, opts: dict, command: list[str]) -> int:
             if job["state"] == "RUNNING":
                 break
             if job["state"] not in ("PENDING",):
-                raise SystemExit(f"srun: error: Job allocation {job_id} ended: {job['state']}")
+                raise SystemExit(f"{prog}: error: Job allocation {job_id} ended: {job['state']}")
             if not announced and time.time() - t0 > 1.0:
-                print(f"srun: job {job_id} queued and waiting for resources", file=sys.stderr)
+                print(f"{prog}: job {job_id} queued and waiting for resources", file=sys.stderr)
                 announced = True
             time.sleep(delay)
             delay = min(delay * 1.5, 0.5)
     finally:
         signal.signal(signal.SIGINT, old)
     if announced:
-        print(f"srun: job {job_id} has been allocated resources", file=sys.stderr)
+        print(f"{prog}: job {job_id} has been allocated resources", file=sys.stderr)
     return job_id
 
 
