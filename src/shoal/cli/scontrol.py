@@ -24,8 +24,7 @@ _SHOW_PREFIXES = (("hostnames", "hostnames", 5), ("hostlist", "hostlist", 5), ("
                   ("node", "nodes", 1), ("partition", "partitions", 2), ("config", "config", 1),
                   ("reservation", "reservations", 3), ("step", "steps", 2))
 INVALID_JOB_ID = "Invalid job id specified"
-# Slurm's default MinJobAge: how long an ended job stays in `scontrol show job`'s listing.
-MIN_JOB_AGE_S = 300
+MIN_JOB_AGE_S = 300  # as the server's show config says: how long an ended job stays in the listing
 COMMANDS = ("show", "update", "create", "delete", "hold", "release", "requeue", "ping", "version")
 JOB_UPDATE_KEYS = {"timelimit": "time_limit_s", "jobname": "name", "name": "name",
                    "partition": "partition", "numnodes": "nodes", "comment": "comment"}
@@ -498,17 +497,19 @@ def _reservation(client, command: str, args: list[str]) -> int:
     return 0
 
 
-def show_config(server: str, now: float) -> str:
+def show_config(server: str, settings: Mapping[str, str], now: float) -> str:
+    """``scontrol show config``: the server's settings under Slurm's names (GET /shoal/v1/config),
+    with the controllers this client knows and the version, sorted as Slurm sorts them."""
     import time
 
+    from shoal.cli import SLURM_VERSION
     from shoal import __version__ as version
 
-    hosts = [(f"SlurmctldHost[{i}]", url.strip()) for i, url in enumerate(server.split(",")) if url.strip()]
-    rows = [("ClusterName", "shoal"), ("MinJobAge", f"{MIN_JOB_AGE_S} sec"), *hosts,
-            ("SLURM_VERSION", f"shoal-{version}"), ("SchedulerType", "sched/backfill"),
-            ("SelectType", "select/cons_tres")]
+    hosts = {f"SlurmctldHost[{i}]": url.strip() for i, url in enumerate(server.split(",")) if url.strip()}
+    rows = {**settings, **hosts, "SLURM_VERSION": f"{SLURM_VERSION} (shoal {version})"}
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(now))
-    return f"Configuration data as of {stamp}\n" + "".join(f"{k:<23} = {v}\n" for k, v in rows)
+    return f"Configuration data as of {stamp}\n" + "".join(
+        f"{k:<23} = {rows[k]}\n" for k in sorted(rows, key=str.lower))
 
 
 def render_ping(answers: list[tuple[str, Mapping[str, Any] | None]]) -> tuple[str, int]:
@@ -599,7 +600,8 @@ def main(argv: list[str] | None = None) -> int:
 
                 from shoal.cli.client import load_config
 
-                emit(show_config(load_config()["server"], time.time()))
+                emit(show_config(load_config()["server"], Client.from_config().get("/shoal/v1/config")["config"],
+                                 time.time()))
                 return 0
             emit(_show(Client.from_config(), entity, rest[1:], options))
             return 0

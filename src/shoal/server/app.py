@@ -596,6 +596,11 @@ def create_app(server: Server) -> fastpath.FastPaths:
 
     # ------------------------------------------------------------------ identity (tokens: server/tokens.py)
 
+    @app.get("/shoal/v1/config")
+    def slurm_config(p: Principal = Depends(principal)):
+        """The settings ``scontrol show config`` prints, under Slurm's names (docs/API.md)."""
+        return {"config": jobsvc.slurm_config(server.config)}
+
     @app.get("/shoal/v1/whoami")
     def whoami(p: Principal = Depends(principal)):
         return {"user": p.user, "role": p.role, "groups": list(p.groups), "job_id": p.job_id}

@@ -560,6 +560,28 @@ def queue_view(session: Session, rows: list, completing: set[int] | None = None)
     return out
 
 
+MIN_JOB_AGE_S = 300  # Slurm's default MinJobAge: scontrol's listing keeps an ended job this long
+
+
+def slurm_config(config) -> dict[str, str]:
+    """A ClusterConfig's settings as ``scontrol show config`` names and prints them, in its order."""
+    def sec(value: float) -> str:
+        return f"{value:g} sec"
+
+    sched = config.scheduler
+    return {
+        "ClusterName": config.cluster_name,
+        "DefMemPerCPU": str(sched.def_mem_per_cpu_mb),
+        "KillWait": sec(config.nodes.kill_wait_s),
+        "MaxArraySize": str(sched.max_array_size),
+        "MinJobAge": sec(MIN_JOB_AGE_S),
+        "PriorityType": "priority/multifactor",
+        "SchedulerType": "sched/backfill" if sched.policy == "backfill" else "sched/builtin",
+        "SelectType": "select/cons_tres",
+        "SlurmdTimeout": sec(config.nodes.heartbeat_timeout_s),
+    }
+
+
 def array_env(task_ids: list[int]) -> dict[str, str]:
     """SLURM_ARRAY_TASK_COUNT/MIN/MAX/STEP, the same for every task of an array, as Slurm sets them."""
     gaps = {b - a for a, b in zip(task_ids, task_ids[1:])}
