@@ -27,7 +27,8 @@ INVALID_JOB_ID = "Invalid job id specified"
 MIN_JOB_AGE_S = 300  # as the server's show config says: how long an ended job stays in the listing
 COMMANDS = ("show", "update", "create", "delete", "hold", "release", "requeue", "ping", "version")
 JOB_UPDATE_KEYS = {"timelimit": "time_limit_s", "jobname": "name", "name": "name",
-                   "partition": "partition", "numnodes": "nodes", "comment": "comment"}
+                   "partition": "partition", "numnodes": "nodes", "comment": "comment",
+                   "arraytaskthrottle": "array_throttle"}
 NODE_STATES = ("DRAIN", "RESUME", "DOWN", "UNDRAIN", "IDLE")
 
 # The Node object's display_state as scontrol's State= word.
@@ -348,13 +349,14 @@ def parse_update(args: list[str]) -> tuple[str, str, dict]:
         if kind == "job":
             if key not in JOB_UPDATE_KEYS:
                 raise UsageError(f"Update of this parameter is not supported: {key} "
-                                 f"(expected TimeLimit, JobName, Partition, NumNodes or Comment)")
+                                 f"(expected TimeLimit, JobName, Partition, NumNodes, Comment or ArrayTaskThrottle)")
             if key == "timelimit":
                 body["time_limit_s"] = parse_time_limit(value)
-            elif key == "numnodes":
+            elif key in ("numnodes", "arraytaskthrottle"):
                 if not value.isdigit():
-                    raise UsageError(f"NumNodes must be a number, got '{value}'")
-                body["nodes"] = int(value)
+                    raise UsageError(f"{'NumNodes' if key == 'numnodes' else 'ArrayTaskThrottle'} must be a "
+                                     f"number, got '{value}'")
+                body[JOB_UPDATE_KEYS[key]] = int(value)
             else:
                 body[JOB_UPDATE_KEYS[key]] = value
         elif key == "state":

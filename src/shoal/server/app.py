@@ -419,6 +419,12 @@ def create_app(server: Server) -> fastpath.FastPaths:
                 row.name = body.name
             if body.comment is not None:
                 row.comment = body.comment
+            if body.array_throttle is not None:  # the whole array's limit, set on any of its tasks
+                if row.array_job_id is None:
+                    raise jobsvc.JobError(f"Job {job_id} is not a job array: ArrayTaskThrottle needs one")
+                tasks = s.scalars(select(JobRow).where(JobRow.array_job_id == row.array_job_id))
+                for task in tasks:
+                    task.array_throttle = body.array_throttle or None
             if body.partition is not None or body.nodes is not None:
                 if row.state != JobState.PENDING.value:
                     raise jobsvc.JobError("Job is no longer pending execution: partition and node count "

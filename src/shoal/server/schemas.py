@@ -168,6 +168,7 @@ class JobUpdate(StoredText):
     partition: str | None = None
     nodes: int | None = Field(default=None, ge=1)
     comment: str | None = Field(default=None, max_length=4096)
+    array_throttle: int | None = Field(default=None, ge=0, le=1_000_000, description="ArrayTaskThrottle; 0: none")
 
 
 class StepCreate(StoredText):
