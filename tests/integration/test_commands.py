@@ -52,6 +52,9 @@ def test_squeue_sacct_and_sinfo_follow_a_job_through_its_life(cluster):
     failing = cluster.sbatch("--wrap", "exit 3")
     cluster.wait_for(failing)
     assert sacct_state(cluster, failing) == "FAILED|3:0"
+    # Snakemake's slurm executor polls so, and hangs if it is refused.
+    polled = cluster.run(["sacct", "-X", "-P", "-n", "--clusters", "all", "-o", "JobIdRaw,State", "-j", str(failing)])
+    assert polled.stdout == f"{failing}|FAILED\n"
 
 
 def test_scontrol_show_hostname_expands_a_hostlist(cluster):

@@ -390,3 +390,15 @@ def test_help_and_usage_start_as_slurms_and_list_every_option():
     assert help_text(SBATCH).startswith("Usage: sbatch [OPTIONS(0)...] [ : [OPTIONS(N)...]] script(0) [args(0)...]\n")
     assert help_text(SBATCH, usage=True).startswith("Usage: sbatch [-N nnodes] [-n ntasks]")
     assert "  -O, --overcommit\n" in help_text(SRUN) and "--wrap=value" not in help_text(SRUN)
+
+
+def test_srun_reads_its_input_variables_outside_an_allocation_below_the_command_line():
+    from shoal.cli.options import parse_srun
+
+    def opts(argv, env):
+        return {k: v for k, v in parse_srun([*argv, "hostname"], cwd="/", environ=env).options.items()
+                if k not in ("workdir", "environment")}
+
+    assert opts([], {"SLURM_NPROCS": "3"}) == {"ntasks": 3}
+    assert opts(["-n2"], {"SLURM_NTASKS": "3", "SLURM_NNODES": "2"}) == {"ntasks": 2, "nodes": 2}
+    assert opts([], {"SLURM_NTASKS": "3", "SLURM_JOB_ID": "7"}) == {}  # inside a job: the job's own layout

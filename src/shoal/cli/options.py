@@ -764,11 +764,34 @@ def _convert_env(ctx: _Context) -> dict[str, Any]:
     return out
 
 
+# srun's input variables (Slurm's srun(1)), the option each stands for. Read outside an
+# allocation only: inside one they hold the allocation's own values, which steps get anyway.
+SRUN_INPUT = (("SLURM_NPROCS", "ntasks"), ("SLURM_NTASKS", "ntasks"), ("SLURM_NNODES", "nodes"),
+              ("SLURM_CPUS_PER_TASK", "cpus-per-task"), ("SLURM_NTASKS_PER_NODE", "ntasks-per-node"),
+              ("SLURM_PARTITION", "partition"), ("SLURM_ACCOUNT", "account"), ("SLURM_TIMELIMIT", "time"),
+              ("SLURM_GPUS_PER_NODE", "gpus-per-node"), ("SLURM_JOB_NAME", "job-name"))
+
+
 def parse_srun(argv: list[str], *, cwd: str, environ: Mapping[str, str]) -> SrunRequest:
-    """srun's options (the resource options plus srun's own) and the command to run."""
+    """srun's options (the resource options plus srun's own) and the command to run; outside an
+    allocation, SRUN_INPUT's variables sit below the command line."""
     req = parse_salloc(argv, cwd=cwd, environ=environ)
     if not req.command:
         raise OptionError("no command given: usage is srun [options] command [args...]")
+    if "SLURM_JOB_ID" not in environ:
+        longs, _ = _TABLES[SRUN]
+        ctx = _Context(cwd=os.path.normpath(cwd), environ=environ, now=0.0)
+        given: dict[str, Any] = {}
+        for name, option in SRUN_INPUT:
+            if environ.get(name):
+                try:
+                    given.update(longs[option].convert(environ[name], ctx))
+                except ValueError as e:
+                    reason = e.reason if isinstance(e, WholeMessage) else _reason(e)
+                    raise OptionError(f"invalid {name} value '{environ[name]}': {reason}") from None
+        if given:
+            command_line = parse_salloc(argv, cwd=cwd, environ={})  # what argv itself set
+            req.options.update({k: v for k, v in given.items() if k not in command_line.options})
     return req
 
 
