@@ -238,8 +238,8 @@ def window(options, now: float) -> tuple[float | None, float | None]:
 
 
 def field_spec(options) -> str:
-    if options.format:
-        return options.format
+    if options.format or os.environ.get("SACCT_FORMAT"):  # -o, or Slurm's input variable
+        return options.format or os.environ["SACCT_FORMAT"]
     if options.brief:
         return BRIEF_FIELDS
     if options.long:

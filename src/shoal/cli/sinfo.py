@@ -8,6 +8,7 @@ as a compressed hostlist; -N has one line per (node, partition); -R one line per
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
@@ -178,8 +179,8 @@ FIELDS: dict[str, Field] = {
 
 
 def default_format(options) -> str:
-    if options.format:
-        return options.format
+    if options.format or os.environ.get("SINFO_FORMAT"):  # -o, or Slurm's input variable
+        return options.format or os.environ["SINFO_FORMAT"]
     if options.list_reasons:
         return REASON_LONG_FORMAT if options.long else REASON_FORMAT
     if options.Node:

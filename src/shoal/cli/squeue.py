@@ -7,6 +7,7 @@ now)`` is a pure function over Job dicts (docs/API.md) that the tests call direc
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
@@ -398,6 +399,9 @@ def _parser(remote: bool):
 def parse_args(argv: list[str] | None, *, remote: bool = False, user: str | None = None):
     """squeue's options; ``user`` is the login name ``--me`` stands for (this process's by default)."""
     options = _parser(remote).parse_args(argv)
+    if not remote and not (options.format or options.Format):  # the server answers none with these set
+        options.Format = os.environ.get("SQUEUE_FORMAT2") or None
+        options.format = None if options.Format else os.environ.get("SQUEUE_FORMAT") or None
     if options.me:
         if user is None:
             from shoal.cli.client import _login_name
