@@ -7,7 +7,7 @@ failover run, none is lost or run twice, and the dead server comes back as a fol
 A leader that loses its database connection stops at once, and a write it makes late is
 refused by the term (the fencing token).
 
-Figures (recorded in the test output with -s, and in ARCHITECTURE.md): the time from
+Figures (recorded in the test output with -s, and in docs/RELIABILITY.md): the time from
 `kill -9` to the follower leading, and submit-to-start through the follower.
 """
 

@@ -8,6 +8,7 @@ from shoal.model.node import NodeState
 from shoal.model.resources import ResourceRequest
 from shoal.sched.placement import (
     ClusterState,
+    PlacementCache,
     check_feasible,
     gpu_type_matches,
     headroom,
@@ -196,8 +197,9 @@ def test_a_state_brought_up_to_date_between_passes_equals_one_built_afresh():
     jobs = [running(1, {"gpu1": (2, 10, (0, 1))}), running(2, {"gpu2": (1, 5, (3,))}),
             running(3, {"gpu3": (4, 20, (0, 1, 2, 3)), "gpu4": (4, 20, (0, 1, 2, 3))}, exclusive=True)]
     moved = dataclasses.replace(jobs[1], allocation=running(2, {"gpu1": (1, 5, (2,))}).allocation)
+    cache = PlacementCache()
     for active in ([jobs[0], jobs[1]], [jobs[0], jobs[1], jobs[2]], [jobs[2]], [moved, jobs[2]], []):
-        kept = ClusterState.from_snapshot(snapshot(cluster, parts, active=active))
+        kept = ClusterState.from_snapshot(snapshot(cluster, parts, active=active), cache)
         fresh = ClusterState(list(cluster), [job.allocation for job in active])
         seen = [(nf.info.name, nf.cpus_free, nf.mem_free, nf.gpus_free, nf.jobs, nf.exclusive_held)
                 for state in (kept, fresh) for nf in state.nodes]
@@ -214,9 +216,8 @@ def test_running_ends_and_backfill_plans_kept_between_passes_equal_fresh_ones():
     from sched_cluster import job
 
     from shoal.sched import SchedConfig, schedule
-    from shoal.sched.placement import forget_cached_states, running_ends
+    from shoal.sched.placement import PlacementCache, running_ends
 
-    forget_cached_states()
     cluster = nodes("gpu", 4, gpus=4)
     parts = (partition("gpu", cluster),)
     a = running(1, {"gpu1": (2, 10, (0, 1))}, start_time=0.0, time_limit_s=600)
@@ -231,15 +232,15 @@ def test_running_ends_and_backfill_plans_kept_between_passes_equal_fresh_ones():
     passes = [([a, b], 1000.0), ([a, b, c], 1000.0), ([a, rebuilt, c, forever], 1500.0),
               ([moved, c], 2500.0), ([c], 4000.0), ([], 4000.0)]
     config = SchedConfig(policy="backfill")
-    forget_cached_states()
+    cache = PlacementCache()
     kept = []  # one pass after another over one node tuple: each brings the last up to date
     for active, now in passes:
         snap = snapshot(cluster, parts, pending=pending, active=active, now=now)
-        plan = schedule(snap, config)
-        kept.append((list(running_ends(snap)), plan.starts, plan.reasons, plan.estimates))
+        plan = schedule(snap, config, cache)
+        kept.append((list(running_ends(snap, cache)), plan.starts, plan.reasons, plan.estimates))
+        assert cache.free is not None and cache.free.snapshot is snap
     for (active, now), (ends, starts, reasons, estimates) in zip(passes, kept):
-        forget_cached_states()
-        plan = schedule(snapshot(cluster, parts, pending=pending, active=active, now=now), config)
+        plan = schedule(snapshot(cluster, parts, pending=pending, active=active, now=now), config)  # no cache
         assert ends == sorted((j.start_time + j.time_limit_s, j.id, j.allocation)
                               for j in active if j.time_limit_s is not None)
         assert (starts, reasons, estimates) == (plan.starts, plan.reasons, plan.estimates)

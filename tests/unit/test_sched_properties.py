@@ -13,7 +13,7 @@ from shoal.model.node import NodeState
 from shoal.model.resources import ResourceRequest
 from shoal.model.snapshot import Dependency, JobRecord, Partition, PendingJob, Snapshot
 from shoal.sched import SchedConfig, check_feasible, place, queue_order, schedule
-from shoal.sched.placement import ClusterState, Demand, feature_matches, gpu_type_matches
+from shoal.sched.placement import ClusterState, Demand, PlacementCache, feature_matches, gpu_type_matches
 
 FEATURES = ("ib", "nvlink")
 NOW = 1000.0
@@ -251,3 +251,24 @@ def test_backfill_never_delays_the_reserved_job(data):
         usable = {state.nodes[r].info.name for r in state.candidates(d, part, "now")}
         for s in behind:
             assert not usable & set(s.allocation.node_names)
+
+
+@given(st.data())
+@SETTINGS
+def test_a_pass_with_a_kept_cache_plans_what_a_cold_pass_plans(data):
+    """The caller's PlacementCache is speed only: passes after one another over one node tuple,
+    each with other running jobs and queue, plan exactly what a pass built afresh plans."""
+    cluster = data.draw(clusters())
+    names = [n.name for n in cluster]
+    partitions = (Partition("p0", tuple(names)),)
+    config = SchedConfig(policy="backfill", backfill=data.draw(st.sampled_from(["easy", "conservative"])))
+    pool = data.draw(actives(cluster))  # at most one job a node: any subset is a valid cluster
+    cache = PlacementCache()
+    for _ in range(data.draw(st.integers(2, 5))):
+        # The same job objects from pass to pass, a few started or ended in between, as the
+        # simulator hands them (the cache is then brought up to date, not rebuilt).
+        held = [job for job in pool if data.draw(st.integers(0, 3))]
+        snap = Snapshot(NOW, cluster, partitions, tuple(data.draw(queues(cluster, partitions))),
+                        tuple(held), dict(JOB_RECORDS))
+        warm, cold = schedule(snap, config, cache), schedule(snap, config)
+        assert (warm.starts, warm.reasons, warm.estimates) == (cold.starts, cold.reasons, cold.estimates)

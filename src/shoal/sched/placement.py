@@ -215,9 +215,10 @@ class ClusterState:
     free CPUs, lets "now" placement visit nodes in score order and stop at the first fits.
     """
 
-    def __init__(self, nodes: Iterable[NodeInfo], holding: Iterable[Allocation] = ()) -> None:
+    def __init__(self, nodes: Iterable[NodeInfo], holding: Iterable[Allocation] = (),
+                 cache: PlacementCache | None = None) -> None:
         self._token = object()
-        self.nodes: list[NodeFree] = [nf.copy() for nf in _empty_nodes(nodes)]
+        self.nodes: list[NodeFree] = [nf.copy() for nf in _empty_nodes(nodes, cache)]
         for nf in self.nodes:
             nf.owner = self._token
         self.by_name: dict[str, NodeFree] = {nf.info.name: nf for nf in self.nodes}
@@ -289,21 +290,21 @@ class ClusterState:
         return sum(len(b) for k, b in self._buckets.items() if k >= min_gpus)
 
     @classmethod
-    def from_snapshot(cls, snapshot: Snapshot) -> "ClusterState":
+    def from_snapshot(cls, snapshot: Snapshot, cache: PlacementCache | None = None) -> "ClusterState":
         """Capacity minus what running and completing jobs hold.
 
         Successive snapshots over the same node tuple (the simulator; a caller between node
-        changes) differ by a few starts and ends: the last result is kept and brought up to
-        date by those, which is the same state as one built from scratch, at a fraction of
-        the cost on thousands of nodes. The running jobs' ends (``running_ends``) are kept
-        the same way.
+        changes) differ by a few starts and ends: with a ``cache``, the last result is kept
+        in it and brought up to date by those, which is the same state as one built from
+        scratch, at a fraction of the cost on thousands of nodes. The running jobs' ends
+        (``running_ends``) are kept the same way.
         """
         nodes, partitions = snapshot.nodes, snapshot.partitions
         # Keyed by object identity (the kept objects are alive, so no id is reused): the
         # simulator passes the same ActiveJob objects from pass to pass, and the set
         # differences run in C; a job rebuilt equal (the server) is no change.
         held = dict(zip(map(id, snapshot.active), snapshot.active))
-        last = _FREE_CACHE[0] if _FREE_CACHE else None
+        last = cache.free if cache is not None else None
         if last is not None and last.nodes is nodes and last.partitions is partitions:
             before, state, ends = last.held, last.state, last.ends
             gone = [before[k] for k in before.keys() - held.keys()]
@@ -323,11 +324,11 @@ class ClusterState:
                     state.commit(job.allocation)
                     if job.time_limit_s is not None:
                         insort(ends, (job.start_time + job.time_limit_s, job.id, job.allocation))
-                _FREE_CACHE[0] = _KeptState(nodes, partitions, held, state, ends, snapshot)
+                cache.free = _KeptState(nodes, partitions, held, state, ends, snapshot)
                 return state.copy()
-        state = cls(nodes, [job.allocation for job in held.values()])
-        if isinstance(nodes, tuple):
-            _FREE_CACHE[:] = [_KeptState(nodes, partitions, held, state, _ends_of(held.values()), snapshot)]
+        state = cls(nodes, [job.allocation for job in held.values()], cache)
+        if cache is not None and isinstance(nodes, tuple):
+            cache.free = _KeptState(nodes, partitions, held, state, _ends_of(held.values()), snapshot)
         return state.copy()
 
     def commit(self, allocation: Allocation) -> None:
@@ -405,7 +406,22 @@ class _KeptState:
     snapshot: Snapshot
 
 
-_FREE_CACHE: list[_KeptState] = []
+class PlacementCache:
+    """What one caller keeps between its passes over the same node tuple: the last free
+    state (brought up to date by the next snapshot), the empty states and the nodes' sorted
+    order. Pure speed: a pass with a new or no cache computes the same plan.
+
+    Each caller owns one (the controller's loop, the simulator) and uses it from one thread
+    at a time; callers that do not pass one (``--test-only``, the submit check) build what
+    they need afresh, so no state is shared between threads behind anyone's back.
+    """
+
+    __slots__ = ("free", "empty", "order")
+
+    def __init__(self) -> None:
+        self.free: _KeptState | None = None
+        self.empty: tuple[tuple[NodeInfo, ...], tuple[Partition, ...], dict[bool, ClusterState]] | None = None
+        self.order: list[tuple[tuple[NodeInfo, ...], list[NodeFree]]] = []
 
 
 def _ends_of(jobs: Iterable[ActiveJob]) -> list[tuple[float, int, Allocation]]:
@@ -414,57 +430,47 @@ def _ends_of(jobs: Iterable[ActiveJob]) -> list[tuple[float, int, Allocation]]:
                   for jid, job in by_id.items() if job.time_limit_s is not None)
 
 
-def running_ends(snapshot: Snapshot) -> list[tuple[float, int, Allocation]]:
+def running_ends(snapshot: Snapshot, cache: PlacementCache | None = None) -> list[tuple[float, int, Allocation]]:
     """The snapshot's jobs with a time limit as (start + limit, job id, allocation), sorted:
-    the list kept with the free state when ``from_snapshot`` last read this snapshot (the
-    caller must not change it), else one built afresh; both are the same list."""
-    last = _FREE_CACHE[0] if _FREE_CACHE else None
+    the list kept in ``cache`` when ``from_snapshot`` last read this snapshot (the caller
+    must not change it), else one built afresh; both are the same list."""
+    last = cache.free if cache is not None else None
     if last is not None and last.snapshot is snapshot:
         return last.ends
     return _ends_of(snapshot.active)
 
 
-def forget_cached_states() -> None:
-    """Drop the states kept between passes (benchmarks measuring a cold pass)."""
-    _FREE_CACHE.clear()
-    _EMPTY_CACHE.clear()
-
-
-_EMPTY_CACHE: list[tuple[tuple[NodeInfo, ...], tuple[Partition, ...], dict[bool, ClusterState]]] = []
-
-
 def empty_state(nodes: tuple[NodeInfo, ...], partitions: tuple[Partition, ...],
-                revived: bool) -> ClusterState:
+                revived: bool, cache: PlacementCache | None = None) -> ClusterState:
     """The nodes with nothing running: the UP ones, or all of them as if UP (``revived``).
-    Only read ("could it fit at all?"), so one is kept per node and partition tuple."""
-    last = _EMPTY_CACHE[0] if _EMPTY_CACHE else None
+    Only read ("could it fit at all?"), so ``cache`` keeps one per node and partition tuple."""
+    last = cache.empty if cache is not None else None
     if last is None or last[0] is not nodes or last[1] is not partitions:
         last = (nodes, partitions, {})
-        _EMPTY_CACHE[:] = [last]
+        if cache is not None:
+            cache.empty = last
     states = last[2]
     if revived not in states:
         states[revived] = ClusterState(
             tuple(replace(n, state=NodeState.UP) for n in nodes) if revived
             else nodes if all(n.state is NodeState.UP for n in nodes)
-            else tuple(n for n in nodes if n.state is NodeState.UP))
+            else tuple(n for n in nodes if n.state is NodeState.UP), cache=cache)
     return states[revived]
 
 
-_ORDER_CACHE: list[tuple[tuple[NodeInfo, ...], list[NodeFree]]] = []
-
-
-def _empty_nodes(nodes: Iterable[NodeInfo]) -> list[NodeFree]:
+def _empty_nodes(nodes: Iterable[NodeInfo], cache: PlacementCache | None) -> list[NodeFree]:
     """The nodes, empty, in natural name order. Passes over the same node tuple (the
-    simulator, a server between node changes) reuse one sorted template: sorting and
-    building thousands of nodes is most of a small pass otherwise."""
-    if isinstance(nodes, tuple):
-        for cached, template in _ORDER_CACHE:
+    simulator, a server between node changes) reuse one sorted template from ``cache``:
+    sorting and building thousands of nodes is most of a small pass otherwise."""
+    keep = cache is not None and isinstance(nodes, tuple)
+    if keep:
+        for cached, template in cache.order:
             if cached is nodes:
                 return template
     ordered = sorted(nodes, key=lambda n: natural_key(n.name))
     template = [NodeFree(info, i) for i, info in enumerate(ordered)]
-    if isinstance(nodes, tuple):
-        _ORDER_CACHE[:] = [(nodes, template), *_ORDER_CACHE[:3]]
+    if keep:
+        cache.order[:] = [(nodes, template), *cache.order[:3]]
     return template
 
 
@@ -654,9 +660,10 @@ class Headroom:
         return request.gpus_per_node <= self.gpus and request.cpus_per_node <= self.cpus
 
 
-def headroom(snapshot: Snapshot, starts: Iterable[Allocation] = ()) -> Headroom:
+def headroom(snapshot: Snapshot, starts: Iterable[Allocation] = (),
+             cache: PlacementCache | None = None) -> Headroom:
     """What the nodes that take work (not DOWN or DRAIN) have free once ``starts`` hold theirs."""
-    state = ClusterState.from_snapshot(snapshot)
+    state = ClusterState.from_snapshot(snapshot, cache)
     for allocation in starts:
         state.commit(allocation)
     taking = [nf for nf in state.nodes if nf.info.state is NodeState.UP]

@@ -34,7 +34,7 @@ from typing import Iterable, Literal, Mapping, Sequence
 from shoal.model.accounting import DEFAULT_QOS, QOS
 from shoal.model.resources import Allocation
 from shoal.model.snapshot import ActiveJob, NodeInfo, Partition, PendingJob, Preemption, Snapshot
-from shoal.sched.placement import ClusterState, Demand, place
+from shoal.sched.placement import ClusterState, Demand, PlacementCache, place
 from shoal.sched.qos import qos_table
 
 Outcome = Literal["requeue", "cancel"]
@@ -64,13 +64,13 @@ def cost(job: ActiveJob, now: float) -> tuple[float, float, float, int]:
 
 def select_victims(d: Demand, partition: Partition, nodes: Sequence[NodeInfo],
                    holding: Sequence[Allocation], candidates: Sequence[ActiveJob],
-                   now: float) -> tuple[ActiveJob, ...] | None:
+                   now: float, cache: PlacementCache | None = None) -> tuple[ActiveJob, ...] | None:
     """The fewest-cost set of ``candidates`` whose going lets ``d`` fit, every one of them
     needed; ``()`` when it fits already, None when even all of them would not be enough.
     ``holding``: what everything else holds (it stays)."""
 
     def fits(kept: Iterable[ActiveJob]) -> bool:
-        state = ClusterState(nodes, [*holding, *(c.allocation for c in kept)])
+        state = ClusterState(nodes, [*holding, *(c.allocation for c in kept)], cache)
         return place(d, state, "now", partition=partition).ok
 
     ordered = sorted(candidates, key=lambda c: cost(c, now))
@@ -105,8 +105,9 @@ class Preempter:
     """One pass's preemption step (kube-scheduler's PostFilter): built per pass, asked per
     blocked job."""
 
-    def __init__(self, snapshot: Snapshot, enabled: bool = True) -> None:
+    def __init__(self, snapshot: Snapshot, enabled: bool = True, cache: PlacementCache | None = None) -> None:
         self.now = snapshot.now
+        self.cache = cache
         self.nodes = snapshot.nodes
         self.active = snapshot.active
         self.table = qos_table(snapshot.qos)
@@ -134,7 +135,7 @@ class Preempter:
                 candidates.append(a)
             else:
                 holding.append(a.allocation)
-        victims = select_victims(d, partition, self.nodes, holding, candidates, self.now)
+        victims = select_victims(d, partition, self.nodes, holding, candidates, self.now, self.cache)
         if not victims:
             return None
         self.taken.update(v.id for v in victims)

@@ -53,6 +53,7 @@ from shoal.sched.placement import (
     ClusterState,
     Demand,
     Placement,
+    PlacementCache,
     ReservedShare,
     empty_state,
     place,
@@ -82,21 +83,24 @@ class Reservation:
         return self.start is None or end is None or end > self.start
 
 
-def schedule(snapshot: Snapshot, config: SchedConfig = SchedConfig()) -> Plan:
-    """Decide which pending jobs start now, and why each of the others waits."""
-    return _Pass(snapshot, config).run()
+def schedule(snapshot: Snapshot, config: SchedConfig = SchedConfig(),
+             cache: PlacementCache | None = None) -> Plan:
+    """Decide which pending jobs start now, and why each of the others waits. ``cache``: the
+    caller's own, kept between its passes (speed only: the plan is the same without it)."""
+    return _Pass(snapshot, config, cache).run()
 
 
 class _Pass:
     """The cycle state of one pass (kube-scheduler's CycleState): built, run, dropped."""
 
-    def __init__(self, snapshot: Snapshot, config: SchedConfig) -> None:
+    def __init__(self, snapshot: Snapshot, config: SchedConfig, cache: PlacementCache | None) -> None:
         self.snapshot = snapshot
         self.config = config
+        self.cache = cache
         self.fifo = config.policy == "fifo"
         self.now = snapshot.now
         self.plan = Plan()
-        self.state = ClusterState.from_snapshot(snapshot)
+        self.state = ClusterState.from_snapshot(snapshot, cache)
         self.view = q.JobView(snapshot)
         self.partition_nodes = {p.name: frozenset(p.nodes) for p in snapshot.partitions}
         # This pass's starts that end, for backfill's look-ahead (``ends``, built on first use).
@@ -113,7 +117,7 @@ class _Pass:
         self.resv_live = bool(self.resv)  # read for every job: asked once
         self.tested = 0
         self.depth = config.depth
-        self.preempter = Preempter(snapshot, config.preemption)
+        self.preempter = Preempter(snapshot, config.preemption, cache)
         self.podfit = PodFit(snapshot) if any(j.pod is not None for j in snapshot.pending) else None
         self.priorities = (priority_map(job_priorities(snapshot, config.multifactor))
                            if config.priority == "multifactor" else None)
@@ -128,7 +132,7 @@ class _Pass:
     def ends(self) -> Ends:
         """Who holds resources until when (running jobs with a limit, then this pass's starts)."""
         if self._ends is None:
-            self._ends = Ends.running(running_ends(self.snapshot), self.now)
+            self._ends = Ends.running(running_ends(self.snapshot, self.cache), self.now)
             for end, allocation in self.started_ends:
                 self._ends.add(end, allocation)
         return self._ends
@@ -280,7 +284,7 @@ class _Pass:
 
     def empty(self, revived: bool) -> ClusterState:
         """The nodes with nothing running: the UP ones, or all as if UP."""
-        return empty_state(self.snapshot.nodes, self.snapshot.partitions, revived)
+        return empty_state(self.snapshot.nodes, self.snapshot.partitions, revived, self.cache)
 
     def reserve(self, job: PendingJob, d: Demand, part: Partition,
                 pnodes: frozenset[str]) -> Reservation | None:

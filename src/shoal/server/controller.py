@@ -17,7 +17,7 @@ from sqlalchemy.orm.exc import StaleDataError
 from shoal.model.job import JobState
 from shoal.model.node import NodeState
 from shoal.model.resources import Allocation
-from shoal.sched.placement import Headroom, headroom
+from shoal.sched.placement import Headroom, PlacementCache, headroom
 from shoal.sched.schedule import schedule
 from shoal.server import jobs as jobsvc
 from shoal.server.loop import KickedLoop
@@ -38,6 +38,7 @@ class Controller(KickedLoop):
         self._last_full = float("-inf")  # when the last full backfill pass ran
         self._last_pass_s = 0.0
         self._rows = JobRowCache()  # live job rows kept between passes
+        self._placement = PlacementCache()  # the free state kept between passes (this thread's)
         # Why the loop was woken since its last step: a change that needs a pass (wake), or
         # only new submissions (submitted), which need one only if one of them may start.
         self._pass_asked = False
@@ -164,14 +165,14 @@ class Controller(KickedLoop):
             snap = s.snapshot(session, now, cache=self._rows)
         seen = max((j.id for j in (*snap.pending, *snap.active)), default=0)
         if not snap.pending:
-            self._headroom, self._seen_id = headroom(snap), seen
+            self._headroom, self._seen_id = headroom(snap, cache=self._placement), seen
             return set()
         # Full backfill passes at most every bf_interval_s; quick ones (in queue order up to
         # the first job that cannot start, which delays no reservation) in between. Only a
         # full pass plans start times, so only a full pass updates them.
         config = s.sched_config
         full = config.policy != "backfill" or now - self._last_full >= config.bf_interval_s
-        plan = schedule(snap, config if full else config.quick())
+        plan = schedule(snap, config if full else config.quick(), self._placement)
         if full:
             self._last_full = now
         reasons = {**plan.reasons, **plan.never}
@@ -213,7 +214,7 @@ class Controller(KickedLoop):
         self._rows.kept(rows.values())  # committed: the next pass need not read them back
         for node, key, signum, target in signals:  # only once the preemption is committed
             s.hub.signal(node, key, signum, target)
-        self._headroom, self._seen_id = headroom(snap, [st.allocation for st in plan.starts]), seen
+        self._headroom, self._seen_id = headroom(snap, [st.allocation for st in plan.starts], self._placement), seen
         return touched
 
     def _changed_reasons(self, reasons: dict[int, str], estimates: dict[int, float] | None) -> set[int]:

@@ -37,7 +37,7 @@ from shoal.model.accounting import DEFAULT_QOS, UsageRecord
 from shoal.model.job import JobState
 from shoal.model.node import NodeState
 from shoal.model.snapshot import ActiveJob, PendingJob, Snapshot
-from shoal.sched import SchedConfig, check_feasible, schedule
+from shoal.sched import PlacementCache, SchedConfig, check_feasible, schedule
 from shoal.sched.preempt import outcome as preempt_outcome
 from shoal.sched.qos import qos_table
 from shoal.sched.queue import PRIORITY, RESOURCES
@@ -119,6 +119,7 @@ class Simulator:
                  qos_map: dict[str, str] | None = None, signal_s: float | None = None) -> None:
         self.cluster = cluster
         self.config = config
+        self.placement = PlacementCache()  # kept between passes: the nodes are one tuple throughout
         self.quick = config.quick()  # the pass between full backfill passes
         self.label = label or config.policy
         self.trace = sorted(jobs, key=lambda j: (j.submit, j.id))
@@ -345,7 +346,7 @@ class Simulator:
                         pending=pending, active=tuple(self.active.values()),
                         accounts=self.cluster.accounts, qos=self.cluster.qos,
                         usage=self._usage(t) if config.priority == "multifactor" else ())
-        plan = schedule(snap, config)
+        plan = schedule(snap, config, self.placement)
         self.passes += 1
         self.freed = False
         self.arrived = []
