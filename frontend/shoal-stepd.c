@@ -189,6 +189,19 @@ static int read_lease(const char *path, double *expires, double *grace, double *
     return 1;
 }
 
+/* supervise._holds: whether `pid` is in the cgroup `dir` (unreadable: assume so). */
+static int holds_pid(const char *dir, pid_t pid) {
+    char path[PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/cgroup.procs", dir);
+    FILE *procs = fopen(path, "re");
+    if (!procs) return 1;
+    long p;
+    int found = 0;
+    while (!found && fscanf(procs, "%ld", &p) == 1) found = (pid_t)p == pid;
+    fclose(procs);
+    return found;
+}
+
 /* supervise.signal_cgroups: sig to every process of the cgroups listed in `cgroups`, but
    those of process group `group` (killpg reached them: a TERM must not come twice). */
 static void signal_cgroups(int sig, int rounds, pid_t group) {
@@ -201,7 +214,9 @@ static void signal_cgroups(int sig, int rounds, pid_t group) {
     while (fgets(dir, sizeof dir, list)) {
         dir[strcspn(dir, "\n")] = 0;
         if (dir[0] != '/') continue;
-        if (sig == SIGKILL) {
+        /* Not where this supervisor is itself (the run's own cgroup holds it): cgroup.kill
+           would end it before it wrote the run's status. */
+        if (sig == SIGKILL && !holds_pid(dir, me)) {
             snprintf(path, sizeof path, "%s/cgroup.kill", dir);
             int k = open(path, O_WRONLY | O_CLOEXEC);
             if (k >= 0) {

@@ -52,6 +52,9 @@ def test_squeue_sacct_and_sinfo_follow_a_job_through_its_life(cluster):
     failing = cluster.sbatch("--wrap", "exit 3")
     cluster.wait_for(failing)
     assert sacct_state(cluster, failing) == "FAILED|3:0"
+    # Snakemake's slurm executor polls so, and hangs if it is refused.
+    polled = cluster.run(["sacct", "-X", "-P", "-n", "--clusters", "all", "-o", "JobIdRaw,State", "-j", str(failing)])
+    assert polled.stdout == f"{failing}|FAILED\n"
 
 
 def test_scontrol_show_hostname_expands_a_hostlist(cluster):
@@ -100,10 +103,10 @@ def test_every_command_prints_its_version_and_exits_as_slurms_do(cluster, comman
         # With other options too: sbatch --version --wrap true prints the version, submits nothing.
         extra = {"sbatch": ["--wrap", "true"], "srun": ["hostname"]}.get(command, [])
         out = cluster.run([command, flag, *extra])
-        assert (out.returncode, out.stdout, out.stderr) == (0, f"shoal {__version__}\n", "")
+        assert (out.returncode, out.stdout, out.stderr) == (0, f"slurm 22.05.8 (shoal {__version__})\n", "")
     assert len(cluster.jobs()) == before
     if command == "scontrol":
-        assert cluster.run(["scontrol", "version"]).stdout == f"shoal {__version__}\n"
+        assert cluster.run(["scontrol", "version"]).stdout == f"slurm 22.05.8 (shoal {__version__})\n"
 
 
 def test_version_is_refused_in_a_directive(cluster):

@@ -175,7 +175,7 @@ def test_handing_over_to_python_gives_the_python_answer(cluster):
     for cmd in ("sbatch", "squeue", "scancel"):
         version = run(cluster, cmd, ["--version"], True, native=False)
         assert (version.returncode, version.stdout) == (0, run(cluster, cmd, ["--version"], False).stdout)
-        assert version.stdout.startswith("shoal ")
+        assert version.stdout.startswith("slurm 22.05.8 (shoal ")
 
 
 def test_a_server_without_the_endpoint_gets_the_python_command(cluster, tmp_path):

@@ -118,3 +118,12 @@ def test_expand_raises_only_hostlist_error_on_random_text(text):
         expand(text)
     except HostlistError:
         pass
+
+
+def test_three_groups_expand_in_slurm_2205_order():
+    # Checked against Slurm 22.05.8's `scontrol show hostnames`: the last group varies fastest,
+    # then the first, and the middle one slowest.
+    assert expand("row[0,1]_rack[2-3]_blade[4,5]") == [
+        "row0_rack2_blade4", "row0_rack2_blade5", "row1_rack2_blade4", "row1_rack2_blade5",
+        "row0_rack3_blade4", "row0_rack3_blade5", "row1_rack3_blade4", "row1_rack3_blade5"]
+    assert expand("w[1-2]x[3-4]y[5-6]z[7-8]")[:5] == ["w1x3y5z7", "w1x3y5z8", "w2x3y5z7", "w2x3y5z8", "w1x4y5z7"]

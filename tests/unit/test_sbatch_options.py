@@ -132,7 +132,7 @@ def test_mem_per_cpu_on_the_command_line_replaces_mem_in_the_script():
 
 def test_bad_time_says_which_forms_are_accepted():
     assert error(["--time=7x", "x.sh"]) == (
-        "invalid --time value '7x': expected minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"
+        "Invalid --time specification '7x': expected minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"
     )
 
 
@@ -291,7 +291,7 @@ def test_a_misspelt_directive_names_its_line():
 def test_a_bad_directive_value_names_its_line_and_option():
     script = "#!/bin/bash\n#SBATCH -N 2\n#SBATCH --time=7x\n"
     assert error(["x.sh"], script) == (
-        "line 3: invalid --time value '7x': expected minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"
+        "line 3: Invalid --time specification '7x': expected minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"
     )
 
 
@@ -393,3 +393,39 @@ def test_srun_raises_only_option_error_on_random_input(argv):
         parse_srun(argv, cwd="/tmp", environ={})
     except OptionError:
         pass
+
+
+def test_options_slurm_takes_and_shoal_does_not_use_are_recorded_not_refused():
+    # submitit writes `#SBATCH --wckey=submitit` on every job; Slurm 22.05 takes all of these.
+    script = "#!/bin/sh\n#SBATCH --wckey=submitit\n#SBATCH --mail-type=END,FAIL\ntrue\n"
+    got = body(["--mail-user=a@example.org", "--profile=none", "--mincpus=2", "--tmp=0", "-O", "x.sh"], script)
+    assert got["recorded_options"] == {"wckey": "submitit", "mail-type": "END,FAIL", "mail-user": "a@example.org",
+                                       "profile": "none", "mincpus": "2", "tmp": "0", "overcommit": ""}
+    assert "recorded_options" not in body(["x.sh"])
+
+
+def test_open_mode_takes_slurms_first_letter_and_node_counts_its_k_suffix():
+    assert body(["--open-mode=t", "x.sh"])["open_mode"] == "truncate"
+    assert body(["--open-mode=a", "x.sh"])["open_mode"] == "append"
+    assert body(["-N2k", "x.sh"])["nodes"] == 2048
+    assert error(["-Nabc", "x.sh"]) == '"abc" is not a valid node count'  # Slurm 22.05's words
+
+
+def test_help_and_usage_start_as_slurms_and_list_every_option():
+    from shoal.cli.options import SBATCH, SRUN, help_text
+
+    assert help_text(SBATCH).startswith("Usage: sbatch [OPTIONS(0)...] [ : [OPTIONS(N)...]] script(0) [args(0)...]\n")
+    assert help_text(SBATCH, usage=True).startswith("Usage: sbatch [-N nnodes] [-n ntasks]")
+    assert "  -O, --overcommit\n" in help_text(SRUN) and "--wrap=value" not in help_text(SRUN)
+
+
+def test_srun_reads_its_input_variables_outside_an_allocation_below_the_command_line():
+    from shoal.cli.options import parse_srun
+
+    def opts(argv, env):
+        return {k: v for k, v in parse_srun([*argv, "hostname"], cwd="/", environ=env).options.items()
+                if k not in ("workdir", "environment")}
+
+    assert opts([], {"SLURM_NPROCS": "3"}) == {"ntasks": 3}
+    assert opts(["-n2"], {"SLURM_NTASKS": "3", "SLURM_NNODES": "2"}) == {"ntasks": 2, "nodes": 2}
+    assert opts([], {"SLURM_NTASKS": "3", "SLURM_JOB_ID": "7"}) == {}  # inside a job: the job's own layout

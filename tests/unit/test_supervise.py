@@ -267,6 +267,22 @@ def test_the_fence_kills_what_the_jobs_cgroups_list(tmp_path, supervisor):
         escaped.kill()
 
 
+def test_the_fence_never_cgroup_kills_the_cgroup_holding_its_supervisor(tmp_path, supervisor):
+    """On cgroup v2 the run's own cgroup holds its supervisor too: writing cgroup.kill there
+    would end the supervisor before it wrote the run's status, so it kills pid by pid."""
+    own = tmp_path / "cg-own"
+    own.mkdir()
+    (own / "cgroup.kill").write_text("")
+    lease = _lease(tmp_path, 0.5, grace_s=0.2)
+    jobdir, launch = _launch(tmp_path, "exec sleep 60")
+    (jobdir / supervise.CGROUPS).write_text(f"{own}\n")
+    proc = supervise.start(jobdir, launch, lease)
+    (own / "cgroup.procs").write_text(f"{proc.pid}\n")  # the supervisor, as the join script puts it there
+    status = Supervised(jobdir, proc).wait()
+    assert status.fenced
+    assert (own / "cgroup.kill").read_text() == ""
+
+
 def _step(tmp_path: Path, lease: Path, *argv: str) -> subprocess.Popen:
     """An srun task as the step server starts it: its supervisor first, a session of its own."""
     return subprocess.Popen([*supervise.step_command(lease), *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,

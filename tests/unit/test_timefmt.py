@@ -132,3 +132,11 @@ def test_duration_parser_raises_only_its_own_error(text):
         assert parse_duration(text) >= 0
     except TimeFormatError:
         pass
+
+
+def test_begin_takes_a_day_after_the_time_of_day_as_slurm_does():
+    now = datetime(2026, 12, 4, 16, 38).timestamp()
+    # Checked against Slurm 22.05.8 at 16:38: 23:00-tomorrow is the next day's 23:00, not tonight's.
+    assert parse_begin_time("23:00-tomorrow", now) == datetime(2026, 12, 5, 23, 0).timestamp()
+    assert parse_begin_time("noon-tomorrow", now) == datetime(2026, 12, 5, 12, 0).timestamp()
+    assert parse_begin_time("23:00today", now) == datetime(2026, 12, 4, 23, 0).timestamp()

@@ -240,13 +240,18 @@ class Runtime:
             "SLURM_PROCID": "0",
             "SLURM_LOCALID": "0",
             "SLURM_TOPOLOGY_ADDR": self.node,
-            "SLURM_GPUS_ON_NODE": str(len(entry["gpus"])),
+            "SLURM_TOPOLOGY_ADDR_PATTERN": "node",
+            "SLURM_PRIO_PROCESS": "0",
             "SLURM_CPUS_ON_NODE": str(entry["cpus"]),
-            "SLURM_JOB_GPUS": ",".join(str(g) for g in entry["gpus"]),
             "ENVIRONMENT": "BATCH",
         })
+        if entry["gpus"]:  # as Slurm: only a job with GPUs sees these
+            env["SLURM_GPUS_ON_NODE"] = str(len(entry["gpus"]))
+            env["SLURM_JOB_GPUS"] = ",".join(str(g) for g in entry["gpus"])
         if ident is not None:
             env.update(ident.environment())
+        uid, gid = (ident.uid, ident.gid) if ident is not None else (os.getuid(), os.getgid())  # None: runs as us
+        env.update({"SLURM_JOB_UID": str(uid), "SLURM_JOB_GID": str(gid)})
         set_gpu_env(env, entry["gpus"])
         if self.device_dir is not None:
             env["SHOAL_FAKE_DEVICE_DIR"] = str(self.device_dir)

@@ -192,9 +192,17 @@ def read_lease(path: Path) -> Lease | None:
     return Lease(expires, grace, check if check > 0 else CHECK_S)
 
 
+def _holds(cgroup: Path, pid: int) -> bool:
+    """Whether ``pid`` is in ``cgroup`` (unreadable: assume so, and kill pid by pid)."""
+    try:
+        return str(pid) in (cgroup / "cgroup.procs").read_text().split()
+    except OSError:
+        return True
+
+
 def signal_cgroups(jobdir: Path, sig: int, rounds: int = 1, group: int | None = None) -> None:
     """Send ``sig`` to every process of the run's cgroups (``CGROUPS``): cgroup.kill where the
-    kernel has it (v2) for SIGKILL, else each pid in cgroup.procs but our own and those of
+    kernel has it (v2) for SIGKILL and the cgroup does not hold this supervisor, else each pid in cgroup.procs but our own and those of
     process group ``group`` (signalled already: a TERM must not come twice, or a TERM trap's
     children die), again until none is left (``rounds`` at most: a fork may race the reading)."""
     try:
@@ -203,7 +211,9 @@ def signal_cgroups(jobdir: Path, sig: int, rounds: int = 1, group: int | None = 
         return
     me = os.getpid()
     for d in dirs:
-        if sig == signal.SIGKILL and (d / "cgroup.kill").exists():
+        # Not where this supervisor is itself (the run's own cgroup holds it): cgroup.kill
+        # would end it before it wrote the run's status.
+        if sig == signal.SIGKILL and (d / "cgroup.kill").exists() and not _holds(d, me):
             try:
                 (d / "cgroup.kill").write_text("1")
                 continue

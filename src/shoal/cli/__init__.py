@@ -1,9 +1,14 @@
 """`shoal` and the Slurm-compatible commands. Stdlib only on the start-up path."""
 
 
+# The Slurm release whose commands Shoal's follow (the differential suite runs against it).
+SLURM_VERSION = "22.05.8"
+
+
 def version_line() -> str:
     """What the Slurm-compatible commands' -V/--version (and `scontrol version`) print:
-    ``<name> <version>``, as Slurm's print ``slurm 22.05.8`` (Debian's ``slurm-wlm 22.05.8``)."""
+    ``slurm 22.05.8 (shoal <version>)``. Tools that check for Slurm read the first two words,
+    as upstream Slurm prints them (Debian's build says ``slurm-wlm``); the rest says what runs."""
     from shoal import __version__
 
-    return f"shoal {__version__}"
+    return f"slurm {SLURM_VERSION} (shoal {__version__})"

@@ -121,15 +121,44 @@ def _ignored(value: str, ctx: _Context) -> dict[str, Any]:
     return {}
 
 
+RECORDED = "_recorded:"  # key prefix of an option Shoal keeps with the job but does not act on
+
+
+def _recorded(name: str) -> Converter:
+    """An option Slurm takes and Shoal has no use for (--wckey, --mail-type, ...): accepted and
+    kept with the job as written, so tools such as submitit that always send one still submit."""
+    return lambda v, ctx: {RECORDED + name: v.strip()}
+
+
+MAX_NODES = 100000  # the most nodes a job may ask for (the API refuses more)
+
+
+class WholeMessage(ValueError):
+    """A converter's error in Slurm's own words, printed as it is on the command line and in
+    directives (no 'invalid -N value' lead-in); ``reason`` serves the SBATCH_* variables' message."""
+
+    def __init__(self, message: str, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason or message
+
+
+def _node_count(text: str) -> int:
+    """``4``, or with Slurm's k/m suffixes (x1024, x1048576): ``2k``."""
+    scale = {"k": 1024, "m": 1024 * 1024}.get(text[-1:].lower(), 1)
+    return _positive(text[:-1] if scale > 1 else text) * scale
+
+
 def _nodes(value: str, ctx: _Context) -> dict[str, Any]:
     lo, dash, hi = value.strip().partition("-")
     try:
-        low = _positive(lo)
-        high = _positive(hi) if dash else None
+        low = _node_count(lo)
+        high = _node_count(hi) if dash else None
     except ValueError:
-        raise ValueError("expected a node count like 2 or a range like 2-4") from None
+        raise WholeMessage(f'"{value}" is not a valid node count') from None
     if high is not None and high < low:
         raise ValueError("expected min-max with min no larger than max")
+    if max(low, high or 0) > MAX_NODES:  # Slurm queues it for ever (Reason=PartitionConfig); Shoal says so now
+        raise WholeMessage("Batch job submission failed: Requested node configuration is not available")
     return {"nodes": low} if high is None else {"nodes": low, "nodes_max": high}
 
 
@@ -203,8 +232,13 @@ UNLIMITED = -1  # the API's word for "no limit" (the partition's MaxTime still a
 
 
 def _time(key: str) -> Converter:
+    flag = "--" + key.removesuffix("_s").replace("_limit", "").replace("_", "-")  # --time, --time-min
+
     def convert(value: str, ctx: _Context) -> dict[str, Any]:
-        seconds = timefmt.parse_time_limit(value)
+        try:
+            seconds = timefmt.parse_time_limit(value)
+        except ValueError as e:  # Slurm's words first, then what Shoal would have taken
+            raise WholeMessage(f"Invalid {flag} specification '{value}': {_reason(e)}", _reason(e)) from None
         return {key: UNLIMITED if seconds is None else seconds}
 
     return convert
@@ -306,9 +340,11 @@ def _signal(value: str, ctx: _Context) -> dict[str, Any]:
 
 def _open_mode(value: str, ctx: _Context) -> dict[str, Any]:
     mode = value.strip().lower()
-    if mode not in ("append", "truncate"):
-        raise ValueError("expected append or truncate")
-    return {"open_mode": mode}
+    # Slurm reads only the first letter: --open-mode=t and =a work as in its scripts.
+    for word in ("append", "truncate"):
+        if mode and word.startswith(mode[0]):
+            return {"open_mode": word}
+    raise ValueError("expected append or truncate")
 
 
 def _yes_no(key: str) -> Converter:
@@ -415,8 +451,13 @@ OPTIONS: tuple[Option, ...] = (
     O("dependency", "d", REQUIRED, _dependency),
     O("kill-on-invalid-dep", None, REQUIRED, _yes_no("kill_on_invalid_dep")),
     O("signal", None, REQUIRED, _signal, env="SBATCH_SIGNAL"),
-    O("mail-type", None, REQUIRED, _ignored),
-    O("mail-user", None, REQUIRED, _ignored),
+    O("mail-type", None, REQUIRED, _recorded("mail-type"), env="SBATCH_MAIL_TYPE"),
+    O("mail-user", None, REQUIRED, _recorded("mail-user"), env="SBATCH_MAIL_USER"),
+    O("wckey", None, REQUIRED, _recorded("wckey"), env="SBATCH_WCKEY"),
+    O("profile", None, REQUIRED, _recorded("profile"), env="SBATCH_PROFILE"),
+    O("mincpus", None, REQUIRED, _recorded("mincpus")),
+    O("tmp", None, REQUIRED, _recorded("tmp")),
+    O("overcommit", "O", NONE, _recorded("overcommit"), env="SBATCH_OVERCOMMIT"),
     # sbatch only
     O("array", "a", REQUIRED, _array, frozenset({SBATCH}), env="SBATCH_ARRAY_INX"),
     O("requeue", None, NONE, _flag(requeue=True), frozenset({SBATCH}), env="SBATCH_REQUEUE"),
@@ -426,6 +467,9 @@ OPTIONS: tuple[Option, ...] = (
     O("test-only", None, NONE, _flag(_test_only=True), frozenset({SBATCH})),
     O("wait", "W", NONE, _flag(_wait=True), frozenset({SBATCH}), env="SBATCH_WAIT"),
     O("version", "V", NONE, _flag(_version=True), frozenset({SBATCH, SRUN})),
+    O("verbose", "v", NONE, _flag(_verbose=True), frozenset({SBATCH, SRUN})),  # Shoal has no debug log to show
+    O("help", None, NONE, _flag(_help=True), frozenset({SBATCH, SRUN})),
+    O("usage", None, NONE, _flag(_help=True), frozenset({SBATCH, SRUN})),
     # srun only
     O("label", "l", NONE, _flag(label=True), frozenset({SRUN})),
     O("unbuffered", "u", NONE, _flag(unbuffered=True), frozenset({SRUN})),
@@ -548,6 +592,8 @@ def _convert(found: list[_Found], ctx: _Context, where: str = "") -> dict[str, A
     for opt, flag, value in found:
         try:
             values = opt.convert(value, ctx)
+        except WholeMessage as e:  # in a directive, also which option, as the line may hold several
+            raise OptionError(f"{where}{flag}: {e}" if where and flag not in str(e) else f"{where}{e}") from None
         except ValueError as e:
             raise OptionError(f"{where}invalid {flag} value '{value}': {_reason(e)}") from None
         out.update(values)
@@ -592,6 +638,31 @@ def script_source(argv: list[str]) -> str | None:
     if any(opt.long == "wrap" for opt, _, _ in found):
         return None
     return positional[0] if positional else "-"
+
+
+def asks_help(argv: list[str], command: str = SBATCH) -> bool:
+    """Whether --help or --usage is among the options: the command prints help_text and exits."""
+    found, _ = _scan(argv, command)
+    return any(opt.long in ("help", "usage") for opt, _, _ in found)
+
+
+def help_text(command: str, usage: bool = False) -> str:
+    """``--help`` (or the shorter ``--usage``): Slurm's usage line, then every option of this table."""
+    what = "script(0) [args(0)...]" if command == SBATCH else \
+        "[OPTIONS(0)... [executable(0) [args(0)...]]] [ : [OPTIONS(N)...]] executable(N) [args(N)...]"
+    if usage:
+        first = f"Usage: {command} [-N nnodes] [-n ntasks]" + (" [-i in] [-o out] [-e err]" if command == SRUN else "")
+    elif command == SBATCH:
+        first = f"Usage: sbatch [OPTIONS(0)...] [ : [OPTIONS(N)...]] {what}"
+    else:
+        first = f"Usage: srun {what}"
+    lines = [first, "", "Options:"]
+    for opt in OPTIONS:
+        if command in opt.commands:
+            names = (f"-{opt.short}, " if opt.short else "    ") + f"--{opt.long}"
+            value = {REQUIRED: "=value", OPTIONAL: "[=value]"}.get(opt.arg, "")
+            lines.append(f"  {names}{value}")
+    return "\n".join(lines) + "\n"
 
 
 def asks_version(argv: list[str], command: str = SBATCH) -> bool:
@@ -720,8 +791,9 @@ def parse_sbatch(
             from_script.update(line_values)
         _check_exclusive(script_keys, "#SBATCH directives: ")
     values = container_request(_layer(_layer(from_script, from_env), command_line), ctx.environ)
-    values.pop("_wrap", None)
-    values.pop("_version", None)
+    for key in ("_wrap", "_version", "_verbose", "_help"):
+        values.pop(key, None)
+    _gather_recorded(values)
     flags = {k: bool(values.pop(k, False)) for k in ("_parsable", "_test_only", "_wait")}
     body: dict[str, Any] = {
         "name": default_name,
@@ -748,6 +820,13 @@ def parse_sbatch(
     )
 
 
+def _gather_recorded(values: dict[str, Any]) -> None:
+    """Move the recorded options' keys into one ``recorded_options`` mapping of the body."""
+    recorded = {k[len(RECORDED):]: values.pop(k) for k in [k for k in values if k.startswith(RECORDED)]}
+    if recorded:
+        values["recorded_options"] = recorded
+
+
 def _convert_env(ctx: _Context) -> dict[str, Any]:
     """The SBATCH_* input variables, as one source below the command line."""
     out: dict[str, Any] = {}
@@ -758,19 +837,50 @@ def _convert_env(ctx: _Context) -> dict[str, Any]:
         try:
             out = _layer(out, opt.convert(value, ctx))
         except ValueError as e:
-            raise OptionError(
-                f"invalid {opt.env} value '{ctx.environ[opt.env]}': {_reason(e)}"
-            ) from None
+            reason = e.reason if isinstance(e, WholeMessage) else _reason(e)
+            raise OptionError(f"invalid {opt.env} value '{ctx.environ[opt.env]}': {reason}") from None
     return out
 
 
+# srun's input variables (Slurm's srun(1)), the option each stands for. Read outside an
+# allocation only: inside one they hold the allocation's own values, which steps get anyway.
+SRUN_INPUT = (("SLURM_NPROCS", "ntasks"), ("SLURM_NTASKS", "ntasks"), ("SLURM_NNODES", "nodes"),
+              ("SLURM_CPUS_PER_TASK", "cpus-per-task"), ("SLURM_NTASKS_PER_NODE", "ntasks-per-node"),
+              ("SLURM_PARTITION", "partition"), ("SLURM_ACCOUNT", "account"), ("SLURM_TIMELIMIT", "time"),
+              ("SLURM_GPUS_PER_NODE", "gpus-per-node"), ("SLURM_JOB_NAME", "job-name"))
+
+
 def parse_srun(argv: list[str], *, cwd: str, environ: Mapping[str, str]) -> SrunRequest:
-    """srun's options (the resource options plus srun's own) and the command to run."""
+    """srun's options (the resource options plus srun's own) and the command to run; outside an
+    allocation, SRUN_INPUT's variables sit below the command line."""
+    req = parse_salloc(argv, cwd=cwd, environ=environ)
+    if not req.command:
+        raise OptionError("no command given: usage is srun [options] command [args...]")
+    if "SLURM_JOB_ID" not in environ:
+        longs, _ = _TABLES[SRUN]
+        ctx = _Context(cwd=os.path.normpath(cwd), environ=environ, now=0.0)
+        given: dict[str, Any] = {}
+        for name, option in SRUN_INPUT:
+            if environ.get(name):
+                try:
+                    given.update(longs[option].convert(environ[name], ctx))
+                except ValueError as e:
+                    reason = e.reason if isinstance(e, WholeMessage) else _reason(e)
+                    raise OptionError(f"invalid {name} value '{environ[name]}': {reason}") from None
+        if given:
+            command_line = parse_salloc(argv, cwd=cwd, environ={})  # what argv itself set
+            req.options.update({k: v for k, v in given.items() if k not in command_line.options})
+    return req
+
+
+def parse_salloc(argv: list[str], *, cwd: str, environ: Mapping[str, str]) -> SrunRequest:
+    """salloc's options (srun's table: the same resource options) and its command, which may
+    be empty (salloc then runs the user's shell)."""
     ctx = _Context(cwd=os.path.normpath(cwd), environ=environ, now=0.0)
     found, command = _scan(argv, SRUN)
     options: dict[str, Any] = {"workdir": ctx.cwd, "environment": dict(environ)}
     options.update(_convert(found, ctx))
     container_request(options, environ)
-    if not command:
-        raise OptionError("no command given: usage is srun [options] command [args...]")
+    options.pop("_verbose", None)
+    _gather_recorded(options)
     return SrunRequest(options=options, command=command)

@@ -239,8 +239,8 @@ def window(options, now: float) -> tuple[float | None, float | None]:
 
 
 def field_spec(options) -> str:
-    if options.format:
-        return options.format
+    if options.format or os.environ.get("SACCT_FORMAT"):  # -o, or Slurm's input variable
+        return options.format or os.environ["SACCT_FORMAT"]
     if options.brief:
         return BRIEF_FIELDS
     if options.long:
@@ -328,6 +328,10 @@ def parse_args(argv: list[str] | None):
     p.add_argument("-b", "--brief", action="store_true", help="jobid,state,exitcode")
     p.add_argument("-l", "--long", action="store_true", help="many fields")
     p.add_argument("--json", action="store_true", help="JSON output")
+    # One cluster, and one record per job run: accepted as Slurm takes them (Snakemake asks --clusters all).
+    p.add_argument("-M", "--clusters", help="accepted: Shoal runs one cluster")
+    p.add_argument("-L", "--allclusters", action="store_true", help="accepted: Shoal runs one cluster")
+    p.add_argument("-D", "--duplicates", action="store_true", help="accepted: Shoal keeps one record per job")
     p.add_argument("-v", "--verbose", action="count", default=0)
     p.add_argument("--help", action="help", help="show this help and exit")
     return p.parse_args(argv)

@@ -16,19 +16,19 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from typing import Any, TextIO
 
-HELP = ("Usage: sbatch [OPTIONS...] script [args...]\n       sbatch [OPTIONS...] --wrap=command\n"
-        "Options are those of Slurm's sbatch; #SBATCH lines in the script give defaults.")
-
 
 def main(argv: list[str] | None = None) -> int:
     from shoal.cli.client import Client, fail
-    from shoal.cli.options import OptionError, asks_version, script_source
+    from shoal.cli.options import OptionError, asks_help, asks_version, script_source
 
     argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] in ("-h", "--help", "--usage"):
-        print(HELP)
-        return 0
     try:
+        if argv and argv[0] == "-h" or asks_help(argv):
+            from shoal.cli.fmt import emit
+            from shoal.cli.options import SBATCH, help_text
+
+            emit(help_text(SBATCH, usage="--usage" in argv))
+            return 0
         if asks_version(argv):
             from shoal.cli import version_line
 

@@ -93,6 +93,8 @@ def _parser(remote: bool):
     p.add_argument("-t", "--state", action="append", help="jobs in these states")
     p.add_argument("-p", "--partition", action="append", help="jobs in these partitions")
     p.add_argument("-n", "--name", "--jobname", action="append", help="jobs with these names")
+    p.add_argument("-q", "--qos", help="jobs of this QOS")
+    p.add_argument("-A", "--account", help="jobs charged to this account")
     p.add_argument("-Q", "--quiet", action="store_true", help="no error messages")
     p.add_argument("-v", "--verbose", action="count", default=0)
     p.add_argument("--help", action="help", help="show this help and exit")
@@ -129,7 +131,8 @@ def run(argv: list[str] | None, *, connect, err=None, prog: str | None = None, u
 
                 user = _login_name()
             users.append(user)
-        filtered = bool(users or options.state or options.partition or options.name)
+        filtered = bool(users or options.state or options.partition or options.name or options.qos
+                        or options.account)
         if not ids and not filtered:
             raise UsageError("No job identification provided (give job ids, or -u/--me/-t/-p/-n)")
         client = connect()
@@ -137,7 +140,8 @@ def run(argv: list[str] | None, *, connect, err=None, prog: str | None = None, u
             body = {"job_ids": ids or None, "user": users[0] if len(users) == 1 else None,
                     "partition": ",".join(split_list(options.partition)) or None,
                     "states": [s.upper() for s in split_list(options.state)] or None,
-                    "name": ",".join(split_list(options.name)) or None, "signal": sig}
+                    "name": ",".join(split_list(options.name)) or None, "signal": sig,
+                    "qos": options.qos, "account": options.account}
             done = client.post("/shoal/v1/jobs/cancel", body).get("jobs") or []
             if options.verbose:
                 for job_id in done:

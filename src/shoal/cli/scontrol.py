@@ -17,15 +17,18 @@ if TYPE_CHECKING:  # annotations only: importing typing costs the command's star
     from collections.abc import Mapping
     from typing import Any
 
-SHOW_ENTITIES = ("job", "node", "partition", "reservation", "hostnames", "hostlist", "config")
+SHOW_ENTITIES = ("job", "node", "partition", "reservation", "hostnames", "hostlist", "config", "step")
 # Slurm's scontrol takes any prefix of an entity's full word down to a minimum length, so
 # `show hostname`, `show jobs` and `show part` work as there: (entity, full word, shortest).
 _SHOW_PREFIXES = (("hostnames", "hostnames", 5), ("hostlist", "hostlist", 5), ("job", "jobs", 1),
                   ("node", "nodes", 1), ("partition", "partitions", 2), ("config", "config", 1),
-                  ("reservation", "reservations", 3))
+                  ("reservation", "reservations", 3), ("step", "steps", 2))
+INVALID_JOB_ID = "Invalid job id specified"
+MIN_JOB_AGE_S = 300  # as the server's show config says: how long an ended job stays in the listing
 COMMANDS = ("show", "update", "create", "delete", "hold", "release", "requeue", "ping", "version", "write")
 JOB_UPDATE_KEYS = {"timelimit": "time_limit_s", "jobname": "name", "name": "name",
-                   "partition": "partition", "numnodes": "nodes", "comment": "comment"}
+                   "partition": "partition", "numnodes": "nodes", "comment": "comment",
+                   "arraytaskthrottle": "array_throttle"}
 NODE_STATES = ("DRAIN", "RESUME", "DOWN", "UNDRAIN", "IDLE")
 
 # The Node object's display_state as scontrol's State= word.
@@ -80,6 +83,14 @@ def _layout(lines: list[list[tuple[str, Any]]], oneliner: bool) -> str:
     return rendered[0] + "\n" + "".join(f"   {line}\n" for line in rendered[1:])
 
 
+def _num_nodes(job: Mapping[str, Any], state: str) -> str:
+    """A pending job's node range (``2-2``, ``2-4``), a started job's count, as Slurm prints NumNodes."""
+    low = job.get("nodes") or 1
+    if state == "PENDING":
+        return f"{low}-{job.get('nodes_max') or low}"
+    return str(low)
+
+
 def render_job(job: Mapping[str, Any], now: float, oneliner: bool = False) -> str:
     """``scontrol show job``: one job in Slurm's key order."""
     from shoal.cli.fmt import format_hms
@@ -119,7 +130,7 @@ def render_job(job: Mapping[str, Any], now: float, oneliner: bool = False) -> st
         [("Reservation", job["reservation"])] if job.get("reservation") else [],
         [("NodeList", _text(job.get("nodelist")))],
         [("BatchHost", job["batch_host"])] if job.get("batch_host") else [],
-        [("NumNodes", job.get("nodes") or 1), ("NumCPUs", job.get("cpus") or 0),
+        [("NumNodes", _num_nodes(job, state)), ("NumCPUs", job.get("cpus") or 0),
          ("NumTasks", job.get("ntasks") or 1), ("CPUs/Task", cpt)],
         [("TRES", ",".join(f"{k}={v}" for k, v in tres(job, state != "PENDING").items()))],
         [("NtasksPerN:B:S:C", f"{ntpn or 0}:0:*:*"), ("CoreSpec", "*")],
@@ -322,10 +333,13 @@ def parse_update(args: list[str]) -> tuple[str, str, dict]:
     from shoal.model.timefmt import parse_time_limit
 
     pairs = []
-    for arg in args:
+    words = iter(args)
+    for arg in words:
         key, eq, value = arg.partition("=")
-        if not eq:
-            raise UsageError(f"update expects Key=Value pairs, got '{arg}'")
+        if not eq:  # Slurm takes `Key Value` as well as `Key=Value`
+            value = next(words, None)
+            if value is None:
+                raise UsageError(f"update expects Key=Value pairs, got '{arg}'")
         pairs.append((key.lower(), value))
     if not pairs or pairs[0][0] not in ("jobid", "nodename"):
         raise UsageError("update needs JobId=ID or NodeName=HOSTLIST first, "
@@ -336,13 +350,14 @@ def parse_update(args: list[str]) -> tuple[str, str, dict]:
         if kind == "job":
             if key not in JOB_UPDATE_KEYS:
                 raise UsageError(f"Update of this parameter is not supported: {key} "
-                                 f"(expected TimeLimit, JobName, Partition, NumNodes or Comment)")
+                                 f"(expected TimeLimit, JobName, Partition, NumNodes, Comment or ArrayTaskThrottle)")
             if key == "timelimit":
                 body["time_limit_s"] = parse_time_limit(value)
-            elif key == "numnodes":
+            elif key in ("numnodes", "arraytaskthrottle"):
                 if not value.isdigit():
-                    raise UsageError(f"NumNodes must be a number, got '{value}'")
-                body["nodes"] = int(value)
+                    raise UsageError(f"{'NumNodes' if key == 'numnodes' else 'ArrayTaskThrottle'} must be a "
+                                     f"number, got '{value}'")
+                body[JOB_UPDATE_KEYS[key]] = int(value)
             else:
                 body[JOB_UPDATE_KEYS[key]] = value
         elif key == "state":
@@ -409,11 +424,17 @@ def _show(client, entity: str, args: list[str], options) -> str:
         params: dict[str, Any] = {"all": "true"}
         if args:
             params["job_id"] = args[0]
-        jobs = client.get("/shoal/v1/jobs", params if args else None)["jobs"]
+        else:  # the listing keeps an ended job for MinJobAge, as Slurm's does (scripts poll it)
+            params["since"] = now - MIN_JOB_AGE_S
+        jobs = client.get("/shoal/v1/jobs", params)["jobs"]
         if args and not jobs:
-            raise UsageError("Invalid job id specified")
+            print(f"slurm_load_jobs error: {INVALID_JOB_ID}", file=sys.stderr)  # Slurm's words, no prefix
+            raise SystemExit(1)
         if options.json:
             return json.dumps({"jobs": jobs}, indent=2) + "\n"
+        from shoal.cli.squeue import collapse_arrays
+
+        jobs = collapse_arrays(jobs)  # a pending array is one record, ArrayTaskId=0-7, as in Slurm
         if not jobs:
             return "No jobs in the system\n"
         return "\n".join(render_job(j, now, options.oneliner) for j in jobs) + ("" if options.oneliner else "\n")
@@ -450,7 +471,36 @@ def _show(client, entity: str, args: list[str], options) -> str:
             return "No reservations in the system\n"
         return "\n".join(render_reservation(r, options.oneliner) for r in resvs) + (
             "" if options.oneliner else "\n")
+    if entity == "step":
+        return _show_steps(client, args, options)
     raise UsageError(f"unknown entity '{entity}'")  # show_config is handled by the caller
+
+
+def _show_steps(client, args: list[str], options) -> str:
+    """``scontrol show step(s) [JOBID[.STEP]]``: the running jobs' steps."""
+    from shoal.cli.fmt import format_hms
+    from shoal.model.timefmt import format_timestamp
+
+    job_id, _, step_id = (args[0] if args else "").partition(".")
+    params: dict[str, Any] = {"state": "RUNNING"} if not job_id else {"job_id": job_id}
+    jobs = client.get("/shoal/v1/jobs", params)["jobs"]
+    steps = [(j, st) for j in jobs for st in j.get("steps") or []
+             if st.get("state") == "RUNNING" and (not step_id or str(st.get("step_id")) == step_id)]
+    if not steps:
+        return "No job steps in the system\n"
+    lines = []
+    for job, step in steps:
+        uid = _user_id(job.get("user")).partition("(")[2].rstrip(")") or "(null)"  # Slurm prints the number
+        limit = job.get("time_limit_s")
+        fields = [[("StepId", f"{job['job_id']}.{step.get('step_id')}"), ("UserId", uid),
+                   ("StartTime", format_timestamp(step.get("start_time"))),
+                   ("TimeLimit", format_hms(limit) if step.get("step_id") != "batch" else "UNLIMITED")],
+                  [("State", step.get("state")), ("Partition", _text(job.get("partition"))),
+                   ("NodeList", _text(step.get("nodelist")))],
+                  [("Nodes", len(expand(step["nodelist"])) if step.get("nodelist") else 0),
+                   ("Tasks", step.get("ntasks") or 1), ("Name", _text(step.get("name")))]]
+        lines.append(_layout(fields, options.oneliner))
+    return "\n".join(lines)
 
 
 def _reservation(client, command: str, args: list[str]) -> int:
@@ -482,16 +532,19 @@ def _reservation(client, command: str, args: list[str]) -> int:
     return 0
 
 
-def show_config(server: str, now: float) -> str:
+def show_config(server: str, settings: Mapping[str, str], now: float) -> str:
+    """``scontrol show config``: the server's settings under Slurm's names (GET /shoal/v1/config),
+    with the controllers this client knows and the version, sorted as Slurm sorts them."""
     import time
 
+    from shoal.cli import SLURM_VERSION
     from shoal import __version__ as version
 
-    hosts = [(f"SlurmctldHost[{i}]", url.strip()) for i, url in enumerate(server.split(",")) if url.strip()]
-    rows = [("ClusterName", "shoal"), *hosts, ("SLURM_VERSION", f"shoal-{version}"),
-            ("SchedulerType", "sched/backfill"), ("SelectType", "select/cons_tres")]
+    hosts = {f"SlurmctldHost[{i}]": url.strip() for i, url in enumerate(server.split(",")) if url.strip()}
+    rows = {**settings, **hosts, "SLURM_VERSION": f"{SLURM_VERSION} (shoal {version})"}
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(now))
-    return f"Configuration data as of {stamp}\n" + "".join(f"{k:<22} = {v}\n" for k, v in rows)
+    return f"Configuration data as of {stamp}\n" + "".join(
+        f"{k:<23} = {rows[k]}\n" for k in sorted(rows, key=str.lower))
 
 
 def render_ping(answers: list[tuple[str, Mapping[str, Any] | None]]) -> tuple[str, int]:
@@ -536,11 +589,14 @@ def parse_args(argv: list[str] | None):
     p.add_argument("-o", "--oneliner", action="store_true", help="one line per record")
     p.add_argument("--json", action="store_true", help="JSON output for show job/node/partition")
     p.add_argument("-d", "--details", action="store_true", help="accepted for compatibility")
+    p.add_argument("-a", "--all", action="store_true", help="accepted: Shoal has no hidden partitions")
+    p.add_argument("-F", "--future", action="store_true", help="accepted: Shoal has no FUTURE nodes")
     p.add_argument("-v", "--verbose", action="count", default=0)
     p.add_argument("--help", action="help", help="show this help and exit")
     p.add_argument("command", nargs="?", help=f"one of {', '.join(COMMANDS)}")
     p.add_argument("args", nargs="*", help="the command's arguments")
-    return p.parse_args(argv)
+    # Options may come anywhere, as in Slurm's `scontrol show job -d -o 12`.
+    return p.parse_intermixed_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -561,8 +617,11 @@ def main(argv: list[str] | None = None) -> int:
         options = parse_args(args)
         command = (options.command or "").lower()
         rest = options.args
+        if not command:
+            raise UsageError(f"no command given (expected one of {', '.join(COMMANDS)})")
         if command not in COMMANDS:
-            raise UsageError(f"invalid command '{options.command or ''}' (expected one of {', '.join(COMMANDS)})")
+            print(f"invalid keyword: {options.command}", file=sys.stderr)  # Slurm's words, no prefix
+            return 1
         if command == "show":
             entity = show_entity(rest[0]) if rest else None
             if entity is None:
@@ -576,7 +635,8 @@ def main(argv: list[str] | None = None) -> int:
 
                 from shoal.cli.client import load_config
 
-                emit(show_config(load_config()["server"], time.time()))
+                emit(show_config(load_config()["server"], Client.from_config().get("/shoal/v1/config")["config"],
+                                 time.time()))
                 return 0
             emit(_show(Client.from_config(), entity, rest[1:], options))
             return 0

@@ -8,6 +8,7 @@ as a compressed hostlist; -N has one line per (node, partition); -R one line per
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
@@ -24,7 +25,8 @@ if TYPE_CHECKING:  # annotations only: importing typing costs the command's star
 DEFAULT_FORMAT = "%#P %.5a %.10l %.6D %.6t %N"
 LONG_FORMAT = "%#P %.5a %.10l %.10s %.4r %.8h %.10g %.6D %.11T %N"
 NODE_FORMAT = "%#N %.6D %#P %6t"
-NODE_LONG_FORMAT = "%#N %.6D %#P %.11T %.4c %.8z %.6m %.8d %.6w %.8f %20E"
+NODE_LONG_FORMAT = "%#N %.6D %.9P %.11T %4c %.8z %.6m %.8d %.6w %.8f %20E"
+SUMMARIZE_FORMAT = "%#P %.5a %.10l %.16F %N"  # sinfo -s: one line per partition
 REASON_FORMAT = "%20E %9u %19H %N"
 REASON_LONG_FORMAT = "%20E %12U %19H %6t %N"
 
@@ -177,12 +179,14 @@ FIELDS: dict[str, Field] = {
 
 
 def default_format(options) -> str:
-    if options.format:
-        return options.format
+    if options.format or os.environ.get("SINFO_FORMAT"):  # -o, or Slurm's input variable
+        return options.format or os.environ["SINFO_FORMAT"]
     if options.list_reasons:
         return REASON_LONG_FORMAT if options.long else REASON_FORMAT
     if options.Node:
         return NODE_LONG_FORMAT if options.long else NODE_FORMAT
+    if options.summarize:
+        return SUMMARIZE_FORMAT
     return LONG_FORMAT if options.long else DEFAULT_FORMAT
 
 
@@ -235,7 +239,7 @@ def rows_for(nodes: list[dict], partitions: list[dict], options) -> list[dict]:
         groups = {}
         for node in nodes:
             if node["name"] in members:
-                key = (node.get("display_state"),)
+                key = (None if options.summarize else node.get("display_state"),)
                 if exact:
                     key += (node.get("cpus"), node.get("memory_mb"), node.get("gres"),
                             tuple(node.get("features") or ()))
@@ -300,6 +304,7 @@ def parse_args(argv: list[str] | None):
     p.add_argument("-h", "--noheader", action="store_true", help="no header line")
     p.add_argument("-o", "--format", help="output format, e.g. '%%P %%a %%D %%t %%N'")
     p.add_argument("-e", "--exact", action="store_true", help="group only identical nodes")
+    p.add_argument("-s", "--summarize", action="store_true", help="one line per partition, node counts by state")
     p.add_argument("-R", "--list-reasons", action="store_true", help="why nodes are down or drained")
     p.add_argument("-d", "--dead", action="store_true", help="only non-responding or down nodes")
     p.add_argument("-i", "--iterate", type=float, metavar="SECONDS", help="repeat every N seconds")

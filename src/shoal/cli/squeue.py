@@ -7,6 +7,7 @@ now)`` is a pure function over Job dicts (docs/API.md) that the tests call direc
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
@@ -153,6 +154,26 @@ def _array_task(job: Mapping[str, Any], now: float) -> str:
     return "N/A" if task is None else str(task)
 
 
+def _account_id(job: Mapping[str, Any], kind: str) -> str | int | None:
+    """The job user's uid (``uid``), group name (``group``) or gid (``gid``) from this host's passwd."""
+    import pwd
+
+    try:
+        entry = pwd.getpwnam(job.get("user") or "")
+    except KeyError:
+        return None
+    if kind == "uid":
+        return entry.pw_uid
+    if kind == "gid":
+        return entry.pw_gid
+    import grp
+
+    try:
+        return grp.getgrgid(entry.pw_gid).gr_name
+    except KeyError:
+        return entry.pw_gid
+
+
 FIELDS: dict[str, Field] = {
     "A": Field("JOBID", lambda j, now: j["array_job_id"] if j.get("_array_tasks") else j["job_id"]),
     "a": Field("ACCOUNT", lambda j, now: j.get("account")),
@@ -184,6 +205,9 @@ FIELDS: dict[str, Field] = {
     "T": Field("STATE", lambda j, now: display_state(j)),
     "t": Field("ST", lambda j, now: STATE_CODES.get(display_state(j), display_state(j))),
     "u": Field("USER", lambda j, now: j.get("user")),
+    "U": Field("UID", lambda j, now: _account_id(j, "uid")),
+    "g": Field("GROUP", lambda j, now: _account_id(j, "group")),
+    "G": Field("GID", lambda j, now: _account_id(j, "gid")),
     "V": Field("SUBMIT_TIME", _when("submit_time")),
     "Y": Field("SCHEDNODES", lambda j, now: j.get("sched_nodes"), cut=False, cut_header=False),
     "y": Field("NICE", lambda j, now: j.get("nice", 0)),
@@ -201,7 +225,8 @@ LONG_FIELDS: dict[str, Field] = {
         "timelimit": "l", "timeused": "M", "minmemory": "m", "nodelist": "N", "command": "o",
         "partition": "P", "priority": "p", "prioritylong": "Q", "qos": "q", "reasonlist": "R",
         "reason": "r", "starttime": "S", "state": "T", "statecompact": "t", "username": "u",
-        "submittime": "V", "schednodes": "Y", "nice": "y", "workdir": "Z",
+        "submittime": "V", "schednodes": "Y", "nice": "y", "workdir": "Z", "userid": "U", "groupname": "g",
+        "groupid": "G",
     }.items()
 }  # fmt: skip
 
@@ -277,6 +302,33 @@ def render_jobs(jobs: list[dict], options, now: float) -> str:
     return out
 
 
+STEP_FORMAT = "%.15i %.8j %.9P %.8u %.9M %N"  # Slurm's default for squeue --steps
+STEP_FIELDS: dict[str, Field] = {
+    "i": Field("STEPID", lambda st, now: st["step"]),
+    "A": Field("JOBID", lambda st, now: st["job_id"]),
+    "j": Field("NAME", lambda st, now: st.get("name")),
+    "P": Field("PARTITION", lambda st, now: st.get("partition")),
+    "u": Field("USER", lambda st, now: st.get("user")),
+    "M": Field("TIME", lambda st, now: format_duration(max(0, int(now - (st.get("start_time") or now)))), cut=False),
+    "N": Field("NODELIST", lambda st, now: st.get("nodelist") or "", cut=False, cut_header=False),
+}
+
+
+def render_steps(jobs: list[dict], options, now: float) -> str:
+    """squeue -s/--steps: the running steps of the running jobs (``-s 12.0,13.batch``: only those)."""
+    wanted = set(split_list([options.steps])) if options.steps else set()
+    rows = []
+    for job in select_jobs(jobs, options):
+        for st in job.get("steps") or []:
+            step = f"{job_id_text(job)}.{st['step_id']}"
+            if st.get("state") == "RUNNING" and (not wanted or step in wanted):
+                rows.append({**st, "step": step, "job_id": job["job_id"], "partition": job.get("partition"),
+                             "user": job.get("user")})
+    rows.sort(key=lambda r: (r["job_id"], r["step"]))
+    return render(parse_format(options.format or STEP_FORMAT, STEP_FIELDS, kind="step"), rows, now,
+                  header=not options.noheader)
+
+
 def render_json(jobs: list[dict], options, now: float) -> str:
     """squeue --json: a ``jobs`` list with Slurm's key names, times as epoch seconds."""
     out = []
@@ -334,6 +386,7 @@ def _parser(remote: bool):
     p.add_argument("-l", "--long", action="store_true", help="long report")
     p.add_argument("--start", action="store_true", help="expected start times of pending jobs")
     p.add_argument("-r", "--array", action="store_true", help="one line per array task")
+    p.add_argument("-s", "--steps", nargs="?", const="", metavar="STEPS", help="job steps instead of jobs")
     p.add_argument("-i", "--iterate", type=float, metavar="SECONDS", help="repeat every N seconds")
     p.add_argument("--json", action="store_true", help="JSON output")
     p.add_argument("-a", "--all", action="store_true", help="accepted for compatibility")
@@ -346,6 +399,9 @@ def _parser(remote: bool):
 def parse_args(argv: list[str] | None, *, remote: bool = False, user: str | None = None):
     """squeue's options; ``user`` is the login name ``--me`` stands for (this process's by default)."""
     options = _parser(remote).parse_args(argv)
+    if not remote and not (options.format or options.Format):  # the server answers none with these set
+        options.Format = os.environ.get("SQUEUE_FORMAT2") or None
+        options.format = None if options.Format else os.environ.get("SQUEUE_FORMAT") or None
     if options.me:
         if user is None:
             from shoal.cli.client import _login_name
@@ -363,6 +419,8 @@ def query(options) -> dict:
         "partition": _only(split_list(options.partition)),
         "name": _only(split_list(options.name)),
     }
+    if options.steps is not None:
+        return {**params, "state": ["RUNNING"]}  # the steps come with the full Job objects
     if not (options.format or options.Format or options.long or options.start or options.json):
         params["view"] = "queue"  # the default table: only the columns it shows
     states = parse_states(split_list(options.states)) if options.states else set()
@@ -406,9 +464,12 @@ def run(argv: list[str] | None, *, connect: Callable[[], Any], out: TextIO | Non
         while True:
             jobs = client.get("/shoal/v1/jobs", params)["jobs"]
             if options.jobs and not jobs:
-                return print_error(err, prog, "Invalid job id specified")
+                print("slurm_load_jobs error: Invalid job id specified", file=err)  # Slurm's words, no prefix
+                return 1
             now = time.time()
-            if options.json:
+            if options.steps is not None:
+                emit(render_steps(jobs, options, now), out)
+            elif options.json:
                 emit(render_json(jobs, options, now), out)
             elif options.iterate and not options.noheader and not options.long:
                 emit(time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(now)) + "\n"

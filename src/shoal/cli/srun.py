@@ -22,10 +22,16 @@ STEP_KEYS = ("nodes", "ntasks", "ntasks_per_node", "cpus_per_task", "gpus_per_ta
 
 def main(argv: list[str] | None = None) -> int:
     from shoal.cli.client import Client, ClientError, fail
-    from shoal.cli.options import SRUN, OptionError, asks_version, parse_srun
+    from shoal.cli.options import SRUN, OptionError, asks_help, asks_version, parse_srun
 
     argv = sys.argv[1:] if argv is None else argv
     try:
+        if asks_help(argv, SRUN):
+            from shoal.cli.fmt import emit
+            from shoal.cli.options import help_text
+
+            emit(help_text(SRUN, usage="--usage" in argv))
+            return 0
         if asks_version(argv, SRUN):
             from shoal.cli import version_line
 
@@ -42,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     job_id = os.environ.get("SLURM_JOB_ID")
     own_allocation = None
     try:
-        if job_id is None or not os.environ.get("SHOAL_JOB_TOKEN"):
+        if job_id is None:  # in salloc's shell, SLURM_JOB_ID is the allocation, stepped into with the user's token
             own_allocation = _allocate(client, opts, req.command)
             job_id = str(own_allocation)
         step = client.post(f"/shoal/v1/jobs/{job_id}/steps", _step_body(opts, req.command))
@@ -90,8 +96,8 @@ def _step_body(opts: dict, command: list[str]) -> dict:
     return body
 
 
-def _allocate(client, opts: dict, command: list[str]) -> int:
-    """srun outside a job: get an allocation first, and wait for it (srun: job N queued...)."""
+def _allocate(client, opts: dict, command: list[str], prog: str = "srun") -> int:
+    """srun (or salloc) outside a job: get an allocation first, and wait for it (srun: job N queued...)."""
     body = {k: v for k, v in opts.items() if k not in ("label", "unbuffered", "mpi", "kill_on_bad_exit",
                                                        "overlap", "exact", "gpu_bind", "cpu_bind")}
     body["interactive"] = True
@@ -107,7 +113,7 @@ def _allocate(client, opts: dict, command: list[str]) -> int:
         try:
             client.post(f"/shoal/v1/jobs/{job_id}/cancel", {})
         finally:
-            print(f"srun: Job allocation {job_id} has been revoked", file=sys.stderr)
+            print(f"{prog}: Job allocation {job_id} has been revoked", file=sys.stderr)
             raise SystemExit(1)
 
     old = signal.signal(signal.SIGINT, cancel)
@@ -117,16 +123,16 @@ def _allocate(client, opts: dict, command: list[str]) -> int:
             if job["state"] == "RUNNING":
                 break
             if job["state"] not in ("PENDING",):
-                raise SystemExit(f"srun: error: Job allocation {job_id} ended: {job['state']}")
+                raise SystemExit(f"{prog}: error: Job allocation {job_id} ended: {job['state']}")
             if not announced and time.time() - t0 > 1.0:
-                print(f"srun: job {job_id} queued and waiting for resources", file=sys.stderr)
+                print(f"{prog}: job {job_id} queued and waiting for resources", file=sys.stderr)
                 announced = True
             time.sleep(delay)
             delay = min(delay * 1.5, 0.5)
     finally:
         signal.signal(signal.SIGINT, old)
     if announced:
-        print(f"srun: job {job_id} has been allocated resources", file=sys.stderr)
+        print(f"{prog}: job {job_id} has been allocated resources", file=sys.stderr)
     return job_id
 
 
@@ -188,14 +194,6 @@ class Launcher:
                 pass
 
     def _node(self, node: dict) -> None:
-        body = json.dumps({
-            "key": f"{self.step['job_id']}.{self.step['run']}", "job_id": self.step["job_id"],
-            "run": self.step["run"], "step_id": self.step["step_id"], "credential": node["credential"],
-            "argv": self.command, "cwd": self.cwd, "env": self.env, "nodeid": node["nodeid"],
-            "tasks": node["tasks"], **({"container": self.container} if self.container else {}),
-        }).encode()
-        head = (f"POST /v1/steps HTTP/1.0\r\nHost: {node['address']}\r\nContent-Type: application/json\r\n"
-                f"Content-Length: {len(body)}\r\n\r\n").encode()
         try:
             sock = socket.create_connection((node["address"], node["port"]), timeout=30)
             if node.get("tls"):
@@ -206,6 +204,17 @@ class Launcher:
             return
         self.socks.append(sock)
         sock.settimeout(None)
+        # The address the node sees this srun at, as Slurm tells its tasks.
+        here = sock.getsockname()[0]
+        env = {**self.env, "SLURM_LAUNCH_NODE_IPADDR": here, "SLURM_SRUN_COMM_HOST": here}
+        body = json.dumps({
+            "key": f"{self.step['job_id']}.{self.step['run']}", "job_id": self.step["job_id"],
+            "run": self.step["run"], "step_id": self.step["step_id"], "credential": node["credential"],
+            "argv": self.command, "cwd": self.cwd, "env": env, "nodeid": node["nodeid"],
+            "tasks": node["tasks"], **({"container": self.container} if self.container else {}),
+        }).encode()
+        head = (f"POST /v1/steps HTTP/1.0\r\nHost: {node['address']}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n").encode()
         try:
             sock.sendall(head + body)
             f = sock.makefile("rb")

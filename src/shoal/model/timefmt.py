@@ -153,6 +153,10 @@ def parse_begin_time(text: str, now: float) -> float:
 
     from datetime import datetime, timedelta  # only --begin needs the calendar: it costs start-up time
 
+    for suffix in ("today", "tomorrow"):
+        # Slurm takes a day after the time of day, with or without a dash: noon-tomorrow, 16:00tomorrow.
+        if value.endswith(suffix) and value != suffix and not _looks_iso(value):
+            value = value[: -len(suffix)].rstrip("-") + " " + suffix
     today = datetime.fromtimestamp(now).date()
     day: date | None = None
     clock: tuple[int, int, int] | None = None

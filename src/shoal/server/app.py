@@ -356,6 +356,12 @@ def create_app(server: Server) -> fastpath.FastPaths:
                 q = q.where(JobRow.state.in_([_long_state(x) for x in body.states]))
             if body.name:
                 q = q.where(JobRow.name == body.name)
+            if body.qos:
+                from sqlalchemy import func
+
+                q = q.where(func.coalesce(JobRow.spec["qos"].as_string(), jobsvc.DEFAULT_QOS) == body.qos)
+            if body.account:
+                q = q.where(JobRow.spec["account"].as_string() == body.account)
             if not p.is_operator and not body.job_ids:
                 q = q.where(JobRow.user == p.user)
             for row in s.scalars(q):
@@ -474,6 +480,12 @@ def create_app(server: Server) -> fastpath.FastPaths:
                 row.name = body.name
             if body.comment is not None:
                 row.comment = body.comment
+            if body.array_throttle is not None:  # the whole array's limit, set on any of its tasks
+                if row.array_job_id is None:
+                    raise jobsvc.JobError(f"Job {job_id} is not a job array: ArrayTaskThrottle needs one")
+                tasks = s.scalars(select(JobRow).where(JobRow.array_job_id == row.array_job_id))
+                for task in tasks:
+                    task.array_throttle = body.array_throttle or None
             if body.partition is not None or body.nodes is not None:
                 if row.state != JobState.PENDING.value:
                     raise jobsvc.JobError("Job is no longer pending execution: partition and node count "
@@ -654,6 +666,11 @@ def create_app(server: Server) -> fastpath.FastPaths:
 
     # ------------------------------------------------------------------ identity (tokens: server/tokens.py)
 
+    @app.get("/shoal/v1/config")
+    def slurm_config(p: Principal = Depends(principal)):
+        """The settings ``scontrol show config`` prints, under Slurm's names (docs/API.md)."""
+        return {"config": jobsvc.slurm_config(server.config)}
+
     @app.get("/shoal/v1/whoami")
     def whoami(p: Principal = Depends(principal)):
         return {"user": p.user, "role": p.role, "groups": list(p.groups), "job_id": p.job_id}
@@ -796,7 +813,8 @@ def create_app(server: Server) -> fastpath.FastPaths:
             return names
         state, exit_code, sig = run_end(ev.exit_code or 0, ev.signal or 0, ev.oom_kills)
         jobsvc.finish(s, row, state, ev.time or now, exit_code=exit_code, signal=sig,
-                      reason=ev.reason[:64] if ev.reason else None)  # the reason column's width
+                      reason=ev.reason[:64] if ev.reason else  # the reason column's width
+                      "NonZeroExitCode" if state is JobState.FAILED and exit_code and not sig else None)
         return names
 
     # ------------------------------------------------------------------ helpers

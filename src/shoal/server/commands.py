@@ -161,6 +161,8 @@ def run_command(name: str, inv: Invocation, api: InProcessApi) -> tuple[int, str
     """(exit code, stdout, stderr) of one command; RunLocally when it needs its own process."""
     if inv.environ.get("TZ") != os.environ.get("TZ"):
         raise RunLocally("times print in the caller's time zone")
+    if name == "squeue" and ("SQUEUE_FORMAT" in inv.environ or "SQUEUE_FORMAT2" in inv.environ):
+        raise RunLocally("the caller's SQUEUE_FORMAT(2) sets the columns")
     out, err = io.StringIO(), io.StringIO()
     argv = inv.argv[1:]
     if name == "sbatch":

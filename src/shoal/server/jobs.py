@@ -263,11 +263,15 @@ def submit(session: Session, principal: Principal, body: JobSubmit, *, partition
         "qos": job_qos.name if job_qos is not None else body.qos,
         "time_min_s": body.time_min_s,
         **({"container": body.container} if body.container is not None else {}),
+        "recorded_options": body.recorded_options,
     }
+    if task_ids is not None:
+        spec["array_env"] = array_env(task_ids)
     common = dict(
         name=name, user=principal.user, partition=partition.name, state=JobState.PENDING.value,
         # A held job says so from the start, as Slurm's does, not from the next pass.
-        reason="JobHeldUser" if body.hold else "None", held=body.hold, interactive=body.interactive,
+        reason="JobHeldUser" if body.hold else "BeginTime" if (body.begin_time or 0) > now else "None",
+        held=body.hold, interactive=body.interactive,
         requeue=body.requeue,
         submit_time=now, begin_time=body.begin_time, time_limit_s=time_limit,
         request=request_to_json(req), spec=spec, workdir=body.workdir, dependency=body.dependency,
@@ -426,7 +430,8 @@ def cancel(session: Session, row: JobRow, principal: Principal, now: float) -> b
     state = JobState(row.state)
     if state.terminal:
         return False
-    finish(session, row, JobState.CANCELLED, now, reason="None")
+    # The reason stays what it was (JobHeldUser, Priority...), as Slurm's scontrol shows it.
+    finish(session, row, JobState.CANCELLED, now)
     return True
 
 
@@ -597,6 +602,36 @@ def queue_view(session: Session, rows: list, completing: set[int] | None = None)
         job["completing"] = job["job_id"] in completing
         out.append(job)
     return out
+
+
+MIN_JOB_AGE_S = 300  # Slurm's default MinJobAge: scontrol's listing keeps an ended job this long
+
+
+def slurm_config(config) -> dict[str, str]:
+    """A ClusterConfig's settings as ``scontrol show config`` names and prints them, in its order."""
+    def sec(value: float) -> str:
+        return f"{value:g} sec"
+
+    sched = config.scheduler
+    return {
+        "ClusterName": config.cluster_name,
+        "DefMemPerCPU": str(sched.def_mem_per_cpu_mb),
+        "KillWait": sec(config.nodes.kill_wait_s),
+        "MaxArraySize": str(sched.max_array_size),
+        "MinJobAge": sec(MIN_JOB_AGE_S),
+        "PriorityType": "priority/multifactor",
+        "SchedulerType": "sched/backfill" if sched.policy == "backfill" else "sched/builtin",
+        "SelectType": "select/cons_tres",
+        "SlurmdTimeout": sec(config.nodes.heartbeat_timeout_s),
+    }
+
+
+def array_env(task_ids: list[int]) -> dict[str, str]:
+    """SLURM_ARRAY_TASK_COUNT/MIN/MAX/STEP, the same for every task of an array, as Slurm sets them."""
+    gaps = {b - a for a, b in zip(task_ids, task_ids[1:])}
+    return {"SLURM_ARRAY_TASK_COUNT": str(len(task_ids)), "SLURM_ARRAY_TASK_MAX": str(max(task_ids)),
+            "SLURM_ARRAY_TASK_MIN": str(min(task_ids)),
+            "SLURM_ARRAY_TASK_STEP": str(gaps.pop() if len(gaps) == 1 else 1)}
 
 
 def array_summary(task_ids: list[int], throttle: int | None) -> str:

@@ -136,6 +136,8 @@ class JobSubmit(StoredText):
     reservation: str | None = Field(default=None, max_length=64)
     kill_on_invalid_dep: bool | None = None
     container: dict | None = Field(default=None, description="Pyxis' --container-* options (model.container)")
+    # Options Slurm takes that Shoal keeps but does not act on (--wckey, --mail-type, ...).
+    recorded_options: dict[str, str] = Field(default_factory=dict, max_length=32)
 
     _argv = field_validator("argv")(check_argv)
     _environment = field_validator("environment")(check_environment)
@@ -178,6 +180,8 @@ class BulkCancelRequest(CancelRequest):
     partition: str | None = None
     states: list[str] = Field(default_factory=list)
     name: str | None = None
+    qos: str | None = None
+    account: str | None = None
 
     @field_validator("job_ids", "states", mode="before")
     @classmethod
@@ -193,6 +197,7 @@ class JobUpdate(StoredText):
     partition: str | None = None
     nodes: int | None = Field(default=None, ge=1)
     comment: str | None = Field(default=None, max_length=4096)
+    array_throttle: int | None = Field(default=None, ge=0, le=1_000_000, description="ArrayTaskThrottle; 0: none")
 
 
 class StepCreate(StoredText):

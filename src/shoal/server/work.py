@@ -70,11 +70,12 @@ def slurm_environment(row: JobRow, cluster_name: str, submit_host: str, secret: 
         "SLURM_CLUSTER_NAME": cluster_name,
         "SLURM_RESTART_COUNT": str(row.restart_count),
         "SLURM_JOB_QOS": row.spec.get("qos") or "normal",
-        "SLURM_JOB_ACCOUNT": row.spec.get("account") or "",
         "SLURM_MEM_PER_NODE": str(alloc[0]["memory_mb"]),
         "SLURM_GTIDS": "0",
         "SHOAL_JOB_TOKEN": job_credential(secret, row.id, row.restart_count),
     }
+    if row.spec.get("account"):  # as Slurm: set only when the job has one
+        env["SLURM_JOB_ACCOUNT"] = row.spec["account"]
     if req.get("ntasks_per_node") is not None:
         env["SLURM_NTASKS_PER_NODE"] = str(req["ntasks_per_node"])
     if req.get("cpus_per_task"):
@@ -85,6 +86,7 @@ def slurm_environment(row: JobRow, cluster_name: str, submit_host: str, secret: 
     if row.array_job_id is not None:
         env["SLURM_ARRAY_JOB_ID"] = str(row.array_job_id)
         env["SLURM_ARRAY_TASK_ID"] = str(row.array_task_id)
+        env.update(row.spec.get("array_env") or {})
     if row.time_limit_s:
         env["SLURM_JOB_END_TIME"] = str(int((row.start_time or 0) + row.time_limit_s))
     env["SLURM_JOB_START_TIME"] = str(int(row.start_time or 0))
