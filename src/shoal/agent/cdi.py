@@ -18,9 +18,9 @@ import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 
-log = logging.getLogger("shoal.agent")
+from shoal.agent.cgroups import NVIDIA_MAJOR, fake_device_nodes
 
-NVIDIA_MAJOR = 195  # NVIDIA's character devices: /dev/nvidiaN is 195:N, /dev/nvidiactl 195:255
+log = logging.getLogger("shoal.agent")
 SPEC_DIR = Path("/var/run/cdi")
 CDI_VERSION = "0.5.0"
 # What nvidia-ctk mounts of the driver (the user-space libraries CUDA and NVML need, and tools).
@@ -28,23 +28,6 @@ DRIVER_LIBRARIES = ("libcuda.so", "libnvidia-ml.so", "libnvidia-ptxjitcompiler.s
                     "libcudadebugger.so", "libnvidia-opencl.so", "libnvidia-cfg.so")
 DRIVER_BINARIES = ("nvidia-smi", "nvidia-debugdump", "nvidia-persistenced", "nvidia-cuda-mps-control",
                    "nvidia-cuda-mps-server")
-
-
-def fake_device_nodes(directory: Path, indices: Iterable[int]) -> Path | None:
-    """Stand-ins for fake GPUs' device nodes: ``nvidiaN`` (char 195:N) and ``nvidiactl``
-    (195:255) in ``directory``. Returns the directory, or None when device nodes cannot be
-    made here (not root)."""
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        for index in [*indices, 255]:
-            path = directory / ("nvidiactl" if index == 255 else f"nvidia{index}")
-            if not path.exists():
-                os.mknod(path, 0o666 | 0o020000, os.makedev(NVIDIA_MAJOR, index))
-            os.chmod(path, 0o666)
-    except OSError as e:
-        log.warning("no stand-in GPU device nodes in %s: %s", directory, e.strerror)
-        return None
-    return directory
 
 
 def driver_files() -> tuple[list[str], list[str]]:
