@@ -283,7 +283,7 @@ class Cgroup:
     def remove(self) -> None:
         """Remove its directories, deepest first (an empty cgroup only; a busy one stays)."""
         for d in self.paths:
-            for root, subdirs, _ in sorted(os.walk(d), key=lambda w: -len(w[0])):
+            for root, _, _ in sorted(os.walk(d), key=lambda w: -len(w[0])):
                 try:
                     os.rmdir(root)
                 except OSError as e:
@@ -385,7 +385,7 @@ class Hierarchy:
         with something to limit are used: each one a process joins costs its launch a migration."""
         needed = {"cpuset": limits.cpus is not None, "devices": bool(limits.denied_gpus)}
         cg = Cgroup(self.version, {c: d / name for c, d in self.base.items() if needed.get(c, True)})
-        for c, d in cg.dirs.items():
+        for d in cg.dirs.values():
             _mkdir(d)
         if self.version == 1:
             self._limit_v1(cg, limits)

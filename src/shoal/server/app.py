@@ -8,7 +8,7 @@ import time
 from contextlib import asynccontextmanager
 from urllib.parse import parse_qs, unquote
 
-from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request
+from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 from sqlalchemy import select
