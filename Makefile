@@ -69,4 +69,4 @@ frontend: | $(BIN)/python
 	@$(INSTALL_STEPD)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache .ruff_cache
