@@ -97,6 +97,39 @@ def test_a_job_within_its_memory_completes_and_its_processes_are_in_its_cgroup(c
     assert str(200 * 1024 * 1024) in text.split(), text
 
 
+def test_sacct_shows_what_the_batch_step_used(cluster):
+    # ~200 MB touched and ~1 s of CPU burnt, read from the job's cgroup at its exit.
+    burn = ("import time; b = bytearray(200 * 1024 * 1024); b[::4096] = b'x' * len(b[::4096]); "
+            "t = time.process_time()\nwhile time.process_time() - t < 1.2: pass")
+    job_id = cluster.sbatch("--wrap", f"python3 -c \"{burn}\"")
+    job = cluster.wait_for(job_id, states=ENDED, timeout=60)
+    assert job["state"] == "COMPLETED", job
+    out = cluster.run(["sacct", "-j", str(job_id), "-n", "-P", "-o",
+                       "JobID,MaxRSS,TotalCPU,UserCPU,SystemCPU"]).stdout.split()
+    lines = {line.split("|")[0]: line.split("|")[1:] for line in out}
+    assert lines[str(job_id)][0] == "", f"a job line has no MaxRSS, as in Slurm: {out}"
+    max_rss, total, user, system = lines[f"{job_id}.batch"]
+    assert _kib(max_rss) >= 190 * 1024, out
+    assert 0.8 <= _seconds(total) < 30, out
+    assert _seconds(user) + _seconds(system) >= 0.7, out
+    assert lines[str(job_id)][1] == total, "the job line's TotalCPU is its steps' sum"
+
+
+def _kib(text: str) -> float:
+    """sacct's ``1234K``, ``196M``, ``2.50G`` in KiB."""
+    scale = {"K": 1, "M": 1024, "G": 1024 ** 2}
+    return float(text[:-1]) * scale[text[-1]] if text[-1] in scale else float(text) / 1024
+
+
+def _seconds(text: str) -> float:
+    """sacct's ``MM:SS.mmm`` or ``[D-]HH:MM:SS`` in seconds."""
+    days, _, rest = text.rpartition("-")
+    parts = [float(p) for p in rest.split(":")]
+    if "." in rest or len(parts) == 2:
+        return parts[0] * 60 + parts[1]
+    return (int(days or 0) * 24 + parts[0]) * 3600 + parts[1] * 60 + parts[2]
+
+
 @needs_v1
 def test_a_detached_process_dies_with_its_job(cluster):
     pidfile = cluster.workdir / "detached.pid"

@@ -243,3 +243,12 @@ def test_unreachable_server_is_one_line_and_exit_1(module, argv, monkeypatch, ca
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "error: cannot reach the Shoal server" in err
     assert "Traceback" not in err
+
+
+def test_sacct_sizes_and_cpu_times_read_as_slurms():
+    # convert_num_unit with CONVERT_NUM_UNIT_EXACT: divide while a half unit is still exact.
+    assert [sacct.size_text(k) for k in (0, 1234, 200704, 2621440, 1562528)] == ["0", "1234K", "196M", "2.50G", "1562528K"]
+    assert sacct.size_text(None) is None
+    # _elapsed_time: milliseconds only under an hour and only when there are some.
+    assert [sacct.cpu_time_text(s) for s in (0, 1.234, 61, 3725.5, 90000)] == \
+        ["00:00:00", "00:01.234", "00:01:01", "01:02:05", "1-01:00:00"]

@@ -800,6 +800,9 @@ def create_app(server: Server) -> fastpath.FastPaths:
                 return {node}
         if row.restart_count != ev.run or row.batch_host != node:
             return set()  # a report about an old run: already handled
+        if ev.max_rss_kb is not None:  # what the run used, whichever way it ended
+            row.usage = {"run": ev.run, "max_rss_kb": ev.max_rss_kb, "cpu_s": ev.cpu_s,
+                         "user_cpu_s": ev.user_cpu_s, "system_cpu_s": ev.system_cpu_s}
         names = set(Allocation.from_json(row.allocation).node_names) if row.allocation else set()
         if ev.fenced and row.state == JobState.RUNNING.value:  # stopped at its lease's end, as on a node failure
             return server.controller.fail_node_jobs(s, node, now, only=lambda r: r.id == row.id) | names
