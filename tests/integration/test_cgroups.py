@@ -115,6 +115,39 @@ def test_sacct_shows_what_the_batch_step_used(cluster):
     assert lines[str(job_id)][1] == total, "the job line's TotalCPU is its steps' sum"
 
 
+def test_sstat_reads_a_running_steps_cgroups(cluster):
+    # An srun step that holds ~150 MB and has burnt ~0.5 s of CPU, then waits to be read.
+    hold = ("import time; b = bytearray(150 * 1024 * 1024); b[::4096] = b'x' * len(b[::4096]); "
+            "t = time.process_time()\nwhile time.process_time() - t < 0.5: pass\ntime.sleep(120)")
+    job_id = cluster.sbatch("--wrap", f"srun python3 -c \"{hold}\"")
+
+    def read():
+        out = cluster.run(["sstat", "-j", str(job_id), "-n", "-P", "-o", "JobID,MaxRSS,AveCPU,NTasks,Nodelist"])
+        line = out.stdout.strip()
+        fields = line.split("|")
+        done = line and _kib(fields[1] or "0") >= 140 * 1024 and _seconds(fields[2] or "00:00:00") >= 0.4
+        return line if done else None
+
+    try:
+        line = wait_until(read, timeout=60, what=f"sstat never showed job {job_id}.0 holding 140M and 0.4 s of CPU")
+        step, max_rss, ave_cpu, ntasks, nodes = line.split("|")
+        assert (step, ntasks, nodes) == (f"{job_id}.0", "1", NODE), line
+        assert _kib(max_rss) < 1024 * 1024 and _seconds(ave_cpu) < 30, line
+        # -a adds the batch step; a step that is not running is named in Slurm's words.
+        every = cluster.run(["sstat", "-a", "-j", str(job_id), "-n", "-P", "-o", "JobID"]).stdout.split()
+        assert every == [f"{job_id}.batch", f"{job_id}.0"] or every == [f"{job_id}.0", f"{job_id}.batch"], every
+        missing = cluster.run(["sstat", "-j", f"{job_id}.7", "-n", "-P"])
+        assert missing.stdout == "" and missing.stderr == f"sstat: error: StepId={job_id}.7 not found running.\n"
+        header = cluster.run(["sstat", "-j", f"{job_id}.batch", "-o", "JobID,MaxRSS"]).stdout.splitlines()
+        assert header[:2] == ["JobID            MaxRSS ", "------------ ---------- "] and \
+            header[2].startswith(f"{job_id}.batch"), header
+    finally:
+        cluster.run(["scancel", str(job_id)])
+    cluster.wait_for(job_id, states=ENDED, timeout=30)
+    gone = cluster.run(["sstat", "-j", str(job_id), "-n"])
+    assert gone.stderr == f"sstat: error: No steps running for job {job_id}\n" and gone.returncode == 0, gone
+
+
 def _kib(text: str) -> float:
     """sacct's ``1234K``, ``196M``, ``2.50G`` in KiB."""
     scale = {"K": 1, "M": 1024, "G": 1024 ** 2}

@@ -184,19 +184,21 @@ COLUMNS: dict[str, Column] = {c.name.lower(): c for c in (
 )}
 
 
-def parse_fields(text: str) -> list[tuple[Column, int]]:
-    """``jobid,jobname%30,state%-12``: columns (case-insensitive) with their widths."""
+def parse_fields(text: str, columns: Mapping[str, Column] | None = None) -> list[tuple[Column, int]]:
+    """``jobid,jobname%30,state%-12``: columns (case-insensitive; sacct's unless ``columns``
+    names others) with their widths."""
+    columns = COLUMNS if columns is None else columns
     out = []
     for item in text.split(","):
         item = item.strip()
         if not item:
             continue
         name, pct, width_text = item.partition("%")
-        column = COLUMNS.get(name.lower())
+        column = columns.get(name.lower())
         if column is None:
             raise FormatError(
                 f"Invalid field requested: \"{name}\" (valid fields: "
-                f"{', '.join(c.name for c in COLUMNS.values())})"
+                f"{', '.join(c.name for c in columns.values())})"
             )
         width = column.width
         if pct:
@@ -288,8 +290,13 @@ def field_spec(options) -> str:
 
 def render_sacct(jobs: list[dict], options, now: float) -> str:
     """sacct's output for these jobs (already fetched), as of ``now``."""
-    columns = parse_fields(field_spec(options))
-    rows = job_rows(select_jobs(jobs, options, now), options)
+    return print_fields(parse_fields(field_spec(options)), job_rows(select_jobs(jobs, options, now), options),
+                        options, now)
+
+
+def print_fields(columns: list[tuple[Column, int]], rows: list, options, now: float) -> str:
+    """Slurm's print_fields: a header and a dashed line, then fixed-width cells; or with
+    -p/-P, values joined by ``options.delimiter`` (sacct's and sstat's output)."""
     delim = options.delimiter
     lines = []
     if options.parsable or options.parsable2:
