@@ -849,9 +849,11 @@ def create_app(server: Server) -> fastpath.FastPaths:
                                  exit_code=ev.exit_code or 0, signal=ev.signal or 0)
             return names
         state, exit_code, sig = run_end(ev.exit_code or 0, ev.signal or 0, ev.oom_kills)
+        # A step's own reason (a container that could not start) says more than the exit code.
+        plain = row.reason in (None, "None")
         jobsvc.finish(s, row, state, ev.time or now, exit_code=exit_code, signal=sig,
                       reason=ev.reason[:64] if ev.reason else  # the reason column's width
-                      "NonZeroExitCode" if state is JobState.FAILED and exit_code and not sig else None)
+                      "NonZeroExitCode" if state is JobState.FAILED and exit_code and not sig and plain else None)
         return names
 
     # ------------------------------------------------------------------ helpers
