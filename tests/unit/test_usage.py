@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+import psutil
 import pynvml
 import pytest
 
@@ -52,6 +53,11 @@ def spawn():
     for p in procs:
         p.kill()
         p.wait()
+
+
+def _cpu_s(pid: int) -> float:
+    t = psutil.Process(pid).cpu_times()
+    return t.user + t.system
 
 
 def _settle(sample, enough, timeout: float = 10.0):
@@ -121,10 +127,18 @@ def test_cpu_meter_counts_cores_between_calls(spawn):
     assert meter.cores([busy.pid, idle.pid]) == {}  # no baseline yet
     cores = _settle(lambda: meter.cores([busy.pid, idle.pid]), lambda c: c.get(busy.pid, 0) >= 0.4)
     assert 0.4 <= cores[busy.pid] <= 1.2 and cores[idle.pid] < 0.1
-    # A process born since the last call counts from its start.
+    # A process born since the last call counts from its start: all the CPU time it has used
+    # (waited for, not slept for: on a loaded machine a burner may wait long for a core).
+    before = time.time()
+    meter.cores([busy.pid, idle.pid], now=before)
     late = spawn(BURN)
-    time.sleep(0.7)
-    assert meter.cores([late.pid]).get(late.pid, 0) > 0.2
+    deadline = time.time() + 20
+    while _cpu_s(late.pid) < 0.3 and time.time() < deadline:
+        time.sleep(0.05)
+    now = time.time()
+    used = _cpu_s(late.pid)
+    share = meter.cores([late.pid], now=now).get(late.pid, 0)
+    assert used >= 0.3 and share * (now - before) >= 0.9 * used - 0.05
 
 
 def test_a_pods_cpu_is_its_whole_process_tree(spawn):
