@@ -18,6 +18,7 @@ import pytest
 from shoal.agent.stepcontainer import Settings
 from tests.integration.cluster import LocalCluster, free_port, wait_until
 from tests.integration.registry import Registry, build_image, missing_tools, podman, podman_env, push
+from tests.integration.traffic import backends
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(bool(missing_tools()), reason=f"needs {missing_tools()} "
                                                    "(.ci/run installs them)")]
@@ -290,7 +291,8 @@ def web_server(port: int, tag: str) -> str:
     use the node's network) and its Service of busybox's httpd from the image ``tag``,
     ready once it answers on its port."""
     container = {"name": "httpd", "image": f"nvcr.io/shoal/web:{tag}",
-                 "command": ["httpd", "-f", "-p", f"$(POD_IP):{port}", "-h", "/www"],
+                 # Listening 2 s after the start: only the readiness probe keeps it out of the routes.
+                 "command": ["sh", "-c", f"sleep 2; exec httpd -f -p $(POD_IP):{port} -h /www"],
                  "ports": [{"containerPort": port}],
                  "readinessProbe": {"httpGet": {"path": "/version", "port": port}, "periodSeconds": 1,
                                     "failureThreshold": 1}}
@@ -336,6 +338,29 @@ class Getter:
         return [a for a in self.answers if a[1] != 200]
 
 
+class RouteChecker(Getter):
+    """Asks every pod the gateway may route to directly, bypassing the gateway's retries: a
+    pod listed ready (and still listed after) that does not answer is a readiness failure."""
+
+    def __init__(self, c: LocalCluster) -> None:
+        super().__init__(c.gateway)
+        self.c, self.unready = c, []
+
+    def _listed(self) -> dict[str, str]:
+        return {b["pod"]: f"http://{b['address']}:{b['port']}/version" for b in backends(self.c, "web-image")
+                if b["ready"] and not b["terminating"]}
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for pod, url in self._listed().items():
+                try:
+                    urllib.request.urlopen(url, timeout=2).read()
+                except OSError as e:
+                    if pod in self._listed():
+                        self.unready.append((pod, str(e)))
+            self._stop.wait(0.1)
+
+
 def test_a_deployment_of_an_image_serves_through_the_gateway_and_rolls_to_a_new_tag(env):
     """An HTTP server inside an image from the (mirrored) registry answers through the
     gateway once ready; a new image tag rolls out under continuous requests, none failing,
@@ -351,7 +376,7 @@ def test_a_deployment_of_an_image_serves_through_the_gateway_and_rolls_to_a_new_
     try:
         assert c.run(["shoal", "rollout", "status", "deployment/web-image", "--timeout", "90s"],
                      timeout=120).returncode == 0
-        with Getter(c.gateway) as load:
+        with Getter(c.gateway) as load, RouteChecker(c) as routes:
             wait_until(lambda: sum(a[2] == "v1" for a in load.answers) >= 10, 30, "v1 answering through the gateway")
             out = c.run(["shoal", "apply", "-f", "-"], input=web_server(port, "v2")).stdout
             assert "deployment.apps/web-image configured" in out, out
@@ -362,6 +387,7 @@ def test_a_deployment_of_an_image_serves_through_the_gateway_and_rolls_to_a_new_
             wait_until(lambda: sum(a[2] == "v2" and a[0] > rolled for a in load.answers) >= 10, 30,
                        "v2 answering after the rollout")
         assert load.failures() == [], load.failures()[:5]
+        assert routes.unready == [], routes.unready[:5]
         versions = [a[2] for a in load.answers]
         assert set(versions) == {"v1", "v2"}, set(versions)
         assert versions[-10:] == ["v2"] * 10, versions[-20:]
