@@ -18,7 +18,7 @@ import pytest
 from shoal.agent.stepcontainer import Settings
 from tests.integration.cluster import LocalCluster, free_port, wait_until
 from tests.integration.registry import Registry, build_image, missing_tools, podman, podman_env, push
-from tests.integration.traffic import backends
+from tests.integration.traffic import backends, pods
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(bool(missing_tools()), reason=f"needs {missing_tools()} "
                                                    "(.ci/run installs them)")]
@@ -398,6 +398,8 @@ def test_a_deployment_of_an_image_serves_through_the_gateway_and_rolls_to_a_new_
     finally:
         c.run(["shoal", "delete", "deployment", "web-image"], check=False)
         c.run(["shoal", "delete", "service", "web-image"], check=False)
+        wait_until(lambda: not pods(c, "app=web-image"), 30, "the web pods gone")
+        podman(penv, "rmi", "--force", *(f"{registry.address}/shoal/web:{t}" for t in ("v1", "v2")), check=False)
 
 
 def test_a_pod_runs_as_its_security_contexts_user(env):
