@@ -27,7 +27,7 @@ runtime = "runc"
 """
 BUSYBOX = "/usr/bin/busybox"
 APPLETS = ("sh", "cat", "ls", "echo", "id", "env", "grep", "sleep", "touch", "test", "head", "wc", "pwd", "true",
-           "false", "mkdir", "stat", "printf", "hostname", "sort", "tr", "cut", "seq")
+           "false", "mkdir", "stat", "printf", "hostname", "sort", "tr", "cut", "seq", "httpd")
 
 
 def missing_tools() -> list[str]:

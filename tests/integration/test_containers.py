@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
+import urllib.error
+import urllib.request
 
 import pytest
 
 from shoal.agent.stepcontainer import Settings
-from tests.integration.cluster import LocalCluster, wait_until
+from tests.integration.cluster import LocalCluster, free_port, wait_until
 from tests.integration.registry import Registry, build_image, missing_tools, podman, podman_env, push
+from tests.integration.traffic import backends, pods
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(bool(missing_tools()), reason=f"needs {missing_tools()} "
                                                    "(.ci/run installs them)")]
@@ -41,15 +45,18 @@ def env(tmp_path_factory):
         "nodes": {"heartbeat_interval_s": 1.0, "kill_wait_s": 2.0},
         "containers": {"registry_mirrors": {"nvcr.io": registry.address},
                        "insecure_registries": [registry.address]}}))
+    gateway = free_port()
     cluster = LocalCluster(root / "cluster", nodes=NODES, gpus_per_node=GPUS, config=str(config),
-                           extra=("--runtime", "podman"))
+                           extra=("--runtime", "podman", "--gateway", str(gateway)))
+    cluster.gateway = f"http://127.0.0.1:{gateway}"
     cluster.env.update(penv)
     cluster.up()
     data, checkpoints = root / "data", root / "checkpoints"
     data.mkdir()
     checkpoints.mkdir()
     (data / "shard-0").write_text("tokens\n")
-    yield {"cluster": cluster, "registry": registry, "data": data, "checkpoints": checkpoints, "podman": penv}
+    yield {"cluster": cluster, "registry": registry, "data": data, "checkpoints": checkpoints, "podman": penv,
+           "root": root}
     cluster.down()
     registry.stop()
     podman(penv, "rmi", "--force", f"{registry.address}/nvidia/pytorch:24.10-py3", check=False)
@@ -277,6 +284,144 @@ def test_a_pod_runs_its_image_through_podman_and_a_missing_tag_backs_off(env):
         assert "Failed" in described and "pytorch:99.99-py3" in described, described
     finally:
         c.run(["shoal", "delete", "deployment", "web", "missing-tag"], check=False)
+
+
+def web_server(port: int, tag: str) -> str:
+    """A Deployment (one replica, one surge pod, so old and new sit on different nodes: pods
+    use the node's network) and its Service of busybox's httpd from the image ``tag``,
+    ready once it answers on its port."""
+    container = {"name": "httpd", "image": f"nvcr.io/shoal/web:{tag}",
+                 # Listening 2 s after the start: only the readiness probe keeps it out of the routes.
+                 "command": ["sh", "-c", f"sleep 2; exec httpd -f -p $(POD_IP):{port} -h /www"],
+                 "ports": [{"containerPort": port}],
+                 "readinessProbe": {"httpGet": {"path": "/version", "port": port}, "periodSeconds": 1,
+                                    "failureThreshold": 1}}
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web-image"},
+                  "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web-image"}},
+                           "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1,
+                                                                                   "maxUnavailable": 0}},
+                           "template": {"metadata": {"labels": {"app": "web-image"}},
+                                        "spec": {"containers": [container], "terminationGracePeriodSeconds": 3}}}}
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web-image"},
+               "spec": {"selector": {"app": "web-image"}, "ports": [{"port": 80, "targetPort": port}]}}
+    return "\n---\n".join(json.dumps(d) for d in (deployment, service))
+
+
+class Getter:
+    """One client asking the gateway for /version, one request after another, until stopped."""
+
+    def __init__(self, gateway: str) -> None:
+        self.gateway, self.answers = gateway, []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(15)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            req = urllib.request.Request(f"{self.gateway}/version", headers={"Host": "web-image.default"})
+            try:
+                with urllib.request.urlopen(req, timeout=10) as r:
+                    self.answers.append((time.time(), r.status, r.read().decode().strip()))
+            except urllib.error.HTTPError as e:
+                self.answers.append((time.time(), e.code, e.read().decode(errors="replace")))
+            except OSError as e:
+                self.answers.append((time.time(), 0, str(e)))
+
+    def failures(self) -> list:
+        return [a for a in self.answers if a[1] != 200]
+
+
+class RouteChecker(Getter):
+    """Asks every pod the gateway may route to directly, bypassing the gateway's retries: a
+    pod listed ready (and still listed after) that does not answer is a readiness failure."""
+
+    def __init__(self, c: LocalCluster) -> None:
+        super().__init__(c.gateway)
+        self.c, self.unready = c, []
+
+    def _listed(self) -> dict[str, str]:
+        return {b["pod"]: f"http://{b['address']}:{b['port']}/version" for b in backends(self.c, "web-image")
+                if b["ready"] and not b["terminating"]}
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for pod, url in self._listed().items():
+                try:
+                    urllib.request.urlopen(url, timeout=2).read()
+                except OSError as e:
+                    if pod in self._listed():
+                        self.unready.append((pod, str(e)))
+            self._stop.wait(0.1)
+
+
+def test_a_deployment_of_an_image_serves_through_the_gateway_and_rolls_to_a_new_tag(env):
+    """An HTTP server inside an image from the (mirrored) registry answers through the
+    gateway once ready; a new image tag rolls out under continuous requests, none failing,
+    and the answers turn from v1 to v2."""
+    c, penv, registry = env["cluster"], env["podman"], env["registry"]
+    for tag in ("v1", "v2"):
+        local = f"localhost/shoal-web-{registry.port}:{tag}"
+        build_image(penv, env["root"], local, f"web {tag}", files={"/www/version": f"{tag}\n"})
+        push(penv, local, f"{registry.address}/shoal/web:{tag}")
+        podman(penv, "rmi", local)
+    port = free_port()
+    c.run(["shoal", "apply", "-f", "-"], input=web_server(port, "v1"))
+    try:
+        assert c.run(["shoal", "rollout", "status", "deployment/web-image", "--timeout", "90s"],
+                     timeout=120).returncode == 0
+        with Getter(c.gateway) as load, RouteChecker(c) as routes:
+            wait_until(lambda: sum(a[2] == "v1" for a in load.answers) >= 10, 30, "v1 answering through the gateway")
+            out = c.run(["shoal", "apply", "-f", "-"], input=web_server(port, "v2")).stdout
+            assert "deployment.apps/web-image configured" in out, out
+            status = c.run(["shoal", "rollout", "status", "deployment/web-image", "--timeout", "90s"],
+                           check=False, timeout=120)
+            assert status.returncode == 0, status.stdout + status.stderr
+            rolled = time.time()
+            wait_until(lambda: sum(a[2] == "v2" and a[0] > rolled for a in load.answers) >= 10, 30,
+                       "v2 answering after the rollout")
+        assert load.failures() == [], load.failures()[:5]
+        assert routes.unready == [], routes.unready[:5]
+        versions = [a[2] for a in load.answers]
+        assert set(versions) == {"v1", "v2"}, set(versions)
+        assert versions[-10:] == ["v2"] * 10, versions[-20:]
+        images = [cs["image"] for p in json.loads(c.run(["shoal", "get", "pods", "-l", "app=web-image", "-o", "json"])
+                                                   .stdout)["items"]
+                  if p["status"].get("phase") == "Running" for cs in p["status"].get("containerStatuses") or ()]
+        assert "nvcr.io/shoal/web:v2" in images, images
+    finally:
+        c.run(["shoal", "delete", "deployment", "web-image"], check=False)
+        c.run(["shoal", "delete", "service", "web-image"], check=False)
+        wait_until(lambda: not pods(c, "app=web-image"), 30, "the web pods gone")
+        podman(penv, "rmi", "--force", *(f"{registry.address}/shoal/web:{t}" for t in ("v1", "v2")), check=False)
+
+
+def test_a_pod_runs_as_its_security_contexts_user(env):
+    """runAsUser from the pod's securityContext, runAsGroup from the container's: podman's --user."""
+    c = env["cluster"]
+    doc = deployment("run-as", IMAGE, ["sh", "-c", "echo user=$(id -u):$(id -g); sleep 600"])
+    pod_spec = doc["spec"]["template"]["spec"]
+    pod_spec["securityContext"] = {"runAsUser": 1234}
+    pod_spec["containers"][0]["securityContext"] = {"runAsGroup": 4321}
+    out = c.run(["shoal", "apply", "-f", "-"], input=json.dumps(doc))
+    assert "Warning" not in out.stderr, out.stderr
+    try:
+        def said():
+            items = json.loads(c.run(["shoal", "get", "pods", "-l", "app=run-as", "-o", "json"]).stdout)["items"]
+            if not items:
+                return None
+            log = c.run(["shoal", "logs", items[0]["metadata"]["name"]], check=False).stdout
+            return next((line for line in log.splitlines() if line.startswith("user=")), None)
+
+        assert wait_until(said, 60, "the pod's user") == "user=1234:4321"
+    finally:
+        c.run(["shoal", "delete", "deployment", "run-as"], check=False)
 
 
 def test_container_image_refused_where_no_node_has_a_runtime(tmp_path):

@@ -151,6 +151,17 @@ def test_working_dir_and_no_gpus(tmp_path):
     assert process.cwd == "/workspace" and "CUDA_VISIBLE_DEVICES" not in process.env
 
 
+def test_run_as_user_and_group_become_the_user_flag_the_containers_over_the_pods(tmp_path):
+    pod = copy.deepcopy(POD)
+    pod["spec"]["securityContext"] = {"runAsUser": 1000, "runAsGroup": 100}
+    c = dict(CONTAINER, securityContext={"runAsUser": 1234})
+    for runtime in ("podman", "docker"):
+        argv = _launch(runtime, tmp_path, container=c, pod=pod).argv
+        assert argv[argv.index("--user") + 1] == "1234:100"
+        argv = _launch(runtime, tmp_path, container=dict(CONTAINER, securityContext={"runAsGroup": 5})).argv
+        assert "--user" not in argv  # a group alone keeps the image's user
+
+
 def test_podman_and_docker_remove_a_stale_container_first_and_exec_probes_inside(tmp_path):
     podman = _launch("podman", tmp_path)
     assert [s.argv for s in podman.steps] == [["podman", "rm", "--force", "--ignore", NAME]]

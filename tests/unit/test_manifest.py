@@ -299,20 +299,20 @@ def test_a_misspelt_field_is_an_unknown_field_as_with_validate_strict():
 
 def test_kubernetes_fields_shoal_ignores_are_warnings_and_left_out():
     doc = vllm()
-    _container(doc)["securityContext"] = {"runAsUser": 1000}
+    _container(doc)["securityContext"] = {"runAsUser": 1000, "privileged": True}
     _container(doc)["volumeMounts"] = [{"name": "shm", "mountPath": "/dev/shm"}]
     doc["spec"]["template"]["spec"]["volumes"] = [{"name": "shm", "emptyDir": {"medium": "Memory"}}]
     doc["spec"]["template"]["spec"]["serviceAccountName"] = "vllm"
     doc["spec"]["template"]["spec"]["initContainers"] = [{"name": "download", "image": "busybox"}]
     obj, warnings = validate(doc)
     assert warnings == [
-        f"{C0}.securityContext: ignored by Shoal",
+        f"{C0}.securityContext.privileged: ignored by Shoal",
         f"{C0}.volumeMounts: ignored by Shoal",
         "spec.template.spec.volumes: ignored by Shoal",
         "spec.template.spec.serviceAccountName: ignored by Shoal",
         "spec.template.spec.initContainers: ignored by Shoal",
     ]
-    assert "securityContext" not in obj["spec"]["template"]["spec"]["containers"][0]
+    assert obj["spec"]["template"]["spec"]["containers"][0]["securityContext"] == {"runAsUser": 1000}
     assert "volumes" not in obj["spec"]["template"]["spec"]
 
 

@@ -176,6 +176,18 @@ def _limits(container: dict) -> dict:
     return (container.get("resources") or {}).get("limits") or {}
 
 
+def run_as(pod: dict, container: dict) -> str | None:
+    """``--user`` for the container's ``securityContext`` over the pod's (Kubernetes' order):
+    ``UID[:GID]``; None keeps the image's user. A group alone keeps the image's user too."""
+    pod_sc = (pod.get("spec") or {}).get("securityContext") or {}
+    own = container.get("securityContext") or {}
+    uid = own.get("runAsUser", pod_sc.get("runAsUser"))
+    gid = own.get("runAsGroup", pod_sc.get("runAsGroup"))
+    if uid is None:
+        return None
+    return f"{uid}:{gid}" if gid is not None else str(uid)
+
+
 def _entry_and_rest(container: dict, env: Mapping[str, str]) -> tuple[list[str], list[str]]:
     """``command`` and ``args`` with ``$(VAR)`` expanded against the container's environment."""
     return ([expand(str(a), env) for a in container.get("command") or []],
@@ -306,6 +318,8 @@ class PodmanRuntime(ContainerRuntime):
             argv += ["--cpus", f"{parse_cpu(limits['cpu']):g}"]
         if container.get("workingDir"):
             argv += ["-w", container["workingDir"]]
+        if (user := run_as(pod, container)) is not None:
+            argv += ["--user", user]
         for k, v in cenv.items():
             argv += ["-e", f"{k}={v}"]
         cmd, args = _entry_and_rest(container, env)

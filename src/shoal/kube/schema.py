@@ -164,8 +164,19 @@ class Probe(Model):
     terminationGracePeriodSeconds: int | None = Field(None, ge=1)
 
 
+class SecurityContext(Model):
+    """The user a container runs as: the container runtimes honour ``runAsUser``/``runAsGroup``
+    (``--user``); the rest is accepted and ignored."""
+    IGNORED = frozenset({"runAsNonRoot", "privileged", "capabilities", "allowPrivilegeEscalation",
+                         "readOnlyRootFilesystem", "seccompProfile", "seLinuxOptions", "procMount",
+                         "appArmorProfile", "windowsOptions", "fsGroup", "fsGroupChangePolicy", "supplementalGroups",
+                         "supplementalGroupsPolicy", "sysctls", "seLinuxChangePolicy"})
+    runAsUser: int | None = Field(None, ge=0)
+    runAsGroup: int | None = Field(None, ge=0)
+
+
 class Container(Model):
-    IGNORED = frozenset({"securityContext", "volumeMounts", "volumeDevices", "lifecycle", "envFrom", "stdin",
+    IGNORED = frozenset({"volumeMounts", "volumeDevices", "lifecycle", "envFrom", "stdin",
                          "stdinOnce", "tty", "terminationMessagePath", "terminationMessagePolicy",
                          "resizePolicy", "restartPolicy"})
     name: str
@@ -180,6 +191,7 @@ class Container(Model):
     readinessProbe: Probe | None = None
     startupProbe: Probe | None = None
     imagePullPolicy: Literal["Always", "IfNotPresent", "Never"] | None = None
+    securityContext: SecurityContext | None = None
 
 
 class NodeSelectorRequirement(Model):
@@ -253,7 +265,7 @@ class TolerationSpec(Model):
 class PodSpec(Model):
     IGNORED = frozenset({
         "initContainers", "ephemeralContainers", "volumes", "serviceAccountName", "serviceAccount",
-        "automountServiceAccountToken", "imagePullSecrets", "securityContext", "hostNetwork", "hostPID",
+        "automountServiceAccountToken", "imagePullSecrets", "hostNetwork", "hostPID",
         "hostIPC", "hostUsers", "shareProcessNamespace", "dnsPolicy", "dnsConfig", "hostAliases", "hostname",
         "subdomain", "setHostnameAsFQDN", "enableServiceLinks", "readinessGates", "topologySpreadConstraints",
         "activeDeadlineSeconds", "preemptionPolicy", "overhead", "os", "nodeName", "schedulingGates",
@@ -268,6 +280,7 @@ class PodSpec(Model):
     priority: int | None = None
     runtimeClassName: str | None = None
     schedulerName: str = "default-scheduler"
+    securityContext: SecurityContext | None = None
 
 
 class PodTemplateSpec(Model):
