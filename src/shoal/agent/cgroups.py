@@ -5,8 +5,9 @@ and each of its steps one below it (``step_batch``, ``step_<N>``); ``instance`` 
 agent's work dir, so neither several agents of one cluster nor several local clusters sharing
 a machine ever meet. The job's cgroup carries its limits: memory (and memory+swap, so it really runs
 out) from the allocation, a cpuset of the allocation's size, and on cgroup v1 a device list
-that denies the GPUs the job was not given. A process joins its step's cgroup itself, between
-fork and exec (``join_command``, ``identity.join_cgroups``), so nothing it starts is ever outside; at the job's end the cgroup
+that denies the GPUs the job was not given. A process joins its step's cgroup itself before
+it starts anything (a supervisor, ``procs_files``; an srun task between fork and exec,
+``identity.join_cgroups``), so nothing it starts is ever outside; at the job's end the cgroup
 is frozen, killed and thawed (v1) or ``cgroup.kill``-ed (v2), emptied and removed, and its
 usage (peak memory, CPU time) and the kernel's OOM kills are read first.
 
@@ -303,15 +304,11 @@ def read_cgroup_list(jobdir: Path) -> list[Path]:
     return [Path(p) for p in _read(jobdir / CGROUPS_FILE).split("\n") if p]
 
 
-JOIN_SCRIPT = Path(__file__).with_name("join-cgroups.sh")  # joins the cgroups named, then execs the rest
-
-
-def join_command(cg: Cgroup | None) -> list[str]:
-    """The argv prefix that starts a command inside ``cg`` (none when None), so the command is
-    inside before it runs a line of its own (a fixed script: see join-cgroups.sh for why)."""
-    if cg is None:
-        return []
-    return ["/bin/sh", str(JOIN_SCRIPT), *(str(d / "cgroup.procs") for d in cg.paths), "--"]
+def procs_files(cg: Cgroup | None) -> tuple[str, ...]:
+    """The ``cgroup.procs`` files a supervisor writes itself into to start its task inside ``cg``
+    (``Launch.cgroups``; none when None): joined before the fork, so the task is inside before
+    it runs a line, and without a process of its own (a shell cost each launch ~1-10 ms)."""
+    return () if cg is None else tuple(str(d / "cgroup.procs") for d in cg.paths)
 
 
 def close_all(fds: Iterable[int]) -> None:
@@ -580,11 +577,15 @@ class Containment:
         """Kill what is left in the run's cgroup, wait until it is empty, read its usage and
         remove it."""
         usage = cg.usage()
+        self.empty(key, cg)
+        return usage
+
+    def empty(self, key: str, cg: Cgroup) -> None:
+        """Kill what is left in the run's cgroup, wait until it is empty and remove it."""
         if not cg.kill():
             log.error("run %s: processes still in its cgroup after SIGKILL: %s", key, sorted(cg.pids()))
         cg.remove()
         self._cpus.pop(key, None)
-        return usage
 
 
 def _count(cpusets: Iterable[tuple[int, ...]]) -> dict[int, int]:
