@@ -133,6 +133,15 @@ def parse_mounts(mounts: str) -> tuple[dict[str, Path], Path | None]:
     return v1, v2
 
 
+def favors_dynmods(mounts: str) -> bool:
+    """Whether a cgroup hierarchy in /proc/self/mounts has ``favordynmods``. Without it every
+    cgroup migration (a job's supervisor joining its cgroup) takes the kernel's global
+    threadgroup lock for writing, which waits an RCU grace period (10-20 ms measured) and
+    holds up every fork on the node meanwhile."""
+    return any(len(f := line.split()) >= 4 and f[2] in ("cgroup", "cgroup2") and "favordynmods" in f[3].split(",")
+               for line in mounts.splitlines())
+
+
 def parse_own(self_cgroup: str) -> tuple[dict[str, str], str]:
     """From /proc/self/cgroup: this process's cgroup per v1 controller, and its v2 cgroup."""
     v1: dict[str, str] = {}
@@ -357,19 +366,24 @@ def _kill_each(pids: Iterable[int], sig: int = signal.SIGKILL) -> None:
 class Hierarchy:
     """Where this node's job cgroups live and what they can limit (``detect`` finds it)."""
 
-    def __init__(self, version: int, base: dict[str, Path], controllers: tuple[str, ...]) -> None:
+    def __init__(self, version: int, base: dict[str, Path], controllers: tuple[str, ...],
+                 dynmods: bool = True) -> None:
         self.version = version
         self.base = base  # controller (v2: "unified") -> shoal/<node> directory
         self.controllers = controllers
+        self.dynmods = dynmods  # a hierarchy is mounted with favordynmods (see favors_dynmods)
         self.online_cpus = self._online_cpus()
 
     def describe(self) -> str:
         where = next(iter(self.base.values()))
+        slow = "" if self.dynmods else ("; no cgroup mounted with favordynmods: each job start waits ~10-20 ms "
+                                        "for its cgroup migration (docs/CGROUPS.md, \"Cost\")")
         if self.version == 1:
             where = self.base.get("memory", where)
-            return f"cgroup v1 (controllers: {' '.join(self.controllers)}): jobs contained under {where} and its twins"
+            return (f"cgroup v1 (controllers: {' '.join(self.controllers)}): jobs contained under {where} "
+                    f"and its twins{slow}")
         limits = " ".join(self.controllers) or "none delegated: process tracking only"
-        return f"cgroup v2 (controllers: {limits}): jobs contained under {where}"
+        return f"cgroup v2 (controllers: {limits}): jobs contained under {where}{slow}"
 
     def _online_cpus(self) -> list[int]:
         d = self.base.get("cpuset") if self.version == 1 else self.base.get("unified")
@@ -446,7 +460,7 @@ def detect(mode: str, node: str, mounts: str | None = None, self_cgroup: str | N
         base = {c: where / own_v1.get(c, "/").lstrip("/") / "shoal" / node for c, where in v1.items()}
         for c, d in base.items():
             _makedirs(d, inherit_cpuset=c == "cpuset")
-        return Hierarchy(1, base, tuple(c for c in V1_CONTROLLERS if c in base))
+        return Hierarchy(1, base, tuple(c for c in V1_CONTROLLERS if c in base), favors_dynmods(mounts))
     if mode == "v1":
         raise CgroupError(errno.ENOENT, "cgroup v1's memory and freezer controllers are not mounted")
     if v2 is None:
@@ -472,7 +486,7 @@ def detect(mode: str, node: str, mounts: str | None = None, self_cgroup: str | N
             _write(shoal / node / "cgroup.subtree_control", f"+{c}")
     except CgroupError:
         enabled = []
-    return Hierarchy(2, {"unified": shoal / node}, tuple(enabled))
+    return Hierarchy(2, {"unified": shoal / node}, tuple(enabled), favors_dynmods(mounts))
 
 
 def _makedirs(d: Path, inherit_cpuset: bool = False) -> None:
