@@ -537,7 +537,11 @@ def fmt(v: float | None, unit: str) -> str:
 
 def render(facts: dict[str, str], command: str, mode: Mode, results: dict[str, Results], elapsed: float,
            nodes: int, gpus: int, cpus: int) -> str:
-    d, h, s, py = (results.get(k) for k in TARGETS)
+    d, h, s = (results.get(k) for k in TARGETS[:3])
+    # One more Shoal column: the Python commands', or else the cgroups-off agents'.
+    alt = next((k for k in TARGETS[3:] if k in results), None)
+    py = results.get(alt) if alt else None
+    alt_label = "Shoal, Python commands" if alt == "shoal-python" else "Shoal, cgroups off"
     out = [SECTION, ""]
     out.append(f"Produced by `{command}` ({mode.name} mode, {elapsed / 60:.1f} minutes, "
                f"{time.strftime('%Y-%m-%d %H:%M %Z')}). Both systems on this one machine with {nodes} nodes x "
@@ -552,7 +556,7 @@ def render(facts: dict[str, str], command: str, mode: Mode, results: dict[str, R
                "Computing guide recommends; \"Slurm, better\" is the better of the two per row, and the speed-up "
                "is Shoal against that figure (above 1: Shoal faster; below 1: Slurm faster).")
     out.append("")
-    extra = " Shoal, Python commands | its speed-up |" if py else ""
+    extra = f" {alt_label} | its speed-up |" if py else ""
     out.append(f"| Workload | unit | Slurm default | Slurm HTC-tuned | Slurm, better | Shoal | Shoal speed-up |{extra}")
     out.append("|---|---|---:|---:|---:|---:|---:|" + ("---:|---:|" if py else ""))
     for row in rows(mode):
@@ -567,12 +571,12 @@ def render(facts: dict[str, str], command: str, mode: Mode, results: dict[str, R
             line += f" {fmt(pv, row.unit)} | {'n/a' if pup is None else f'{pup:.2f}x'} |"
         out.append(line)
     out.append("")
-    if py:
+    if py and alt == "shoal-python":
         out.append("\"Shoal, Python commands\" is the same Shoal with `SHOAL_FRONTEND=python`: sbatch, squeue and "
                    "scancel run as the Python commands, as without the compiled front end (the before figure).")
         out.append("")
     out.append("| Cluster start-up and per-run figures | Slurm default | Slurm HTC-tuned | Shoal |"
-               + (" Shoal, Python commands |" if py else ""))
+               + (f" {alt_label} |" if py else ""))
     out.append("|---|---|---|---|" + ("---|" if py else ""))
     per_run = (("started in s", lambda r: [r.up_s]), ("1. submissions/s, each run", lambda r: r.seq_rate),
                ("2a. all submitted s, each run", lambda r: r.burst_submit_s),
