@@ -96,7 +96,7 @@ def setup_cost(rounds: int) -> tuple[dict[str, list[float]], str]:
         raise SystemExit("no cgroups on this machine (or not root): nothing to measure")
     containment = cgroups.Containment(h, (0, 1, 2, 3))
     times: dict[str, list[float]] = {k: [] for k in ("setup", "release", "plain", "wrapped", "preexec", "supervised",
-                                                     "supervised_in")}
+                                                     "supervised_in", "migrate")}
     ballast = [bytearray(1000) for _ in range(100_000)]  # a heap of an agent's size: fork copies its page tables
     jobs = Path(tempfile.mkdtemp(prefix="shoal-bench-cg-sup-"))
 
@@ -121,6 +121,10 @@ def setup_cost(rounds: int) -> tuple[dict[str, list[float]], str]:
             raise RuntimeError(f"supervised `true` failed: {status}")
         return elapsed
 
+    v1_mounts, v2_mount = cgroups.parse_mounts(Path("/proc/self/mounts").read_text())
+    own_v1, own_v2 = cgroups.parse_own(Path("/proc/self/cgroup").read_text())
+    home = [str(v2_mount / own_v2.lstrip("/") / "cgroup.procs")] if h.version == 2 else \
+        [str(v1_mounts[c] / own_v1[c].lstrip("/") / "cgroup.procs") for c in h.base]  # where this process is now
     try:
         for i in range(rounds):
             t0 = time.perf_counter()
@@ -133,6 +137,12 @@ def setup_cost(rounds: int) -> tuple[dict[str, list[float]], str]:
             fds = step.open_procs()
             times["preexec"].append(launch(["true"], preexec_fn=lambda: [os.write(fd, b"0") for fd in fds]))
             cgroups.close_all(fds)
+            if i < 15:  # a lone join, as a job's supervisor makes it: 0.1 s after the last (and back out)
+                time.sleep(0.1)
+                t0 = time.perf_counter()
+                supervise.join_cgroups(cgroups.procs_files(step))
+                times["migrate"].append(time.perf_counter() - t0)
+                supervise.join_cgroups(home)
             times["supervised"].append(supervised(i, None))
             times["supervised_in"].append(supervised(i, step))
             t0 = time.perf_counter()
@@ -195,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{p90_ms(micro['setup'])} |",
         f"| kill, wait empty, read usage, remove (at the job's end) | {median_ms(micro['release'])} | "
         f"{p90_ms(micro['release'])} |",
+        f"| join the step's cgroups, 0.1 s after the last join (what a supervisor does; 15 joins) | "
+        f"{median_ms(micro['migrate'])} | {p90_ms(micro['migrate'])} |",
         f"| start `true` under its supervisor (shoal-stepd) and wait, uncontained | "
         f"{median_ms(micro['supervised'])} | {p90_ms(micro['supervised'])} |",
         f"| the same, the supervisor first joining the step's cgroups (`Launch.cgroups`: the agent's way) | "
