@@ -1,6 +1,7 @@
 # The two commands of the quick start:
 #   make demo   start a local 8-node GPU cluster, run the example training job, stop the cluster
 #   make test   the whole test suite (unit + integration with real server and agent processes)
+#   make lint   the static checks make test runs first: ruff and mypy (configured in pyproject.toml)
 
 PYTHON ?= python3
 CC ?= cc
@@ -52,7 +53,13 @@ demo: $(VENV)/.installed
 
 test: $(VENV)/.installed-test
 	$(BIN)/lint-imports
+	@$(MAKE) --no-print-directory lint
 	$(BIN)/python -m pytest -q
+
+# ruff's checks only (never its formatter: the tree is not reformatted), then mypy over src/.
+lint: $(VENV)/.installed-test
+	$(BIN)/ruff check src tests bench
+	$(BIN)/mypy
 
 bench: $(VENV)/.installed
 	$(BIN)/python bench/bench_foundation.py --short
@@ -62,4 +69,4 @@ frontend: | $(BIN)/python
 	@$(INSTALL_STEPD)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache .ruff_cache

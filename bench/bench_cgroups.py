@@ -3,8 +3,9 @@
 
 Four local clusters side by side (`shoal up --cgroups auto` and `--cgroups off`, 2 nodes x 4
 fake GPUs each, with nodes of 64 fake CPUs and of the machine's own count), measured in
-interleaved rounds so machine noise hits all alike: in each round one job on each cluster (submit-to-first-line, as bench_foundation's latency), and an
-array of jobs on each (first submission to all done). Then, in this process, the agent's own
+interleaved rounds so machine noise hits all alike: in each round one job on each cluster
+(submit-to-first-line, as bench_foundation's latency), and an array of jobs on each (first
+submission to all done). Then, in this process, the agent's own
 steps for one job (make the job's cgroup with its limits, the batch step's, open them;
 kill-and-remove the emptied cgroup) and what joining costs a launch (a fork with the
 ``preexec_fn``, against one without). Writes the ``## Cgroups`` section of BENCHMARKS.md.
@@ -180,9 +181,9 @@ def main(argv: list[str] | None = None) -> int:
             for i in range(args.rounds):
                 order = list(clusters) if i % 2 == 0 else list(reversed(clusters))
                 for key in order:
-                    t, l = start_latency(clusters[key], i)
+                    t, lat = start_latency(clusters[key], i)
                     total[key].append(t)
-                    launch[key].append(l)
+                    launch[key].append(lat)
                 if i % 2 == 0:  # arrays are long: half of the rounds
                     for key in order:
                         arrays[key].append(array_run(clusters[key], args.array, i))

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -95,6 +94,72 @@ def test_a_job_within_its_memory_completes_and_its_processes_are_in_its_cgroup(c
     cpus = text.split("Cpus_allowed_list:")[1].split()[0]
     assert len(cgroups.parse_cpu_list(cpus)) == 1, f"one CPU asked, the job may run on {cpus}"
     assert str(200 * 1024 * 1024) in text.split(), text
+
+
+def test_sacct_shows_what_the_batch_step_used(cluster):
+    # ~200 MB touched and ~1 s of CPU burnt, read from the job's cgroup at its exit.
+    burn = ("import time; b = bytearray(200 * 1024 * 1024); b[::4096] = b'x' * len(b[::4096]); "
+            "t = time.process_time()\nwhile time.process_time() - t < 1.2: pass")
+    job_id = cluster.sbatch("--wrap", f"python3 -c \"{burn}\"")
+    job = cluster.wait_for(job_id, states=ENDED, timeout=60)
+    assert job["state"] == "COMPLETED", job
+    out = cluster.run(["sacct", "-j", str(job_id), "-n", "-P", "-o",
+                       "JobID,MaxRSS,TotalCPU,UserCPU,SystemCPU"]).stdout.split()
+    lines = {line.split("|")[0]: line.split("|")[1:] for line in out}
+    assert lines[str(job_id)][0] == "", f"a job line has no MaxRSS, as in Slurm: {out}"
+    max_rss, total, user, system = lines[f"{job_id}.batch"]
+    assert _kib(max_rss) >= 190 * 1024, out
+    assert 0.8 <= _seconds(total) < 30, out
+    assert _seconds(user) + _seconds(system) >= 0.7, out
+    assert lines[str(job_id)][1] == total, "the job line's TotalCPU is its steps' sum"
+
+
+def test_sstat_reads_a_running_steps_cgroups(cluster):
+    # An srun step that holds ~150 MB and has burnt ~0.5 s of CPU, then waits to be read.
+    hold = ("import time; b = bytearray(150 * 1024 * 1024); b[::4096] = b'x' * len(b[::4096]); "
+            "t = time.process_time()\nwhile time.process_time() - t < 0.5: pass\ntime.sleep(120)")
+    job_id = cluster.sbatch("--wrap", f"srun python3 -c \"{hold}\"")
+
+    def read():
+        out = cluster.run(["sstat", "-j", str(job_id), "-n", "-P", "-o", "JobID,MaxRSS,AveCPU,NTasks,Nodelist"])
+        line = out.stdout.strip()
+        fields = line.split("|")
+        done = line and _kib(fields[1] or "0") >= 140 * 1024 and _seconds(fields[2] or "00:00:00") >= 0.4
+        return line if done else None
+
+    try:
+        line = wait_until(read, timeout=60, what=f"sstat never showed job {job_id}.0 holding 140M and 0.4 s of CPU")
+        step, max_rss, ave_cpu, ntasks, nodes = line.split("|")
+        assert (step, ntasks, nodes) == (f"{job_id}.0", "1", NODE), line
+        assert _kib(max_rss) < 1024 * 1024 and _seconds(ave_cpu) < 30, line
+        # -a adds the batch step; a step that is not running is named in Slurm's words.
+        every = cluster.run(["sstat", "-a", "-j", str(job_id), "-n", "-P", "-o", "JobID"]).stdout.split()
+        assert every == [f"{job_id}.batch", f"{job_id}.0"] or every == [f"{job_id}.0", f"{job_id}.batch"], every
+        missing = cluster.run(["sstat", "-j", f"{job_id}.7", "-n", "-P"])
+        assert missing.stdout == "" and missing.stderr == f"sstat: error: StepId={job_id}.7 not found running.\n"
+        header = cluster.run(["sstat", "-j", f"{job_id}.batch", "-o", "JobID,MaxRSS"]).stdout.splitlines()
+        assert header[:2] == ["JobID            MaxRSS ", "------------ ---------- "] and \
+            header[2].startswith(f"{job_id}.batch"), header
+    finally:
+        cluster.run(["scancel", str(job_id)])
+    cluster.wait_for(job_id, states=ENDED, timeout=30)
+    gone = cluster.run(["sstat", "-j", str(job_id), "-n"])
+    assert gone.stderr == f"sstat: error: No steps running for job {job_id}\n" and gone.returncode == 0, gone
+
+
+def _kib(text: str) -> float:
+    """sacct's ``1234K``, ``196M``, ``2.50G`` in KiB."""
+    scale = {"K": 1, "M": 1024, "G": 1024 ** 2}
+    return float(text[:-1]) * scale[text[-1]] if text[-1] in scale else float(text) / 1024
+
+
+def _seconds(text: str) -> float:
+    """sacct's ``MM:SS.mmm`` or ``[D-]HH:MM:SS`` in seconds."""
+    days, _, rest = text.rpartition("-")
+    parts = [float(p) for p in rest.split(":")]
+    if "." in rest or len(parts) == 2:
+        return parts[0] * 60 + parts[1]
+    return (int(days or 0) * 24 + parts[0]) * 3600 + parts[1] * 60 + parts[2]
 
 
 @needs_v1

@@ -10,7 +10,6 @@ import os
 import re
 import shutil
 import tempfile
-import time
 from pathlib import Path
 
 import pytest

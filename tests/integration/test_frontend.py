@@ -60,7 +60,8 @@ SCANCEL_CASES = [
 ]
 HANDED_TO_PYTHON = [
     ("sbatch", ["--help"], None), ("sbatch", ["-H"], SCRIPT), ("sbatch", ["-H", "nonexistent.sh"], None),
-    ("sbatch", ["-W", "--wrap", "true"], None), ("sbatch", ["noshebang.sh"], None), ("squeue", ["--help"], None), ("squeue", ["-i", "1"], None),
+    ("sbatch", ["-W", "--wrap", "true"], None), ("sbatch", ["noshebang.sh"], None), ("squeue", ["--help"], None),
+    ("squeue", ["-i", "1"], None),
     ("sbatch", ["--version"], None), ("sbatch", ["-V", "--wrap", "true"], None), ("squeue", ["-V"], None),
     ("scancel", ["--version"], None),
 ]

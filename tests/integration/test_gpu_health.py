@@ -56,7 +56,9 @@ def test_a_double_bit_ecc_error_drains_the_node_until_the_gpu_is_reset(make_clus
     assert reasons(cluster)[sick][0] == "drng"
 
     break_gpu(cluster, sick, f"reset {broken}")
-    node = lambda: next(n for n in cluster.nodes_json() if n["name"] == sick)
+    def node():
+        return next(n for n in cluster.nodes_json() if n["name"] == sick)
+
     wait_until(lambda: node()["gpu_health"] == [], 10, "the agent to report the GPU healthy again")
     assert node()["state"] == "DRAIN"  # healthy again, but only the administrator undrains
     cluster.run(["scontrol", "update", f"nodename={sick}", "state=resume"])

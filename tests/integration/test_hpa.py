@@ -117,7 +117,8 @@ spec:
       - name: burn
         image: busybox
         # Half a core: 50 ms of work in every 100 ms.
-        command: ["python3", "-c", "import time\\nwhile True:\\n  t = time.time() + 0.05\\n  while time.time() < t: pass\\n  time.sleep(0.05)"]
+        command: ["python3", "-c",
+                  "import time\\nwhile True:\\n  t = time.time() + 0.05\\n  while time.time() < t: pass\\n  time.sleep(0.05)"]
         resources:
           requests: {cpu: 250m, nvidia.com/gpu: 1}
           limits: {nvidia.com/gpu: 1}

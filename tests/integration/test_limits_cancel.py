@@ -6,7 +6,6 @@ One 2-node cluster (KillWait 2 s) serves the module; each test waits for its own
 
 from __future__ import annotations
 
-import os
 import time
 
 import pytest

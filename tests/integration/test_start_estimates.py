@@ -4,7 +4,6 @@ is up, as Slurm's backfill does."""
 
 from __future__ import annotations
 
-import time
 from datetime import datetime
 
 import pytest

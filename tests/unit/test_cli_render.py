@@ -243,3 +243,42 @@ def test_unreachable_server_is_one_line_and_exit_1(module, argv, monkeypatch, ca
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "error: cannot reach the Shoal server" in err
     assert "Traceback" not in err
+
+
+def test_sacct_sizes_and_cpu_times_read_as_slurms():
+    # convert_num_unit with CONVERT_NUM_UNIT_EXACT: divide while a half unit is still exact.
+    assert [sacct.size_text(k) for k in (0, 1234, 200704, 2621440, 1562528)] == ["0", "1234K", "196M", "2.50G", "1562528K"]
+    assert sacct.size_text(None) is None
+    # _elapsed_time: milliseconds only under an hour and only when there are some.
+    assert [sacct.cpu_time_text(s) for s in (0, 1.234, 61, 3725.5, 90000)] == \
+        ["00:00:00", "00:01.234", "00:01:01", "01:02:05", "1-01:00:00"]
+
+
+def test_sstat_picks_steps_and_renders_them_as_slurms():
+    from types import SimpleNamespace
+
+    from shoal.cli import sstat
+
+    usage = {"steps": [{"step_id": "batch", "nodelist": "n1", "nodes": []},
+                       {"step_id": "3", "nodelist": "n[1-2]", "nodes": [
+                           {"node": "n1", "max_rss_kb": 2048, "cpu_s": 3.0, "tasks": 2},
+                           {"node": "n2", "max_rss_kb": 4096, "cpu_s": 1.5, "tasks": 1}]},
+                       {"step_id": "1", "nodelist": "n1", "nodes": []}]}
+    # No step asked: the first srun step, never the batch step (Slurm skips its special steps).
+    assert [s["step_id"] for s in sstat.pick_steps(usage, None, False)] == ["1"]
+    assert [s["step_id"] for s in sstat.pick_steps(usage, "batch", False)] == ["batch"]
+    assert len(sstat.pick_steps(usage, None, True)) == 3 and sstat.pick_steps(usage, "9", False) == []
+    assert sstat.not_running(5, None) == "No steps running for job 5"
+    assert sstat.not_running(5, "9") == "StepId=5.9 not found running."
+    options = SimpleNamespace(format="jobid,maxrss,maxrssnode,averss,mincpu,mincpunode,avecpu,ntasks,nodelist,"
+                              "maxvmsize,tresusageinmaxn", parsable=False, parsable2=True, noheader=False,
+                              delimiter="|")
+    out = sstat.render_sstat([{"job_id": 5, "step": usage["steps"][1]}], options).splitlines()
+    assert out == ["JobID|MaxRSS|MaxRSSNode|AveRSS|MinCPU|MinCPUNode|AveCPU|NTasks|Nodelist|MaxVMSize|"
+                   "TRESUsageInMaxNode",
+                   "5.3|4M|n2|2M|00:01.500|n2|00:01.500|3|n[1-2]||"]
+    with pytest.raises(fmt.FormatError, match="Bad job/step specified: 5.x"):
+        sstat.parse_steps(["5.x"])
+    assert sstat.parse_steps(["5", "6.batch", "7.2"]) == [(5, None), (6, "batch"), (7, "2")]
+    # The default fields are Slurm's 47, each one a known column.
+    assert len(sstat.parse_fields(sstat.DEFAULT_FIELDS, sstat.COLUMNS)) == 47

@@ -28,7 +28,7 @@ from shoal.cli.options import Option, SbatchRequest, SrunRequest, parse_srun
 from shoal.cli.sacct import Column
 from shoal.model.dependency import Dependency
 
-COMMANDS = ["sbatch", "srun", "squeue", "scancel", "sinfo", "scontrol", "sacct", "sprio", "sshare", "options",
+COMMANDS = ["sbatch", "srun", "squeue", "scancel", "sinfo", "scontrol", "sacct", "sstat", "sprio", "sshare", "options",
             "client", "fmt"]
 
 FORBIDDEN = [

@@ -1,7 +1,6 @@
 """Time limits, begin times and timestamps as sbatch reads and squeue prints them."""
 
-import time
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import pytest
 from hypothesis import given, strategies as st

@@ -18,7 +18,7 @@ import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 
-from shoal.agent.cgroups import NVIDIA_MAJOR, fake_device_nodes
+from shoal.agent.cgroups import fake_device_nodes
 
 log = logging.getLogger("shoal.agent")
 SPEC_DIR = Path("/var/run/cdi")
@@ -80,7 +80,8 @@ def write_node_spec(indices: list[int], fake: bool, workdir: Path, tag: str,
         kind = f"fake-{tag}.shoal.io/gpu"
         devices = {i: str(dev / f"nvidia{i}") for i in indices}
         common = {"/dev/nvidiactl": str(dev / "nvidiactl")}
-        libs, bins = [], []
+        libs: list[str] = []
+        bins: list[str] = []
     else:
         kind = "nvidia.com/gpu"
         devices = {i: f"/dev/nvidia{i}" for i in indices}

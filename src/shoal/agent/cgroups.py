@@ -54,11 +54,14 @@ class Limits:
 
 @dataclass(frozen=True)
 class Usage:
-    """What a job used, from its cgroup: peak memory (bytes), CPU time (seconds), OOM kills."""
+    """What a job used, from its cgroup: peak memory (bytes), CPU time (seconds; its user and
+    system parts, which sacct's UserCPU and SystemCPU show), OOM kills."""
 
     max_rss_bytes: int = 0
     cpu_seconds: float = 0.0
     oom_kills: int = 0
+    user_seconds: float = 0.0
+    system_seconds: float = 0.0
 
 
 # --------------------------------------------------------------------------- policy
@@ -278,22 +281,26 @@ class Cgroup:
         if self.version == 2:
             d = self.paths[0]
             peak = _read(d / "memory.peak").strip()
-            cpu = _keyed(_read(d / "cpu.stat"), "usage_usec") / 1e6
+            stat = _read(d / "cpu.stat")
             ooms = _keyed(_read(d / "memory.events"), "oom_kill")
-            return Usage(int(peak) if peak.isdigit() else 0, cpu, ooms)
+            return Usage(int(peak) if peak.isdigit() else 0, _keyed(stat, "usage_usec") / 1e6, ooms,
+                         _keyed(stat, "user_usec") / 1e6, _keyed(stat, "system_usec") / 1e6)
         mem = self.dirs.get("memory")
         acct = self.dirs.get("cpuacct")
         peak = _read(mem / "memory.max_usage_in_bytes").strip() if mem else ""
         cpu = _read(acct / "cpuacct.usage").strip() if acct else ""
+        split = _read(acct / "cpuacct.stat") if acct else ""  # in USER_HZ ticks
+        hz = os.sysconf("SC_CLK_TCK")
         # v1 counts an OOM kill in the victim's own cgroup (a step's), not in its parents'.
         ooms = sum(_keyed(_read(Path(root) / "memory.oom_control"), "oom_kill")
                    for root, _, _ in os.walk(mem)) if mem else 0
-        return Usage(int(peak) if peak.isdigit() else 0, int(cpu) / 1e9 if cpu.isdigit() else 0.0, ooms)
+        return Usage(int(peak) if peak.isdigit() else 0, int(cpu) / 1e9 if cpu.isdigit() else 0.0, ooms,
+                     _keyed(split, "user") / hz, _keyed(split, "system") / hz)
 
     def remove(self) -> None:
         """Remove its directories, deepest first (an empty cgroup only; a busy one stays)."""
         for d in self.paths:
-            for root, subdirs, _ in sorted(os.walk(d), key=lambda w: -len(w[0])):
+            for root, _, _ in sorted(os.walk(d), key=lambda w: -len(w[0])):
                 try:
                     os.rmdir(root)
                 except OSError as e:
@@ -396,7 +403,7 @@ class Hierarchy:
         with something to limit are used: each one a process joins costs its launch a migration."""
         needed = {"cpuset": limits.cpus is not None, "devices": bool(limits.denied_gpus)}
         cg = Cgroup(self.version, {c: d / name for c, d in self.base.items() if needed.get(c, True)})
-        for c, d in cg.dirs.items():
+        for d in cg.dirs.values():
             _mkdir(d)
         if self.version == 1:
             self._limit_v1(cg, limits)

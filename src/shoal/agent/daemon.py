@@ -382,7 +382,8 @@ class Agent:
             event["reason"] = reason  # why it never ran (squeue's and sacct's REASON)
         if usage is not None:  # from the job's cgroup
             event.update(oom_kills=usage.oom_kills, max_rss_kb=usage.max_rss_bytes // 1024,
-                         cpu_s=round(usage.cpu_seconds, 3))
+                         cpu_s=round(usage.cpu_seconds, 3), user_cpu_s=round(usage.user_seconds, 3),
+                         system_cpu_s=round(usage.system_seconds, 3))
             if usage.oom_kills:
                 log.warning("job %s: %d OOM kill(s) in its cgroup: it ends OUT_OF_MEMORY", run.key, usage.oom_kills)
         # Whether it ended by itself: the server corrects a run it gave up only with such an end.

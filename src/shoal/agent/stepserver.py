@@ -109,6 +109,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._pod_log(self.path.partition("?")[2])
         elif self.path.startswith("/v1/jobs/output?"):
             self._job_output(self.path.partition("?")[2])
+        elif self.path.startswith("/v1/jobs/usage?"):
+            self._job_usage(self.path.partition("?")[2])
         else:
             self._json(404, {"detail": "not found"})
 
@@ -171,6 +173,17 @@ class _Handler(BaseHTTPRequestHandler):
             f.seek(max(0, st.st_size - limit))
             data = f.read(limit)
         self._text(200, data.decode("utf-8", "replace"), "text/plain; charset=utf-8")
+
+    def _job_usage(self, query: str) -> None:
+        """What each step of a running job has used on this node so far, from its cgroups
+        (sstat; the server signs the query)."""
+        q = self._signed_query(query, "usage")
+        if q is None:
+            return
+        run = self.server.agent.runtime.get(q.get("key", ""))
+        if run is None or run.cgroup is None:
+            return self._json(404, {"detail": f"no running job {q.get('key', '')} on {self.server.agent.name}"})
+        self._json(200, {"node": self.server.agent.name, "steps": step_usage(run)})
 
     def do_POST(self):
         if self.path not in ("/v1/steps", "/v1/pods/exec"):
@@ -277,6 +290,25 @@ def _send_log(path, wfile, tail: int | None, follow: bool, alive) -> None:
                     idle = 0.0
         except OSError:
             pass
+
+
+def step_usage(run) -> dict[str, dict]:
+    """Each step's cgroup usage on this node (``batch``, ``0``...) and its live tasks here."""
+    tasks: dict[str, int] = {}
+    for proc in list(run.procs):
+        if proc.alive:
+            step = "batch" if proc.kind == "batch" else str(proc.step_id)
+            tasks[step] = tasks.get(step, 0) + 1
+    out = {}
+    for step in tasks:
+        cg = run.cgroup.sub(f"step_{step}")
+        if not any(d.is_dir() for c, d in cg.dirs.items() if d != run.cgroup.dirs[c]):
+            continue  # uncontained, or a v1 node without memory and cpuacct
+        u = cg.usage()
+        out[step] = {"max_rss_kb": u.max_rss_bytes // 1024, "cpu_s": round(u.cpu_seconds, 3),
+                     "user_cpu_s": round(u.user_seconds, 3), "system_cpu_s": round(u.system_seconds, 3),
+                     "tasks": tasks[step]}
+    return out
 
 
 def _check_signed(agent, text: str, sig: str, t, what: str) -> str | None:

@@ -17,7 +17,7 @@ import sys
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
-    from typing import Any
+    from typing import Any, NoReturn
 
 DEFAULT_CONFIG = "~/.config/shoal/config.yaml"
 
@@ -299,7 +299,7 @@ class Client:
                 # A server that refuses a request early (413: too large) answers and closes
                 # before reading it all: its answer, when it reached us, says why.
                 pass
-            chunks = []
+            chunks: list[bytes] = []
             while True:
                 try:
                     chunk = sock.recv(65536)
@@ -546,7 +546,7 @@ def print_error(stream, prog: str, message: str) -> int:
     return 1
 
 
-def fail(message: str, code: int = 1):
+def fail(message: str, code: int = 1) -> NoReturn:
     """Print a command's error the way Slurm's commands do, and exit."""
     print_error(sys.stderr, program_name(), message)
     raise SystemExit(code)

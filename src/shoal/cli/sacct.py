@@ -107,6 +107,40 @@ def _tres_text(job: Mapping[str, Any], allocated: bool) -> str | None:
     return ",".join(f"{k}={v}" for k, v in sorted(tres(job, allocated).items()))
 
 
+def cpu_time_text(seconds: float | None) -> str | None:
+    """Slurm's CPU times (TotalCPU, UserCPU, SystemCPU): ``MM:SS.mmm`` under an hour (``00:MM:SS``
+    with no milliseconds), ``HH:MM:SS`` under a day, then ``D-HH:MM:SS``."""
+    if seconds is None:
+        return None
+    secs, ms = int(seconds), int(round((seconds - int(seconds)) * 1e6)) // 1000
+    days, hours, minutes, secs = secs // 86400, secs // 3600 % 24, secs // 60 % 60, secs % 60
+    if days:
+        return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
+    if hours:
+        return f"{hours:02d}:{minutes:02d}:{secs:02d}"
+    return f"{minutes:02d}:{secs:02d}.{ms:03d}" if ms else f"00:{minutes:02d}:{secs:02d}"
+
+
+def size_text(kb: int | None) -> str | None:
+    """Slurm's sizes (MaxRSS) from KiB: divided by 1024 while no precision is lost (half
+    units count as exact), then ``%d`` or ``%.2f`` and the unit: ``1234K``, ``196M``, ``2.50G``."""
+    if kb is None:
+        return None
+    if kb == 0:
+        return "0"
+    num, unit = float(kb * 1024), 0
+    while num >= 1024 and int(num) % 512 == 0:
+        num /= 1024
+        unit += 1
+    suffix = ("", "K", "M", "G", "T", "P")[unit] if unit < 6 else "?"
+    return f"{int(num)}{suffix}" if num == int(num) else f"{num:.2f}{suffix}"
+
+
+def _job_cpu(key: str):
+    """A job line's CPU time: the sum of its steps' (0 until one has ended)."""
+    return lambda job, now: cpu_time_text(sum(s.get(key) or 0 for s in job.get("steps") or ()))
+
+
 COLUMNS: dict[str, Column] = {c.name.lower(): c for c in (
     Column("Account", 10, _either(lambda j, now: j.get("account"), lambda s, j, now: j.get("account"))),
     Column("AdminComment", 15, _job(lambda j, now: j.get("admin_comment"))),
@@ -126,6 +160,7 @@ COLUMNS: dict[str, Column] = {c.name.lower(): c for c in (
                                  lambda s, j, now: f"{job_id_text(j)}.{s['step_id']}")),
     Column("JobIDRaw", -12, _either(lambda j, now: j["job_id"], lambda s, j, now: f"{j['job_id']}.{s['step_id']}")),
     Column("JobName", 10, _either(lambda j, now: j.get("name"), lambda s, j, now: s.get("name"))),
+    Column("MaxRSS", 10, _either(lambda j, now: None, lambda s, j, now: size_text(s.get("max_rss_kb")))),
     Column("NCPUS", 10, _either(_alloc_cpus, _step_cpus)),
     Column("NNodes", 8, _either(lambda j, now: j.get("nodes"),
                                 lambda s, j, now: len(expand(s["nodelist"])) if s.get("nodelist") else 1)),
@@ -140,25 +175,30 @@ COLUMNS: dict[str, Column] = {c.name.lower(): c for c in (
     Column("State", 10, _either(_state, lambda s, j, now: s.get("state"))),
     Column("Submit", 19, _either(lambda j, now: format_timestamp(j.get("submit_time")),
                                  lambda s, j, now: format_timestamp(s.get("start_time")))),
+    Column("SystemCPU", 10, _either(_job_cpu("system_cpu_s"), lambda s, j, now: cpu_time_text(s.get("system_cpu_s")))),
     Column("Timelimit", 10, _job(lambda j, now: format_hms(j.get("time_limit_s")))),
+    Column("TotalCPU", 10, _either(_job_cpu("cpu_s"), lambda s, j, now: cpu_time_text(s.get("cpu_s")))),
     Column("User", 9, _job(lambda j, now: j.get("user"))),
+    Column("UserCPU", 10, _either(_job_cpu("user_cpu_s"), lambda s, j, now: cpu_time_text(s.get("user_cpu_s")))),
     Column("WorkDir", 20, _job(lambda j, now: j.get("workdir"))),
 )}
 
 
-def parse_fields(text: str) -> list[tuple[Column, int]]:
-    """``jobid,jobname%30,state%-12``: columns (case-insensitive) with their widths."""
+def parse_fields(text: str, columns: Mapping[str, Column] | None = None) -> list[tuple[Column, int]]:
+    """``jobid,jobname%30,state%-12``: columns (case-insensitive; sacct's unless ``columns``
+    names others) with their widths."""
+    columns = COLUMNS if columns is None else columns
     out = []
     for item in text.split(","):
         item = item.strip()
         if not item:
             continue
         name, pct, width_text = item.partition("%")
-        column = COLUMNS.get(name.lower())
+        column = columns.get(name.lower())
         if column is None:
             raise FormatError(
                 f"Invalid field requested: \"{name}\" (valid fields: "
-                f"{', '.join(c.name for c in COLUMNS.values())})"
+                f"{', '.join(c.name for c in columns.values())})"
             )
         width = column.width
         if pct:
@@ -250,8 +290,13 @@ def field_spec(options) -> str:
 
 def render_sacct(jobs: list[dict], options, now: float) -> str:
     """sacct's output for these jobs (already fetched), as of ``now``."""
-    columns = parse_fields(field_spec(options))
-    rows = job_rows(select_jobs(jobs, options, now), options)
+    return print_fields(parse_fields(field_spec(options)), job_rows(select_jobs(jobs, options, now), options),
+                        options, now)
+
+
+def print_fields(columns: list[tuple[Column, int]], rows: list, options, now: float) -> str:
+    """Slurm's print_fields: a header and a dashed line, then fixed-width cells; or with
+    -p/-P, values joined by ``options.delimiter`` (sacct's and sstat's output)."""
     delim = options.delimiter
     lines = []
     if options.parsable or options.parsable2:

@@ -45,7 +45,8 @@ def settings(spec: Mapping) -> tuple[int, int, bool, int]:
 
 def index_text(indexes: Sequence[int]) -> str:
     """``completedIndexes``: ``0-3,5``."""
-    out, run = [], []
+    out: list[str] = []
+    run: list[int] = []
     for i in sorted(set(indexes)):
         if run and i == run[-1] + 1:
             run.append(i)

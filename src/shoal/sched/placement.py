@@ -27,7 +27,7 @@ from __future__ import annotations
 import functools
 import re
 from bisect import bisect_left, insort
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Iterable, Iterator, Literal, Mapping, Sequence
 
 from shoal.model.node import NodeState

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import time
 from contextlib import asynccontextmanager
 from urllib.parse import parse_qs, unquote
 
-from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request
+from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 from sqlalchemy import select
@@ -332,6 +333,39 @@ def create_app(server: Server) -> fastpath.FastPaths:
         agent, path, user = await fastpath.in_thread(locate)
         out = b"".join([chunk async for chunk in server.logs.job_output(agent, path=path, user=user, size=size)])
         return Response(out, media_type="text/plain; charset=utf-8")
+
+    @app.get("/shoal/v1/jobs/{job_id}/usage")
+    async def get_usage(job_id: int, p: Principal = Depends(principal)):
+        """What a running job's steps have used so far (sstat), read from their cgroups by the
+        agents of the job's nodes; each step's figures are listed per node."""
+        def locate():
+            with server.sessions() as s:
+                row = _job(s, job_id)
+                if _private_jobs(p) is not None and row.user != p.user and row.id != p.job_id:
+                    raise jobsvc.JobError(f"Invalid job id specified: {job_id}", 404)
+                if row.state != JobState.RUNNING.value or not row.allocation:
+                    return "", [], []
+                rows = s.scalars(select(StepRow).where(StepRow.job_id == row.id)).all()
+                steps = [st for st in jobsvc.to_json(row, steps=rows)["steps"] if st["state"] == "RUNNING"]
+                nodes = [s.get(NodeRow, n) for n in Allocation.from_json(row.allocation).node_names]
+                key = jobsvc.job_run_key(row.id, row.restart_count)
+                return key, [AgentEndpoint.of(n) for n in nodes if n is not None], steps
+
+        key, agents, steps = await fastpath.in_thread(locate)
+
+        async def ask(agent: AgentEndpoint) -> dict:
+            return json.loads(b"".join([chunk async for chunk in server.logs.job_usage(agent, key=key)]))
+
+        # A node whose agent is out of reach (or whose run has just ended) adds no figures.
+        found: dict[str, list[dict]] = {}
+        for reply in await asyncio.gather(*(ask(a) for a in agents), return_exceptions=True):
+            if isinstance(reply, BaseException):
+                continue
+            for step, usage in (reply.get("steps") or {}).items():
+                found.setdefault(step, []).append({"node": reply["node"], **usage})
+        return {"job_id": job_id, "running": bool(agents),
+                "steps": [{"step_id": st["step_id"], "nodelist": st["nodelist"], "nodes": found.get(st["step_id"], [])}
+                          for st in steps]}
 
     @app.post("/shoal/v1/jobs/cancel")
     @retry_on_conflict
@@ -800,6 +834,9 @@ def create_app(server: Server) -> fastpath.FastPaths:
                 return {node}
         if row.restart_count != ev.run or row.batch_host != node:
             return set()  # a report about an old run: already handled
+        if ev.max_rss_kb is not None:  # what the run used, whichever way it ended
+            row.usage = {"run": ev.run, "max_rss_kb": ev.max_rss_kb, "cpu_s": ev.cpu_s,
+                         "user_cpu_s": ev.user_cpu_s, "system_cpu_s": ev.system_cpu_s}
         names = set(Allocation.from_json(row.allocation).node_names) if row.allocation else set()
         if ev.fenced and row.state == JobState.RUNNING.value:  # stopped at its lease's end, as on a node failure
             return server.controller.fail_node_jobs(s, node, now, only=lambda r: r.id == row.id) | names

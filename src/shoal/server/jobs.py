@@ -486,6 +486,14 @@ def checked_script_digest(script: str | None, sent: str | None) -> str | None:
     return digest
 
 
+def _usage_of(row: JobRow) -> dict:
+    """The batch run's cgroup usage (sacct's MaxRSS, TotalCPU...), if its current run reported one."""
+    usage = row.usage
+    if not usage or usage.get("run") != row.restart_count:
+        return {}  # none, or an earlier run's (before a requeue)
+    return {k: v for k, v in usage.items() if k != "run" and v is not None}
+
+
 def to_json(row: JobRow, *, steps: list[StepRow] = (), completing: bool = False) -> dict:
     req = row.request
     alloc = row.allocation
@@ -503,6 +511,7 @@ def to_json(row: JobRow, *, steps: list[StepRow] = (), completing: bool = False)
             "step_id": "batch", "name": "batch", "state": state, "start_time": row.start_time,
             "end_time": row.end_time, "exit_code": row.exit_code, "signal": row.signal, "ntasks": 1,
             "nodelist": row.batch_host or "", "cpus": alloc["nodes"][0]["cpus"] if alloc else 0,
+            **_usage_of(row),
         })
     for st in steps:
         out_steps.append({

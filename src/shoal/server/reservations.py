@@ -130,7 +130,9 @@ def _end(start: float, end: float | None, duration_s: int | None) -> float:
         raise JobError("give EndTime= or Duration=, not both")
     if end is None and duration_s is None:
         raise JobError("Reservation request lacks EndTime= or Duration= (e.g. Duration=2:00:00)")
-    end = start + duration_s if duration_s is not None else end
+    if duration_s is not None:
+        end = start + duration_s
+    assert end is not None  # one of the two, checked above
     if end <= start:
         raise JobError("Reservation request has invalid time: EndTime must be after StartTime")
     return end

@@ -300,6 +300,11 @@ class AgentEvent(BaseModel):
     time: float | None = None
     reason: str | None = Field(default=None, max_length=1024)  # why the run never started
     oom_kills: int = 0  # the kernel's OOM kills in the run's cgroup: it ends OUT_OF_MEMORY
+    # What the run used, from its cgroup (sacct's MaxRSS, TotalCPU, UserCPU, SystemCPU).
+    max_rss_kb: int | None = None
+    cpu_s: float | None = None
+    user_cpu_s: float | None = None
+    system_cpu_s: float | None = None
     fenced: bool = False  # its supervisor stopped it: the node's lease had run out
     killed: bool = False  # the agent stopped it (scancel, a time limit, the server no longer listing it)
 

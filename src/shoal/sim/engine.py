@@ -196,7 +196,7 @@ class Simulator:
             batches += 1
             if self.progress is not None and batches % self.progress_every == 0:
                 self.progress(t, self.finished, n)
-        for job_id, job in self.pending.items():
+        for job_id in self.pending:
             self.outcomes[job_id].reason = self.outcomes[job_id].reason or "never started"
         if self.progress is not None:
             self.progress(t if n else 0.0, self.finished, n)

@@ -95,6 +95,9 @@ class JobRow(Base):
     # node says how it really ended; and Slurm's AdminComment, where that correction is told.
     lost_run: Mapped[dict | None] = mapped_column(JSON, nullable=True)
     admin_comment: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # What the batch run used, from its cgroup, as its agent reported at its exit ({run, max_rss_kb,
+    # cpu_s, user_cpu_s, system_cpu_s}): sacct's MaxRSS and TotalCPU on the ID.batch line.
+    usage: Mapped[dict | None] = mapped_column(JSON, nullable=True)
     # Backfill's planned start for a pending job (squeue --start); None when unknown.
     expected_start: Mapped[float | None] = mapped_column(Float, nullable=True)
     # Preemption in progress: when the victim was signalled, and for which job.

@@ -75,6 +75,12 @@ class PodLogs:
         query = f"{query}&sig={sign(_step_key(self.server.secret, agent), query)}"
         return self._from_agent(agent, "GET", f"/v1/jobs/output?{query}", None, 10)
 
+    def job_usage(self, agent: AgentEndpoint, *, key: str):
+        """What the run's steps have used on this node so far, from their cgroups (sstat)."""
+        query = urlencode({"key": key, "t": f"{time.time():.0f}"})
+        query = f"{query}&sig={sign(_step_key(self.server.secret, agent), query)}"
+        return self._from_agent(agent, "GET", f"/v1/jobs/usage?{query}", None, 10)
+
     def exec(self, agent: AgentEndpoint, *, key: str, container: str, argv: list[str], stdin: str):
         """The command's NDJSON output lines as srun reads them (the first chunk is empty)."""
         body = exec_request(self.server.secret, agent, key, container, argv, stdin, time.time())
