@@ -9,6 +9,9 @@
  * - supervise.FORWARDED arrive blocked; handlers queue them until the task has started and
  *   then pass them on to its process group. The task starts with none blocked, default
  *   dispositions.
+ * - Before the fork it writes itself into each cgroup.procs the launch names (the run's step
+ *   cgroup, Launch.cgroups), so the task is inside from its first instruction; one it cannot
+ *   join fails the launch ("launch failed: cannot join cgroup PATH: ...").
  * - The task starts as identity.spawn starts it: a session of its own, then
  *   setgroups/setgid/setuid, then (as the user) the working directory (or the fallback,
  *   with slurmstepd's note) and the output files, then execve with the environment as

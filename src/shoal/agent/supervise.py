@@ -3,7 +3,7 @@ or its compiled twin ``shoal-stepd`` (``frontend/shoal-stepd.c``), which keeps t
 
 The agent starts one per batch script, in a session of its own, so it outlives the agent. It
 reads the launch the agent prepared (``launch.json``: argv, environment, working directory,
-output files, the user), starts the task through ``identity.spawn`` (the same launch as ever:
+output files, the user, the cgroups it joins first), starts the task through ``identity.spawn`` (the same launch as ever:
 the child becomes the user, then enters the directory and opens the files), waits for it,
 writes how it ended to ``status.json`` (atomically: a reader sees all of it or nothing) and
 exits. A restarted agent finds the run by its directory and re-adopts it:
