@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -31,9 +32,12 @@ sys.path.insert(0, str(REPO))
 from tests.integration.cluster import BIN, LocalCluster  # noqa: E402  (the one harness)
 from benchmarks_md import write_section  # noqa: E402
 
-from shoal.agent import cgroups  # noqa: E402
+from shoal.agent import cgroups, supervise  # noqa: E402
+from shoal.agent.identity import OpenAs, output_flags  # noqa: E402
 
 SECTION = "## Cgroups"
+# The /bin/sh wrapper that joined a supervisor to its cgroups before supervisors joined themselves.
+SH_JOIN = 'while [ "$1" != -- ]; do echo 0 > "$1" || exit 126; shift; done; shift; exec "$@"'
 
 
 def median_ms(xs: list[float]) -> str:
@@ -92,14 +96,36 @@ def setup_cost(rounds: int) -> tuple[dict[str, list[float]], str]:
     if h is None:
         raise SystemExit("no cgroups on this machine (or not root): nothing to measure")
     containment = cgroups.Containment(h, (0, 1, 2, 3))
-    times: dict[str, list[float]] = {"setup": [], "release": [], "plain": [], "wrapped": [], "preexec": []}
+    times: dict[str, list[float]] = {k: [] for k in ("setup", "release", "plain", "wrapped", "preexec", "supervised",
+                                                     "supervised_in", "migrate")}
     ballast = [bytearray(1000) for _ in range(100_000)]  # a heap of an agent's size: fork copies its page tables
+    jobs = Path(tempfile.mkdtemp(prefix="shoal-bench-cg-sup-"))
 
     def launch(argv: list[str], **kw) -> float:
         t0 = time.perf_counter()
         subprocess.Popen(argv, start_new_session=True, **kw).wait()
         return time.perf_counter() - t0
 
+    def supervised(i: int, step: cgroups.Cgroup | None) -> float:
+        """`true` under its supervisor as the agent starts a batch script (shoal-stepd where built)."""
+        jobdir = jobs / f"{i}.{'in' if step else 'out'}"
+        jobdir.mkdir()
+        spec = supervise.Launch(key=f"{i}.0", job_id=i, run=0, user="", argv=["true"], env={"PATH": os.defpath},
+                                cwd="/", cwd_fallback=None, files=[OpenAs(1, os.devnull, output_flags(False)),
+                                                                   OpenAs(2, same_as=1)],
+                                identity=None, cgroups=cgroups.procs_files(step))
+        t0 = time.perf_counter()
+        supervise.start(jobdir, spec).wait()
+        elapsed = time.perf_counter() - t0
+        status = supervise.read_status(jobdir)
+        if status is None or status.exit_code or status.reason:
+            raise RuntimeError(f"supervised `true` failed: {status}")
+        return elapsed
+
+    v1_mounts, v2_mount = cgroups.parse_mounts(Path("/proc/self/mounts").read_text())
+    own_v1, own_v2 = cgroups.parse_own(Path("/proc/self/cgroup").read_text())
+    home = [str(v2_mount / own_v2.lstrip("/") / "cgroup.procs")] if h.version == 2 else \
+        [str(v1_mounts[c] / own_v1[c].lstrip("/") / "cgroup.procs") for c in h.base]  # where this process is now
     try:
         for i in range(rounds):
             t0 = time.perf_counter()
@@ -108,15 +134,24 @@ def setup_cost(rounds: int) -> tuple[dict[str, list[float]], str]:
             t1 = time.perf_counter()
             times["setup"].append(t1 - t0)
             times["plain"].append(launch(["true"]))
-            times["wrapped"].append(launch([*cgroups.join_command(step), "true"]))
+            times["wrapped"].append(launch(["/bin/sh", "-c", SH_JOIN, "sh", *cgroups.procs_files(step), "--", "true"]))
             fds = step.open_procs()
             times["preexec"].append(launch(["true"], preexec_fn=lambda: [os.write(fd, b"0") for fd in fds]))
             cgroups.close_all(fds)
+            if i < 15:  # a lone join, as a job's supervisor makes it: 0.1 s after the last (and back out)
+                time.sleep(0.1)
+                t0 = time.perf_counter()
+                supervise.join_cgroups(cgroups.procs_files(step))
+                times["migrate"].append(time.perf_counter() - t0)
+                supervise.join_cgroups(home)
+            times["supervised"].append(supervised(i, None))
+            times["supervised_in"].append(supervised(i, step))
             t0 = time.perf_counter()
             containment.release(f"{i}.0", cg)
             times["release"].append(time.perf_counter() - t0)
     finally:
         containment.close()
+        shutil.rmtree(jobs, ignore_errors=True)
     del ballast
     return times, h.describe()
 
@@ -171,9 +206,14 @@ def main(argv: list[str] | None = None) -> int:
         f"{p90_ms(micro['setup'])} |",
         f"| kill, wait empty, read usage, remove (at the job's end) | {median_ms(micro['release'])} | "
         f"{p90_ms(micro['release'])} |",
-        f"| start `true` and wait, uncontained (vfork, the launch as before) | {median_ms(micro['plain'])} | "
-        f"{p90_ms(micro['plain'])} |",
-        f"| the same through `join_command` (sh joins the step's cgroups, then execs: the agent's way) | "
+        f"| join the step's cgroups, 0.1 s after the last join (what a supervisor does; 15 joins) | "
+        f"{median_ms(micro['migrate'])} | {p90_ms(micro['migrate'])} |",
+        f"| start `true` under its supervisor (shoal-stepd) and wait, uncontained | "
+        f"{median_ms(micro['supervised'])} | {p90_ms(micro['supervised'])} |",
+        f"| the same, the supervisor first joining the step's cgroups (`Launch.cgroups`: the agent's way) | "
+        f"{median_ms(micro['supervised_in'])} | {p90_ms(micro['supervised_in'])} |",
+        f"| start `true` and wait, plain (vfork) | {median_ms(micro['plain'])} | {p90_ms(micro['plain'])} |",
+        f"| the same through a `/bin/sh` that joins the step's cgroups, then execs (the agent's way before) | "
         f"{median_ms(micro['wrapped'])} | {p90_ms(micro['wrapped'])} |",
         f"| the same joining in a `preexec_fn` (Python then forks a 100 MB process, not vfork: not used) | "
         f"{median_ms(micro['preexec'])} | {p90_ms(micro['preexec'])} |",

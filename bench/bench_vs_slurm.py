@@ -53,7 +53,9 @@ from tests.integration.cluster import BIN, LocalCluster  # noqa: E402  (the one 
 
 SECTION = "## Shoal vs Slurm"
 NODES, GPUS, CPUS, MEMORY_MB = 4, 8, 32, 65536
-TARGETS = ("slurm-default", "slurm-htc", "shoal", "shoal-python")
+TARGETS = ("slurm-default", "slurm-htc", "shoal", "shoal-python", "shoal-nocg")
+# shoal-nocg (asked for by name): agents with `--cgroups off`, jobs uncontained (containment's cost).
+DEFAULT_TARGETS = TARGETS[:4]
 WORKLOADS = ("latency", "gang", "squeue", "sequential", "burst", "array")
 """Rows 3, 5, 4 (idle and queue figures, one cluster at a time), then 1, 2a and 2b (in rounds)."""
 
@@ -101,11 +103,11 @@ class ShoalTarget:
     """A `shoal up` cluster, seen through the Target protocol."""
 
     def __init__(self, root: Path, nodes: int, gpus: int, cpus: int, memory_mb: int,
-                 python_commands: bool = False) -> None:
-        self.label = "Shoal, Python commands" if python_commands else "Shoal"
+                 python_commands: bool = False, cgroups: bool = True) -> None:
+        self.label = "Shoal, Python commands" if python_commands else "Shoal" if cgroups else "Shoal, cgroups off"
         self.python_commands = python_commands
         self.cluster = LocalCluster(root, nodes=nodes, gpus_per_node=gpus, cpus_per_node=cpus,
-                                    memory=f"{memory_mb // 1024}G")
+                                    memory=f"{memory_mb // 1024}G", extra=() if cgroups else ("--cgroups", "off"))
         self.env = self.cluster.env
         if python_commands:  # the compiled front end hands every call to the Python command
             self.env["SHOAL_FRONTEND"] = "python"
@@ -535,7 +537,11 @@ def fmt(v: float | None, unit: str) -> str:
 
 def render(facts: dict[str, str], command: str, mode: Mode, results: dict[str, Results], elapsed: float,
            nodes: int, gpus: int, cpus: int) -> str:
-    d, h, s, py = (results.get(k) for k in TARGETS)
+    d, h, s = (results.get(k) for k in TARGETS[:3])
+    # One more Shoal column: the Python commands', or else the cgroups-off agents'.
+    alt = next((k for k in TARGETS[3:] if k in results), None)
+    py = results.get(alt) if alt else None
+    alt_label = "Shoal, Python commands" if alt == "shoal-python" else "Shoal, cgroups off"
     out = [SECTION, ""]
     out.append(f"Produced by `{command}` ({mode.name} mode, {elapsed / 60:.1f} minutes, "
                f"{time.strftime('%Y-%m-%d %H:%M %Z')}). Both systems on this one machine with {nodes} nodes x "
@@ -550,7 +556,7 @@ def render(facts: dict[str, str], command: str, mode: Mode, results: dict[str, R
                "Computing guide recommends; \"Slurm, better\" is the better of the two per row, and the speed-up "
                "is Shoal against that figure (above 1: Shoal faster; below 1: Slurm faster).")
     out.append("")
-    extra = " Shoal, Python commands | its speed-up |" if py else ""
+    extra = f" {alt_label} | its speed-up |" if py else ""
     out.append(f"| Workload | unit | Slurm default | Slurm HTC-tuned | Slurm, better | Shoal | Shoal speed-up |{extra}")
     out.append("|---|---|---:|---:|---:|---:|---:|" + ("---:|---:|" if py else ""))
     for row in rows(mode):
@@ -565,12 +571,12 @@ def render(facts: dict[str, str], command: str, mode: Mode, results: dict[str, R
             line += f" {fmt(pv, row.unit)} | {'n/a' if pup is None else f'{pup:.2f}x'} |"
         out.append(line)
     out.append("")
-    if py:
+    if py and alt == "shoal-python":
         out.append("\"Shoal, Python commands\" is the same Shoal with `SHOAL_FRONTEND=python`: sbatch, squeue and "
                    "scancel run as the Python commands, as without the compiled front end (the before figure).")
         out.append("")
     out.append("| Cluster start-up and per-run figures | Slurm default | Slurm HTC-tuned | Shoal |"
-               + (" Shoal, Python commands |" if py else ""))
+               + (f" {alt_label} |" if py else ""))
     out.append("|---|---|---|---|" + ("---|" if py else ""))
     per_run = (("started in s", lambda r: [r.up_s]), ("1. submissions/s, each run", lambda r: r.seq_rate),
                ("2a. all submitted s, each run", lambda r: r.burst_submit_s),
@@ -636,7 +642,8 @@ def render(facts: dict[str, str], command: str, mode: Mode, results: dict[str, R
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--short", action="store_true", help="smaller workloads, one run each (a few minutes)")
-    ap.add_argument("--targets", default=",".join(TARGETS), help="comma list of %(default)s")
+    ap.add_argument("--targets", default=",".join(DEFAULT_TARGETS),
+                    help=f"comma list of %(default)s (or {TARGETS[-1]}: agents with --cgroups off)")
     ap.add_argument("--workloads", default=",".join(WORKLOADS), help="comma list of %(default)s (rows 3, 5, "
                     "4, 1, 2a, 2b); the others' rows say n/a")
     ap.add_argument("--runs", type=int, help="rounds of the throughput workloads (default: 3, short mode 1)")
@@ -685,7 +692,8 @@ def main(argv: list[str] | None = None) -> int:
     for key in targets:
         root = base / key
         if key.startswith("shoal"):
-            clusters[key] = ShoalTarget(root, *shape, python_commands=key == "shoal-python")
+            clusters[key] = ShoalTarget(root, *shape, python_commands=key == "shoal-python",
+                                        cgroups=key != "shoal-nocg")
         else:
             clusters[key] = SlurmTarget(root, slurm.DEFAULT if key == "slurm-default" else slurm.HTC, *shape)
     results = run_targets(clusters, mode, args.gpus_per_node, log, workloads)

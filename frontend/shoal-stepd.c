@@ -9,6 +9,9 @@
  * - supervise.FORWARDED arrive blocked; handlers queue them until the task has started and
  *   then pass them on to its process group. The task starts with none blocked, default
  *   dispositions.
+ * - Before the fork it writes itself into each cgroup.procs the launch names (the run's step
+ *   cgroup, Launch.cgroups), so the task is inside from its first instruction; one it cannot
+ *   join fails the launch ("launch failed: cannot join cgroup PATH: ...").
  * - The task starts as identity.spawn starts it: a session of its own, then
  *   setgroups/setgid/setuid, then (as the user) the working directory (or the fallback,
  *   with slurmstepd's note) and the output files, then execve with the environment as
@@ -45,7 +48,7 @@
 #include <unistd.h>
 
 #define LAUNCH_BIN "launch.bin"
-#define LAUNCH_MAGIC "shoal-launch 1"
+#define LAUNCH_MAGIC "shoal-launch 2"
 #define MAX_QUEUED 64
 
 static const int FORWARDED[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, SIGCONT};
@@ -63,6 +66,7 @@ typedef struct {
     gid_t gid;
     long ngroups;
     gid_t *groups;
+    char **cgroups; /* cgroup.procs files joined before the fork (supervise.join_cgroups) */
 } Launch;
 
 static int jobdir_fd = -1;
@@ -348,7 +352,23 @@ static int read_launch(Launch *l) {
         l->groups = calloc((size_t)l->ngroups + 1, sizeof *l->groups);
         for (long i = 0; r.ok && i < l->ngroups; i++) l->groups[i] = (gid_t)number(&r, 0, UINT_MAX - 1);
     }
-    return r.ok && r.p == r.end && l->argv && l->argv[0] && l->files && (!l->has_identity || l->groups);
+    l->cgroups = strings(&r);
+    return r.ok && r.p == r.end && l->argv && l->argv[0] && l->files && (!l->has_identity || l->groups) &&
+           l->cgroups;
+}
+
+/* supervise.join_cgroups: move this process into each cgroup named; on failure, the reason. */
+static int join_cgroups(char **procs, char *reason, size_t size) {
+    for (; *procs; procs++) {
+        int fd = open(*procs, O_WRONLY | O_CLOEXEC);
+        if (fd < 0 || write(fd, "0", 1) != 1) {
+            snprintf(reason, size, "launch failed: cannot join cgroup %s: %s", *procs, strerror(errno));
+            if (fd >= 0) close(fd);
+            return 0;
+        }
+        close(fd);
+    }
+    return 1;
 }
 
 /* ------------------------------------------------------------------ the task */
@@ -536,10 +556,11 @@ int main(int argc, char **argv) {
     }
     /* Blocked again from the fork until the task runs in its own group: none is lost between.
      * SIGCHLD stays blocked: the fence's wait takes it with sigtimedwait. */
+    char reason[64 + 2 * PATH_MAX];
+    if (!join_cgroups(launch.cgroups, reason, sizeof reason)) return write_status(1, 0, reason, 0) < 0;
     sigset_t blocked = fwd;
     sigaddset(&blocked, SIGCHLD);
     sigprocmask(SIG_BLOCK, &blocked, NULL);
-    char reason[64 + 2 * PATH_MAX];
     pid_t pid = start_task(&launch, reason, sizeof reason);
     if (!pid) return write_status(1, 0, reason, 0) < 0;
     task_pid = pid;

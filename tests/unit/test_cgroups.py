@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from shoal.agent.cgroups import job_limits, parse_cpu_list, parse_mounts, parse_own, pick_cpus
+from shoal.agent.cgroups import favors_dynmods, job_limits, parse_cpu_list, parse_mounts, parse_own, pick_cpus
 from shoal.model.job import JobState, exit_code_text, run_end
 
 HYBRID_MOUNTS = """\
@@ -33,6 +33,13 @@ def test_a_hybrid_node_has_v1_controllers_and_a_cgroup2_mount():
 def test_a_unified_node_has_only_cgroup2():
     v1, v2 = parse_mounts(UNIFIED_MOUNTS)
     assert v1 == {} and v2 == Path("/sys/fs/cgroup")
+
+
+def test_favordynmods_on_any_cgroup_mount_is_seen_and_its_absence_too():
+    assert not favors_dynmods(HYBRID_MOUNTS) and not favors_dynmods(UNIFIED_MOUNTS)
+    assert favors_dynmods(HYBRID_MOUNTS.replace("cgroup2 rw,relatime", "cgroup2 rw,relatime,favordynmods"))
+    assert favors_dynmods(UNIFIED_MOUNTS.replace("nsdelegate", "nsdelegate,favordynmods"))
+    assert not favors_dynmods("tmpfs /favordynmods tmpfs rw,favordynmods 0 0\n")  # not a cgroup mount
 
 
 def test_the_agents_own_cgroup_per_hierarchy():

@@ -8,6 +8,7 @@ the agent cannot tell which one ran."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -277,10 +278,43 @@ def test_the_fence_never_cgroup_kills_the_cgroup_holding_its_supervisor(tmp_path
     jobdir, launch = _launch(tmp_path, "exec sleep 60")
     (jobdir / supervise.CGROUPS).write_text(f"{own}\n")
     proc = supervise.start(jobdir, launch, lease)
-    (own / "cgroup.procs").write_text(f"{proc.pid}\n")  # the supervisor, as the join script puts it there
+    (own / "cgroup.procs").write_text(f"{proc.pid}\n")  # the supervisor, as it writes itself there
     status = Supervised(jobdir, proc).wait()
     assert status.fenced
     assert (own / "cgroup.kill").read_text() == ""
+
+
+def test_the_supervisor_joins_the_cgroups_its_launch_names_before_the_task_starts(tmp_path, supervisor):
+    """The agent names the step's cgroup.procs files in the launch; the supervisor writes itself
+    there before it forks, so the task is inside from its first line (a real v1 freezer cgroup)."""
+    from shoal.agent import cgroups
+
+    h = cgroups.detect("auto", f"supervise-test-{os.getpid()}")
+    if h is None:
+        pytest.skip("no cgroups here (or not root)")
+    cg = cgroups.Containment(h).job("7.0", None, 1, ())
+    try:
+        step = cg.child("step_batch")
+        jobdir, launch = _launch(tmp_path, "cat /proc/self/cgroup")
+        launch = dataclasses.replace(launch, cgroups=cgroups.procs_files(step))
+        status = Supervised(jobdir, supervise.start(jobdir, launch)).wait()
+        assert (status.exit_code, status.reason) == (0, None)
+        lines = (tmp_path / "slurm-7.out").read_text().splitlines()
+        for d in step.paths:  # each hierarchy's line names the step's directory
+            assert any(line.endswith(str(d).split("/shoal/", 1)[1]) for line in lines), (d, lines)
+    finally:
+        containment = cgroups.Containment(h)
+        containment.release("7.0", cg)
+        containment.close()
+
+
+def test_a_cgroup_that_cannot_be_joined_fails_the_launch_saying_which(tmp_path, supervisor):
+    jobdir, launch = _launch(tmp_path, "echo ran")
+    missing = tmp_path / "no-such-cgroup" / "cgroup.procs"
+    launch = dataclasses.replace(launch, cgroups=(str(missing),))
+    status = Supervised(jobdir, supervise.start(jobdir, launch)).wait()
+    assert (status.exit_code, status.reason) == (1, f"launch failed: cannot join cgroup {missing}: No such file or directory")
+    assert not (tmp_path / "slurm-7.out").exists() or (tmp_path / "slurm-7.out").read_text() == ""
 
 
 def _step(tmp_path: Path, lease: Path, *argv: str) -> subprocess.Popen:

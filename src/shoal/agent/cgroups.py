@@ -5,8 +5,9 @@ and each of its steps one below it (``step_batch``, ``step_<N>``); ``instance`` 
 agent's work dir, so neither several agents of one cluster nor several local clusters sharing
 a machine ever meet. The job's cgroup carries its limits: memory (and memory+swap, so it really runs
 out) from the allocation, a cpuset of the allocation's size, and on cgroup v1 a device list
-that denies the GPUs the job was not given. A process joins its step's cgroup itself, between
-fork and exec (``join_command``, ``identity.join_cgroups``), so nothing it starts is ever outside; at the job's end the cgroup
+that denies the GPUs the job was not given. A process joins its step's cgroup itself before
+it starts anything (a supervisor, ``procs_files``; an srun task between fork and exec,
+``identity.join_cgroups``), so nothing it starts is ever outside; at the job's end the cgroup
 is frozen, killed and thawed (v1) or ``cgroup.kill``-ed (v2), emptied and removed, and its
 usage (peak memory, CPU time) and the kernel's OOM kills are read first.
 
@@ -133,6 +134,15 @@ def parse_mounts(mounts: str) -> tuple[dict[str, Path], Path | None]:
                 if opt in V1_CONTROLLERS and opt not in v1:
                     v1[opt] = Path(where)
     return v1, v2
+
+
+def favors_dynmods(mounts: str) -> bool:
+    """Whether a cgroup hierarchy in /proc/self/mounts has ``favordynmods``. Without it every
+    cgroup migration (a job's supervisor joining its cgroup) takes the kernel's global
+    threadgroup lock for writing, which waits an RCU grace period (10-20 ms measured) and
+    holds up every fork on the node meanwhile."""
+    return any(len(f := line.split()) >= 4 and f[2] in ("cgroup", "cgroup2") and "favordynmods" in f[3].split(",")
+               for line in mounts.splitlines())
 
 
 def parse_own(self_cgroup: str) -> tuple[dict[str, str], str]:
@@ -310,15 +320,11 @@ def read_cgroup_list(jobdir: Path) -> list[Path]:
     return [Path(p) for p in _read(jobdir / CGROUPS_FILE).split("\n") if p]
 
 
-JOIN_SCRIPT = Path(__file__).with_name("join-cgroups.sh")  # joins the cgroups named, then execs the rest
-
-
-def join_command(cg: Cgroup | None) -> list[str]:
-    """The argv prefix that starts a command inside ``cg`` (none when None), so the command is
-    inside before it runs a line of its own (a fixed script: see join-cgroups.sh for why)."""
-    if cg is None:
-        return []
-    return ["/bin/sh", str(JOIN_SCRIPT), *(str(d / "cgroup.procs") for d in cg.paths), "--"]
+def procs_files(cg: Cgroup | None) -> tuple[str, ...]:
+    """The ``cgroup.procs`` files a supervisor writes itself into to start its task inside ``cg``
+    (``Launch.cgroups``; none when None): joined before the fork, so the task is inside before
+    it runs a line, and without a process of its own (a shell cost each launch ~1-10 ms)."""
+    return () if cg is None else tuple(str(d / "cgroup.procs") for d in cg.paths)
 
 
 def close_all(fds: Iterable[int]) -> None:
@@ -367,19 +373,24 @@ def _kill_each(pids: Iterable[int], sig: int = signal.SIGKILL) -> None:
 class Hierarchy:
     """Where this node's job cgroups live and what they can limit (``detect`` finds it)."""
 
-    def __init__(self, version: int, base: dict[str, Path], controllers: tuple[str, ...]) -> None:
+    def __init__(self, version: int, base: dict[str, Path], controllers: tuple[str, ...],
+                 dynmods: bool = True) -> None:
         self.version = version
         self.base = base  # controller (v2: "unified") -> shoal/<node> directory
         self.controllers = controllers
+        self.dynmods = dynmods  # a hierarchy is mounted with favordynmods (see favors_dynmods)
         self.online_cpus = self._online_cpus()
 
     def describe(self) -> str:
         where = next(iter(self.base.values()))
+        slow = "" if self.dynmods else ("; no cgroup mounted with favordynmods: each job start waits ~10-20 ms "
+                                        "for its cgroup migration (docs/CGROUPS.md, \"Cost\")")
         if self.version == 1:
             where = self.base.get("memory", where)
-            return f"cgroup v1 (controllers: {' '.join(self.controllers)}): jobs contained under {where} and its twins"
+            return (f"cgroup v1 (controllers: {' '.join(self.controllers)}): jobs contained under {where} "
+                    f"and its twins{slow}")
         limits = " ".join(self.controllers) or "none delegated: process tracking only"
-        return f"cgroup v2 (controllers: {limits}): jobs contained under {where}"
+        return f"cgroup v2 (controllers: {limits}): jobs contained under {where}{slow}"
 
     def _online_cpus(self) -> list[int]:
         d = self.base.get("cpuset") if self.version == 1 else self.base.get("unified")
@@ -456,7 +467,7 @@ def detect(mode: str, node: str, mounts: str | None = None, self_cgroup: str | N
         base = {c: where / own_v1.get(c, "/").lstrip("/") / "shoal" / node for c, where in v1.items()}
         for c, d in base.items():
             _makedirs(d, inherit_cpuset=c == "cpuset")
-        return Hierarchy(1, base, tuple(c for c in V1_CONTROLLERS if c in base))
+        return Hierarchy(1, base, tuple(c for c in V1_CONTROLLERS if c in base), favors_dynmods(mounts))
     if mode == "v1":
         raise CgroupError(errno.ENOENT, "cgroup v1's memory and freezer controllers are not mounted")
     if v2 is None:
@@ -482,7 +493,7 @@ def detect(mode: str, node: str, mounts: str | None = None, self_cgroup: str | N
             _write(shoal / node / "cgroup.subtree_control", f"+{c}")
     except CgroupError:
         enabled = []
-    return Hierarchy(2, {"unified": shoal / node}, tuple(enabled))
+    return Hierarchy(2, {"unified": shoal / node}, tuple(enabled), favors_dynmods(mounts))
 
 
 def _makedirs(d: Path, inherit_cpuset: bool = False) -> None:
@@ -587,11 +598,15 @@ class Containment:
         """Kill what is left in the run's cgroup, wait until it is empty, read its usage and
         remove it."""
         usage = cg.usage()
+        self.empty(key, cg)
+        return usage
+
+    def empty(self, key: str, cg: Cgroup) -> None:
+        """Kill what is left in the run's cgroup, wait until it is empty and remove it."""
         if not cg.kill():
             log.error("run %s: processes still in its cgroup after SIGKILL: %s", key, sorted(cg.pids()))
         cg.remove()
         self._cpus.pop(key, None)
-        return usage
 
 
 def _count(cpusets: Iterable[tuple[int, ...]]) -> dict[int, int]:

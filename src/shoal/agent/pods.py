@@ -31,7 +31,7 @@ from pathlib import Path
 import psutil
 
 from shoal.agent import supervise
-from shoal.agent.cgroups import Cgroup, Containment, join_command
+from shoal.agent.cgroups import Cgroup, Containment, procs_files
 from shoal.agent.containers import (ContainerError, ContainerPaths, ContainerRuntime,
                                     CreateContainerConfigError, Launch, RegistrySettings, Step, container_env,
                                     get_runtime)
@@ -532,13 +532,14 @@ class PodManager:
         shutil.rmtree(jobdir, ignore_errors=True)
         try:
             jobdir.mkdir()
+            inside = pod.cgroup.child(f"container_{c.name}") if pod.cgroup is not None else None
             spec = supervise.Launch(
                 key=f"{pod.key}/{c.name}/{number}", job_id=int(pod.entry.get("job_id", 0)),
                 run=int(pod.entry.get("run", 0)), user=pod.entry.get("user", ""), argv=list(launch.argv),
                 env=_as(ident, launch.env), cwd=launch.cwd or os.getcwd(), cwd_fallback=None,
-                files=[OpenAs(1, str(log_file), output_flags(append=True)), OpenAs(2, same_as=1)], identity=ident)
-            inside = pod.cgroup.child(f"container_{c.name}") if pod.cgroup is not None else None
-            return Supervised(jobdir, supervise.start(jobdir, spec, wrapper=join_command(inside))), None
+                files=[OpenAs(1, str(log_file), output_flags(append=True)), OpenAs(2, same_as=1)], identity=ident,
+                cgroups=procs_files(inside))
+            return Supervised(jobdir, supervise.start(jobdir, spec)), None
         except (OSError, ValueError) as e:
             shutil.rmtree(jobdir, ignore_errors=True)
             return None, f"cannot start the container's supervisor: {getattr(e, 'strerror', None) or e}"

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from shoal.agent import supervise
-from shoal.agent.cgroups import (CGROUPS_FILE, Cgroup, CgroupError, Containment, Usage, join_command,
+from shoal.agent.cgroups import (CGROUPS_FILE, Cgroup, CgroupError, Containment, Usage, procs_files,
                                  read_cgroup_list, write_cgroup_list)
 from shoal.agent.identity import JobUsers, OpenAs, UnknownUser, output_flags
 from shoal.agent.supervise import killpg as _killpg
@@ -267,13 +267,13 @@ class Runtime:
         files.append(OpenAs(2, err_path, flags) if err_path != out_path else OpenAs(2, same_as=1))
         if b.get("stdin"):
             files.append(OpenAs(0, self._path(b["stdin"], cwd, names), os.O_RDONLY))
+        # The supervisor joins the step's cgroup before it forks: the task and all it starts are in.
         launch = supervise.Launch(key=entry["key"], job_id=entry["job_id"], run=entry["run"], user=entry["user"],
                                   argv=[str(script), *b.get("argv", [])], env=env, cwd=cwd, cwd_fallback="/tmp",
-                                  files=files, identity=ident)
+                                  files=files, identity=ident,
+                                  cgroups=procs_files(self.step_cgroup(run, "step_batch", jobdir)))
         try:
-            # The supervisor joins the step's cgroup before it execs: the task and all it forks are in.
-            popen = supervise.start(jobdir, launch, self.workdir / supervise.LEASE,
-                                    wrapper=join_command(self.step_cgroup(run, "step_batch", jobdir)))
+            popen = supervise.start(jobdir, launch, self.workdir / supervise.LEASE)
         except OSError as e:
             log.error("job %s: cannot start its supervisor: %s", entry["key"], e)
             self.on_exit(run, 1, 0, time.time(), f"launch failed: supervisor: {e.strerror}")
@@ -342,10 +342,16 @@ class Runtime:
             status = task.wait()
             if status.reason:
                 log.error("job %s: %s (supervisor's log: %s)", run.key, status.reason, task.jobdir / supervise.LOG)
-            # The batch script's end is the job's (proctrack/cgroup): what it left, detached or not, is killed.
-            usage = self.release_cgroup(run)
+            cg = run.cgroup
+            usage = cg.usage() if cg is not None else None  # before the kill: what the job used
             self.on_exit(run, status.exit_code, status.signal, status.end_time, status.reason, fenced=status.fenced,
                          usage=usage)
+            # The batch script's end is the job's (proctrack/cgroup): what it left, detached or not, is
+            # killed, after the exit is queued (not on the report's path). The run stays alive (watched,
+            # then its cgroup populated) and so its cleanup row held until the cgroup is empty.
+            if cg is not None:
+                self.containment.empty(run.key, cg)
+                run.cgroup = None
         finally:
             run.watched = False
 

@@ -3,7 +3,7 @@ or its compiled twin ``shoal-stepd`` (``frontend/shoal-stepd.c``), which keeps t
 
 The agent starts one per batch script, in a session of its own, so it outlives the agent. It
 reads the launch the agent prepared (``launch.json``: argv, environment, working directory,
-output files, the user), starts the task through ``identity.spawn`` (the same launch as ever:
+output files, the user, the cgroups it joins first), starts the task through ``identity.spawn`` (the same launch as ever:
 the child becomes the user, then enters the directory and opens the files), waits for it,
 writes how it ended to ``status.json`` (atomically: a reader sees all of it or nothing) and
 exits. A restarted agent finds the run by its directory and re-adopts it:
@@ -48,7 +48,7 @@ from shoal.agent.identity import Identity, LaunchError, OpenAs, spawn
 
 LAUNCH = "launch.json"
 LAUNCH_BIN = "launch.bin"  # the same launch for shoal-stepd
-BIN_MAGIC = "shoal-launch 1"  # launch.bin's first field (its format's version)
+BIN_MAGIC = "shoal-launch 2"  # launch.bin's first field (its format's version)
 STEPD = "shoal-stepd"
 LOCK = "supervisor.lock"
 TASK = "task"
@@ -88,6 +88,9 @@ class Launch:
     cwd_fallback: str | None
     files: list[OpenAs]
     identity: Identity | None
+    # cgroup.procs files the supervisor joins before it forks the task (the run's step
+    # cgroup), so the task and all it starts are inside; the agent has none of it to do.
+    cgroups: tuple[str, ...] = ()
 
     def to_json(self) -> dict:
         return {"key": self.key, "job_id": self.job_id, "run": self.run, "user": self.user, "argv": self.argv,
@@ -95,7 +98,8 @@ class Launch:
                 "files": [[f.fd, f.path, f.flags, f.same_as] for f in self.files],
                 "identity": None if self.identity is None else {
                     "name": self.identity.name, "uid": self.identity.uid, "gid": self.identity.gid,
-                    "groups": list(self.identity.groups), "home": self.identity.home}}
+                    "groups": list(self.identity.groups), "home": self.identity.home},
+                "cgroups": list(self.cgroups)}
 
     def to_bin(self) -> bytes:
         """The launch as shoal-stepd reads it: NUL-terminated fields, each list led by its
@@ -110,6 +114,7 @@ class Launch:
         else:
             ident = self.identity
             fields += [1, ident.uid, ident.gid, len(ident.groups), *ident.groups]
+        fields += [len(self.cgroups), *self.cgroups]
         encoded = [os.fsencode(f) if isinstance(f, str) else b"%d" % f for f in fields]
         if any(b"\0" in f for f in encoded):
             raise ValueError("a NUL in the launch")
@@ -122,7 +127,8 @@ class Launch:
                    env=dict(d["env"]), cwd=d["cwd"], cwd_fallback=d.get("cwd_fallback"),
                    files=[OpenAs(fd, path, flags, same_as) for fd, path, flags, same_as in d["files"]],
                    identity=None if ident is None else Identity(ident["name"], ident["uid"], ident["gid"],
-                                                                tuple(ident["groups"]), ident["home"]))
+                                                                tuple(ident["groups"]), ident["home"]),
+                   cgroups=tuple(d.get("cgroups", ())))
 
 
 def write_json_atomic(path: Path, doc: dict) -> None:
@@ -271,13 +277,12 @@ def stepd() -> str | None:
     return str(path) if os.access(path, os.X_OK) else None
 
 
-def start(jobdir: Path, launch: Launch, lease: Path | None = None, wrapper: Sequence[str] = ()) -> subprocess.Popen:
+def start(jobdir: Path, launch: Launch, lease: Path | None = None) -> subprocess.Popen:
     """Write the launch into ``jobdir`` and start its supervisor in a session of its own;
     it fences the run by the lease in ``lease`` (None: never).
 
     The lock is taken here and its open file handed to the supervisor, so the run has a
     live holder from this moment on, even if this agent dies before the child has run a line.
-    ``wrapper`` prefixes the supervisor's argv (the agent's: join the run's cgroup, then exec).
     """
     command = [sys.executable, "-P", "-m", "shoal.agent.supervise"]
     binary = stepd()
@@ -294,7 +299,7 @@ def start(jobdir: Path, launch: Launch, lease: Path | None = None, wrapper: Sequ
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)
         with open(jobdir / LOG, "ab") as log:
-            return subprocess.Popen([*wrapper, *command, str(jobdir), str(lock), *([str(lease)] if lease else [])],
+            return subprocess.Popen([*command, str(jobdir), str(lock), *([str(lease)] if lease else [])],
                                     cwd="/", stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
                                     start_new_session=True, close_fds=True, pass_fds=(lock,))
     finally:
@@ -369,6 +374,12 @@ def supervise(jobdir: Path, clock=time.time, lease: Path | None = None) -> int:
         write_json_atomic(jobdir / STATUS, {"exit_code": 1, "signal": 0, "end_time": clock(),
                                             "reason": "launch failed: unreadable launch file"})
         return 1
+    try:
+        join_cgroups(launch.cgroups)
+    except OSError as e:
+        write_json_atomic(jobdir / STATUS, {"exit_code": 1, "signal": 0, "end_time": clock(),
+                                            "reason": f"launch failed: cannot join cgroup {e.filename}: {e.strerror}"})
+        return 0
     task: list[int] = []  # the task's pid once started
     pending: list[int] = []
 
@@ -403,6 +414,18 @@ def supervise(jobdir: Path, clock=time.time, lease: Path | None = None) -> int:
     write_json_atomic(jobdir / STATUS, {"exit_code": exit_code, "signal": sig, "end_time": clock(),
                                         **({"fenced": True} if fenced else {})})
     return 0
+
+
+def join_cgroups(procs: Sequence[str]) -> None:
+    """Move this process into each cgroup whose ``cgroup.procs`` is named (OSError naming the file)."""
+    for path in procs:
+        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            os.write(fd, b"0")
+        except OSError as e:
+            raise OSError(e.errno, e.strerror, path) from None
+        finally:
+            os.close(fd)
 
 
 def step_command(lease: Path) -> list[str]:
