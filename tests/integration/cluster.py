@@ -142,6 +142,15 @@ class LocalCluster:
         return list(self.state["pids"]["agents"])
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie is not: it has ended, unreaped)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
+
+
 def wait_until(predicate, timeout: float, what: str, interval: float = 0.1):
     """Poll ``predicate`` until it returns something true (and return that), or fail saying what."""
     deadline = time.time() + timeout

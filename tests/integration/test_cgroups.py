@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from shoal.agent import cgroups
-from tests.integration.cluster import LocalCluster, wait_until
+from tests.integration.cluster import LocalCluster, pid_alive, wait_until
 
 NODE = "node01"  # shoal up names its nodes node01, node02...
 ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY")
@@ -39,14 +39,6 @@ def cluster(tmp_path_factory) -> LocalCluster:
 
 def sacct(cluster, job_id: int) -> str:
     return cluster.run(["sacct", "-j", str(job_id), "-X", "-n", "-P", "-o", "State,ExitCode"]).stdout.strip()
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ", 1)[1][0] != "Z"
-    except OSError:
-        return False
 
 
 def jobdir(cluster, job_id: int) -> Path:

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tests.integration.cluster import LocalCluster, wait_until
+from tests.integration.cluster import LocalCluster, pid_alive, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -25,14 +25,6 @@ def cluster(tmp_path_factory) -> LocalCluster:
 def alice(cluster) -> dict:
     token = cluster.run(["shoal", "token", "create", "--user", "alice"]).stdout.strip()
     return {"SHOAL_TOKEN": token}
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ", 1)[1][0] != "Z"
-    except OSError:
-        return False
 
 
 def test_time_limit_sends_term_then_kill_and_ends_timeout(cluster):

@@ -86,11 +86,17 @@ def write_config(path: str, server: str, token: str, ca_pem: str | None = None) 
     conf = {"server": server, "token": token}
     if ca_pem:
         conf["ca_data"] = ca_pem
+    write_private_json(path, conf)
+
+
+def write_private_json(path: str, doc: dict) -> None:
+    """Write ``doc`` as JSON (also valid YAML) to ``path``, readable by its owner only: it
+    holds a token."""
     path = os.path.expanduser(path)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
-        json.dump(conf, f, indent=2)
+        json.dump(doc, f, indent=2)
         f.write("\n")
 
 

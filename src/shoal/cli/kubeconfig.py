@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 
-from shoal.cli.client import Client, ClientError, fail
+from shoal.cli.client import Client, ClientError, fail, write_private_json
 
 
 def add_parser(sub) -> None:
@@ -38,15 +37,6 @@ def kubeconfig(server: str, token: str, ca_pem: str | None, user: str, namespace
             "current-context": context}
 
 
-def write(path: str, doc: dict) -> None:
-    path = os.path.expanduser(path)
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(doc, f, indent=2)
-        f.write("\n")
-
-
 def run(args) -> int:
     try:
         client = Client.from_config()
@@ -65,7 +55,7 @@ def run(args) -> int:
         fail(str(e))
     if args.output:
         try:
-            write(args.output, doc)
+            write_private_json(args.output, doc)
         except OSError as e:
             fail(f"cannot write {args.output}: {e.strerror}")
         return 0

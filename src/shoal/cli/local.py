@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from shoal.cli.client import Client, ClientError, config_path, write_config
+from shoal.cli.client import Client, ClientError, config_path, write_config, write_private_json
 
 HOSTS_FILE = "/etc/hosts"
 
@@ -191,8 +191,8 @@ def up(args) -> int:
         from shoal.cli import kubeconfig
 
         kubeconfig_file = str(sdir / "kubeconfig")
-        kubeconfig.write(kubeconfig_file, kubeconfig.kubeconfig(server_url, token, client.ca_pem(), "admin",
-                                                                cluster="shoal-local"))
+        write_private_json(kubeconfig_file, kubeconfig.kubeconfig(server_url, token, client.ca_pem(), "admin",
+                                                                  cluster="shoal-local"))
     if getattr(args, "gateway", None):
         pids["gateway"] = _spawn([py, "-m", "shoal", "gateway", "--server", server_url, "--token-file",
                                   str(admin_file), "--listen", f"127.0.0.1:{args.gateway}"],
