@@ -130,7 +130,19 @@ class LocalCluster:
             if job["state"] in states and not (settled and job["completing"]):
                 return job
             time.sleep(0.05)
-        raise AssertionError(f"job {job_id} did not reach {states} within {timeout}s: {job}")
+        raise AssertionError(f"job {job_id} did not reach {states} within {timeout}s: {job}\n{self.diagnostics(job)}")
+
+    def diagnostics(self, job: dict | None) -> str:
+        """The tails of a job's output and of the cluster's logs: what a timed-out wait shows."""
+        parts = []
+        for path in ([Path(job["stdout"])] if job and job.get("stdout") else []) + sorted(
+                (self.root / "state" / "logs").glob("*.log")):
+            try:
+                text = path.read_text(errors="replace")
+            except OSError as e:
+                text = f"({e})"
+            parts.append(f"--- {path} (last 3000 characters)\n{text[-3000:]}")
+        return "\n".join(parts)
 
     def nodes_json(self) -> list[dict]:
         return self.api("GET", "/shoal/v1/nodes")["nodes"]

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.cluster import free_port
+
 DDP = Path(__file__).resolve().parents[2] / "examples" / "ddp"
 RANK_LINE = re.compile(r"^rank=(\d+) world=4 node=(\d+) host=(\S+) .* checksum=(\S+) ranks agree$", re.M)
 
@@ -31,7 +33,8 @@ def test_two_node_ddp_job_trains_to_the_same_weights_on_all_four_ranks(make_clus
     cluster = make_cluster(nodes=2, gpus_per_node=0, cpus_per_node=4, memory="16G")
     for name in ("ddp.sbatch", "train_ddp.py"):
         shutil.copy(DDP / name, cluster.workdir / name)
-    job_id = cluster.sbatch("ddp.sbatch")
+    # A port of its own: a fixed 29500 taken by anything else on the machine would stall the rendezvous.
+    job_id = cluster.sbatch("ddp.sbatch", env={"MASTER_PORT": str(free_port())})
     job = cluster.wait_for(job_id, timeout=180)
     out = (cluster.workdir / f"slurm-{job_id}.out").read_text()
     assert job["state"] == "COMPLETED", out

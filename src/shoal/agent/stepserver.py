@@ -468,9 +468,11 @@ def _start_container(containers, req: dict, run, ident, emit, exits: dict[int, l
 
 
 def _stream_tasks(procs: dict[int, subprocess.Popen], conn: socket.socket, emit, exits: dict[int, list[int]]) -> None:
-    """Forward the tasks' stdout and stderr as NDJSON lines until they end, then their exits
-    (``exits`` may already hold tasks that never started). A client that goes away kills them."""
+    """Forward the tasks' stdout and stderr as NDJSON lines, and each task's exit as it ends
+    (srun says at once which task failed, and --kill-on-bad-exit acts on it); ``exits`` may
+    already hold tasks that never started. A client that goes away kills them."""
     sel = selectors.DefaultSelector()
+    pipes = {procid: 2 for procid in procs}  # open pipes per task: reaped once both are closed
     for procid, p in procs.items():
         os.set_blocking(p.stdout.fileno(), False)
         os.set_blocking(p.stderr.fileno(), False)
@@ -479,10 +481,15 @@ def _stream_tasks(procs: dict[int, subprocess.Popen], conn: socket.socket, emit,
     # A chunk may end inside a multi-byte character: decode each stream incrementally.
     decoders = {(t, k): codecs.getincrementaldecoder("utf-8")("replace") for t in procs for k in "oe"}
     sel.register(conn, selectors.EVENT_READ, None)  # readable = the client went away
-    open_pipes = 2 * len(procs)
     client_gone = False
-    while open_pipes > 0:
-        for key, _ in sel.select(timeout=1.0):
+    if exits:  # tasks that never started
+        emit({"exit": {str(k): v for k, v in sorted(exits.items())}})
+    running = set(procs)
+    while running:
+        # A task whose pipes are closed but that has not exited yet (it closed them itself) is
+        # polled; otherwise the pipes' end wakes the loop.
+        closed = [t for t in running if not pipes[t]]
+        for key, _ in sel.select(timeout=0.2 if closed else 1.0):
             if key.data is None:
                 if _client_gone(conn):
                     client_gone = True
@@ -501,15 +508,18 @@ def _stream_tasks(procs: dict[int, subprocess.Popen], conn: socket.socket, emit,
                     emit({"t": procid, stream: tail})
                 sel.unregister(key.fileobj)
                 key.fileobj.close()
-                open_pipes -= 1
+                pipes[procid] -= 1
                 continue
             if not client_gone:
                 text = decoders[(procid, stream)].decode(data)
                 if text:
                     emit({"t": procid, stream: text})
+        ended = {}
+        for procid in [t for t in running if not pipes[t]]:
+            rc = procs[procid].poll()
+            if rc is not None:
+                running.discard(procid)
+                exits[procid] = ended[str(procid)] = [0, -rc] if rc < 0 else [rc, 0]
+        if ended and not client_gone:
+            emit({"exit": dict(sorted(ended.items()))})
     sel.close()
-    for procid, p in procs.items():
-        rc = p.wait()
-        exits[procid] = [0, -rc] if rc < 0 else [rc, 0]
-    if not client_gone:
-        emit({"exit": {str(k): v for k, v in sorted(exits.items())}})

@@ -160,6 +160,8 @@ class Launcher:
         self.socks: list[socket.socket] = []
         self.failed: list[str] = []
         self.reason: str | None = None
+        self.kill_on_bad_exit = bool(opts.get("kill_on_bad_exit"))
+        self.terminated = False  # --kill-on-bad-exit has stopped the step
 
     def run(self) -> tuple[int, int]:
         threads = [threading.Thread(target=self._node, args=(n,), daemon=True) for n in self.step["nodes"]]
@@ -174,16 +176,36 @@ class Launcher:
             signal.signal(signal.SIGINT, old)
         self._flush_partial()
         total = sum(len(n["tasks"]) for n in self.step["nodes"])
-        if len(self.exits) < total:
-            return (self.exits and max(rc for rc, _ in self.exits.values()) or 0) or 1, 0
-        worst_rc = max(rc for rc, _ in self.exits.values())
-        worst_sig = max(sig for _, sig in self.exits.values())
-        for procid, (rc, sig) in sorted(self.exits.items()):
-            if rc or sig:
-                node = next(n["name"] for n in self.step["nodes"] if any(t["procid"] == procid for t in n["tasks"]))
-                what = f"Exited with exit code {rc}" if not sig else f"Killed by signal {sig}"
-                print(f"srun: error: {node}: task {procid}: {what}", file=sys.stderr)
-        return worst_rc, worst_sig
+        heard = dict(self.exits)
+        if self.terminated:  # the tasks --kill-on-bad-exit stopped were killed (SIGKILL), as Slurm's are
+            for node in self.step["nodes"]:
+                killed = {t["procid"]: (0, int(signal.SIGKILL)) for t in node["tasks"] if t["procid"] not in heard}
+                if node["name"] not in self.failed and killed:
+                    self.exits.update(killed)
+                    _report_exits(node["name"], killed)
+            # srun's exit code is the failed task's, not the kill it caused (Slurm keeps the first).
+            total = len(heard)
+        if len(heard) < total:
+            return (heard and max(rc for rc, _ in heard.values()) or 0) or 1, 0
+        return max(rc for rc, _ in heard.values()), max(sig for _, sig in heard.values())
+
+    def _exited(self, node: dict, exits: dict[int, tuple[int, int]]) -> None:
+        """A node's tasks have ended: say which failed, as srun does when it hears, and with
+        --kill-on-bad-exit stop the step's other tasks (their nodes kill them when srun hangs up)."""
+        with self.lock:
+            self.exits.update(exits)
+            _report_exits(node["name"], exits)
+            bad = any(rc or sig for rc, sig in exits.values())
+            if not (bad and self.kill_on_bad_exit) or self.terminated:
+                return
+            self.terminated = True
+            print(f"srun: launch/slurm: _step_signal: Terminating StepId={self.step['job_id']}.{self.step['step_id']}",
+                  file=sys.stderr)
+            for s in self.socks:
+                try:
+                    s.shutdown(socket.SHUT_WR)
+                except OSError:
+                    pass
 
     def _interrupt(self, signum, frame):
         print("srun: interrupt (one more within 1 sec to abort)", file=sys.stderr)
@@ -202,7 +224,11 @@ class Launcher:
             hint = " (is $SHOAL_CA the cluster's CA certificate?)" if "CERTIFICATE_VERIFY_FAILED" in str(e) else ""
             self._fail(node, f"cannot connect to {node['name']} ({node['address']}:{node['port']}): {e}{hint}")
             return
-        self.socks.append(sock)
+        with self.lock:
+            if self.terminated:  # --kill-on-bad-exit stopped the step before this node's tasks started
+                sock.close()
+                return
+            self.socks.append(sock)
         sock.settimeout(None)
         # The address the node sees this srun at, as Slurm tells its tasks.
         here = sock.getsockname()[0]
@@ -234,9 +260,7 @@ class Launcher:
                 if "reason" in doc:  # the node could not start the tasks (their container, say)
                     self.reason = str(doc["reason"])
                 elif "exit" in doc:
-                    with self.lock:
-                        for k, v in doc["exit"].items():
-                            self.exits[int(k)] = (v[0], v[1])
+                    self._exited(node, {int(k): (v[0], v[1]) for k, v in doc["exit"].items()})
                 elif "o" in doc:
                     self._write(doc["t"], "o", doc["o"])
                 elif "e" in doc:
@@ -275,6 +299,21 @@ class Launcher:
             out.write(f"{procid}: {rest}\n" if self.label else rest)
         sys.stdout.flush()
         sys.stderr.flush()
+
+
+def _report_exits(node: str, exits: dict[int, tuple[int, int]]) -> None:
+    """srun's line per node and outcome for the tasks that failed: "node02: tasks 1-3: Killed"."""
+    from shoal.model.hostlist import compress_numbers
+
+    outcomes: dict[str, list[int]] = {}
+    for procid, (rc, sig) in sorted(exits.items()):
+        if sig:
+            outcomes.setdefault(signal.strsignal(sig) or f"Signal {sig}", []).append(procid)
+        elif rc:
+            outcomes.setdefault(f"Exited with exit code {rc}", []).append(procid)
+    for what, procids in outcomes.items():
+        tasks = f"task {procids[0]}" if len(procids) == 1 else f"tasks {compress_numbers(procids)}"
+        print(f"srun: error: {node}: {tasks}: {what}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -82,6 +82,12 @@ def compress(names: Iterable[str]) -> str:
     return ",".join(text for _, text in items)
 
 
+def compress_numbers(numbers: Iterable[int]) -> str:
+    """Numbers as Slurm writes task ranks: ``[0, 1, 2, 5]`` gives ``0-2,5``."""
+    ranges = _ranges([(n, str(n)) for n in sorted(set(numbers))])
+    return ",".join(lo if lo == hi else f"{lo}-{hi}" for lo, hi in ranges)
+
+
 def sort_key(name: str) -> tuple[str, str, int, int]:
     """The order ``compress`` puts names in: text around the last number, then the number."""
     m = _LAST_NUMBER.match(name)
