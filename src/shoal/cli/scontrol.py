@@ -213,7 +213,7 @@ def render_partition(part: Mapping[str, Any], nodes: list[dict], oneliner: bool 
         [("MaxNodes", part.get("max_nodes") or "UNLIMITED"), ("MaxTime", format_hms(part.get("max_time_s"))),
          ("MinNodes", 0), ("LLN", "NO"), ("MaxCPUsPerNode", "UNLIMITED")],
         [("Nodes", part.get("nodes") or "(null)")],
-        [("PriorityJobFactor", 1), ("PriorityTier", 1), ("RootOnly", "NO"), ("ReqResv", "NO"),
+        [("PriorityJobFactor", part.get("priority_job_factor", 1)), ("PriorityTier", 1), ("RootOnly", "NO"), ("ReqResv", "NO"),
          ("OverSubscribe", "NO")],
         [("OverTimeLimit", "NONE"), ("PreemptMode", "OFF")],
         [("State", part.get("state") or "UP"), ("TotalCPUs", total_cpus), ("TotalNodes", len(names)),
@@ -341,9 +341,11 @@ def parse_update(args: list[str]) -> tuple[str, str, dict]:
             if value is None:
                 raise UsageError(f"update expects Key=Value pairs, got '{arg}'")
         pairs.append((key.lower(), value))
-    if not pairs or pairs[0][0] not in ("jobid", "nodename"):
-        raise UsageError("update needs JobId=ID or NodeName=HOSTLIST first, "
+    if not pairs or pairs[0][0] not in ("jobid", "nodename", "partitionname"):
+        raise UsageError("update needs JobId=ID, NodeName=HOSTLIST or PartitionName=NAME first, "
                          "e.g. 'scontrol update JobId=12 TimeLimit=2:00:00'")
+    if pairs[0][0] == "partitionname":
+        return "partition", pairs[0][1], _partition_update(pairs[1:])
     kind, target = ("job" if pairs[0][0] == "jobid" else "node"), pairs[0][1]
     body: dict[str, Any] = {}
     for key, value in pairs[1:]:
@@ -374,6 +376,51 @@ def parse_update(args: list[str]) -> tuple[str, str, dict]:
     if kind == "node" and body.get("state") in ("DRAIN", "DOWN") and not body.get("reason"):
         raise UsageError("You must specify a reason when DOWNING or DRAINING a node. Request denied")
     return kind, target, body
+
+
+PARTITION_UPDATE_KEYS = {"state": "state", "maxtime": "max_time_s", "defaulttime": "default_time_s",
+                         "maxnodes": "max_nodes", "default": "default", "priorityjobfactor": "priority_job_factor",
+                         "nodes": "nodes"}
+
+
+def _partition_update(pairs: list[tuple[str, str]]) -> dict:
+    """The PATCH body of ``scontrol update PartitionName=P Key=Value...``, checked as Slurm's
+    scontrol checks it before asking (its messages)."""
+    from shoal.model.timefmt import TimeFormatError, parse_time_limit
+
+    body: dict[str, Any] = {}
+    for key, value in pairs:
+        field = PARTITION_UPDATE_KEYS.get(key)
+        if field is None:
+            raise UsageError(f"Update of this parameter is not supported: {key}={value} (expected State, MaxTime, "
+                             "DefaultTime, MaxNodes, Default, PriorityJobFactor or Nodes). Request aborted")
+        if field == "state":
+            if value.upper() not in ("UP", "DOWN", "DRAIN", "INACTIVE"):
+                raise UsageError(f"Invalid input: State={value} (acceptable State values are UP, DOWN, DRAIN "
+                                 "and INACTIVE)")
+            body[field] = value.upper()
+        elif field in ("max_time_s", "default_time_s"):
+            try:
+                body[field] = parse_time_limit(value)
+            except TimeFormatError:
+                raise UsageError(f"Invalid input {'MaxTime' if key == 'maxtime' else 'DefaultTime'}={value}") from None
+        elif field in ("max_nodes", "priority_job_factor"):
+            if value.upper() in ("UNLIMITED", "INFINITE") and field == "max_nodes":
+                body[field] = None
+            elif value.isdigit():
+                body[field] = int(value)
+            else:
+                raise UsageError(f"Invalid input: {'MaxNodes' if field == 'max_nodes' else 'PriorityJobFactor'}"
+                                 f"={value} (expected a number)")
+        elif field == "default":
+            if value.upper() not in ("YES", "NO"):
+                raise UsageError(f"Invalid input: Default={value} (expected YES or NO)")
+            body[field] = value.upper() == "YES"
+        else:
+            body[field] = value
+    if not body:
+        raise UsageError("No changes specified")
+    return body
 
 
 def _job_ids(args: list[str]) -> list[str]:
@@ -662,6 +709,12 @@ def main(argv: list[str] | None = None) -> int:
             client = Client.from_config()
             if kind == "job":
                 client.patch(f"/shoal/v1/jobs/{target}", body)
+            elif kind == "partition":
+                try:
+                    client.patch(f"/shoal/v1/partitions/{target}", body)
+                except ClientError as e:  # Slurm's layout for what the controller refused
+                    print(f"slurm_update error: {e}", file=sys.stderr)
+                    return 1
             else:
                 for name in expand(target):
                     client.patch(f"/shoal/v1/nodes/{name}", body)

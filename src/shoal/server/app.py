@@ -27,6 +27,7 @@ from shoal.server import commands, console, fastpath
 from shoal.server import metrics as metricsmod
 from shoal.server import jobs as jobsvc
 from shoal.server import nodes as nodesvc
+from shoal.server import partitions as partsvc
 from shoal.server import priority as priosvc
 from shoal.server import reservations as resvsvc
 from shoal.server import steps as stepsvc
@@ -42,7 +43,7 @@ from shoal.server.kubeapi import routes as kubeapi_routes
 from shoal.server.limits import guard
 from shoal.server.schemas import (AgentRegister, AgentReport, BulkCancelRequest, CancelRequest,
                                   InteractiveComplete, JobSubmit, JobUpdate, NodeUpdate,
-                                  ReservationCreate, ReservationUpdate, StepComplete, StepCreate)
+                                  PartitionUpdate, ReservationCreate, ReservationUpdate, StepComplete, StepCreate)
 from shoal.model.timefmt import format_timestamp
 from shoal.sched.schedule import schedule
 from shoal.server.snapshot import NodeInfoCache
@@ -637,9 +638,22 @@ def create_app(server: Server) -> fastpath.FastPaths:
         return {"partitions": [
             {"name": pt.name, "nodes": compress(pt.nodes) if pt.nodes else "", "node_names": list(pt.nodes),
              "default": pt.default, "default_time_s": pt.default_time_s, "max_time_s": pt.max_time_s,
-             "max_nodes": pt.max_nodes, "state": pt.state}
+             "max_nodes": pt.max_nodes, "state": pt.state, "priority_job_factor": pt.priority_job_factor}
             for pt in server.partitions
         ]}
+
+    @app.patch("/shoal/v1/partitions/{name}")
+    def update_partition(name: str, body: PartitionUpdate, p: Principal = Depends(admin)):
+        changes = body.model_dump(exclude_unset=True)
+        for key in ("state", "default", "priority_job_factor", "nodes"):  # these have no "unlimited"
+            if key in changes and changes[key] is None:
+                raise jobsvc.JobError(f"{key} may not be null")
+        with server.sessions() as s, s.begin():
+            known = set(s.scalars(select(NodeRow.name)))
+            stored = partsvc.update(s, server.partitions, name, changes, known, server.clock())
+        server.refresh_partitions()
+        _after_change(set())
+        return {"name": name, "changes": stored}
 
     # ------------------------------------------------------------------ reservations
 

@@ -38,6 +38,7 @@ log = logging.getLogger("shoal.server")
 ADMIN_TOKEN_FILE = "admin.token"
 JOIN_TOKEN_FILE = "join.token"
 SECRET_FILE = "cluster.key"
+PARTITIONS_TTL_S = 1.0  # how stale a server's view of partition changes made elsewhere may be
 
 
 class Server:
@@ -55,7 +56,10 @@ class Server:
         self.metrics = ServerMetrics(self)
         self.metrics.watch_commits(self.sessions)
         self.sessions.configure(info={"server_metrics": self.metrics})
-        self.partitions: tuple[Partition, ...] = config.partition_list()
+        # The cluster file's partitions, and them with the changes stored by scontrol update
+        # (server/partitions.py), read again at most once a second: other servers may change them.
+        self.configured_partitions: tuple[Partition, ...] = config.partition_list()
+        self._partitions, self._partitions_read = self.refresh_partitions(), time.monotonic()
         self.sched_config = SchedConfig(policy=config.scheduler.policy, priority=config.priority.type,
                                         multifactor=config.priority.multifactor(),
                                         preemption=config.scheduler.preemption,
@@ -94,6 +98,19 @@ class Server:
         self._addresses: dict[str, str] = {}
         self.submit_host = socket.gethostname()
         self._bootstrap_tokens(join_token)
+
+    @property
+    def partitions(self) -> tuple[Partition, ...]:
+        if time.monotonic() - self._partitions_read > PARTITIONS_TTL_S:
+            self._partitions, self._partitions_read = self.refresh_partitions(), time.monotonic()
+        return self._partitions
+
+    def refresh_partitions(self) -> tuple[Partition, ...]:
+        from shoal.server import partitions
+
+        with self.sessions() as s:
+            self._partitions = partitions.load(s, self.configured_partitions)
+        return self._partitions
 
     def _load_secret(self) -> bytes:
         """The cluster secret signs agent and job credentials. Kept in the state dir (0600) and

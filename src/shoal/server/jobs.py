@@ -194,6 +194,8 @@ def submit(session: Session, principal: Principal, body: JobSubmit, *, partition
     if not body.workdir.startswith("/"):
         raise JobError(f"workdir must be an absolute path, not {body.workdir!r}")
     partition = pick_partition(partitions, body.partition)
+    if partition.state in ("DRAIN", "INACTIVE"):  # DOWN: queued, pending with reason PartitionDown
+        raise JobError("Required partition not available (inactive or drain)")
     req, time_limit = normalise(body, partition, def_mem_per_cpu_mb)
     names = set(partition.nodes)
     members = [n for n in nodes if n.name in names]

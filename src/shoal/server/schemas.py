@@ -247,6 +247,20 @@ class NodeUpdate(StoredText):
         return None if v is None else check_node_labels(v)
 
 
+class PartitionUpdate(StoredText):
+    """scontrol update PartitionName=...: only the fields given change (null: UNLIMITED/NONE)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    state: str | None = Field(default=None, max_length=16)
+    max_time_s: int | None = Field(default=None, ge=0, le=MAX_TIME_S)
+    default_time_s: int | None = Field(default=None, ge=0, le=MAX_TIME_S)
+    max_nodes: int | None = Field(default=None, ge=1, le=100000)
+    default: bool | None = None
+    priority_job_factor: int | None = Field(default=None, ge=0, le=65533)
+    nodes: str | None = Field(default=None, max_length=65536)
+
+
 class GPUFacts(BaseModel):
     index: int
     uuid: str

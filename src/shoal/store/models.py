@@ -156,6 +156,18 @@ class CleanupRow(Base):
     signal: Mapped[str] = mapped_column(String(16), default="KILL")
 
 
+class PartitionRow(Base):
+    """What an administrator changed of a partition at run time (scontrol update PartitionName=):
+    only the keys changed, laid over the cluster file's partition, kept across restarts and
+    seen by every server sharing the store."""
+
+    __tablename__ = "partitions"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    changes: Mapped[dict] = mapped_column(JSON, default=dict)  # Partition field -> value
+    updated: Mapped[float] = mapped_column(Float)
+
+
 class ReservationRow(Base):
     """An advance reservation (scontrol create reservation): nodes held for users or maintenance."""
 

@@ -1,0 +1,78 @@
+"""Partitions changed at run time (``scontrol update PartitionName=...``).
+
+The cluster file defines the partitions; an administrator's changes are kept in the store
+(``PartitionRow``: only the keys changed) and laid over them, so they survive a restart and
+every server sharing the store sees them. ``apply_changes`` is the pure part.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from shoal.model.hostlist import HostlistError, compress, expand
+from shoal.model.snapshot import Partition
+from shoal.server.jobs import JobError
+from shoal.store.models import PartitionRow
+
+STATES = ("UP", "DOWN", "DRAIN", "INACTIVE")
+# The Partition fields an update may set, and the API's names for them.
+FIELDS = ("state", "max_time_s", "default_time_s", "max_nodes", "default", "priority_job_factor", "nodes")
+
+
+def apply_changes(configured: tuple[Partition, ...], changes: dict[str, dict[str, Any]]) -> tuple[Partition, ...]:
+    """The partitions as they stand: the cluster file's, with each one's stored changes over
+    it. A partition made the default takes that from the others, as Slurm has only one."""
+    out = []
+    for part in configured:
+        changed = changes.get(part.name) or {}
+        values = {k: v for k, v in changed.items() if k in FIELDS}
+        if "nodes" in values:
+            values["nodes"] = tuple(values["nodes"])
+        out.append(replace(part, **values))
+    defaults = [p.name for p in out if changes.get(p.name, {}).get("default")]
+    if defaults:  # the latest change wins; changes are ordered oldest first
+        newest = defaults[-1]
+        out = [replace(p, default=p.name == newest) for p in out]
+    return tuple(out)
+
+
+def load(session: Session, configured: tuple[Partition, ...]) -> tuple[Partition, ...]:
+    rows = session.scalars(select(PartitionRow).order_by(PartitionRow.updated)).all()
+    return apply_changes(configured, {r.name: r.changes for r in rows})
+
+
+def update(session: Session, current: tuple[Partition, ...], name: str, body: dict[str, Any],
+           known_nodes: set[str], now: float) -> dict[str, Any]:
+    """Record an update of partition ``name``; return the changes now stored for it."""
+    if not any(p.name == name for p in current):
+        raise JobError("Invalid partition name specified", 404)
+    unknown = set(body) - set(FIELDS)
+    if unknown:
+        raise JobError(f"Update of this parameter is not supported: {sorted(unknown)[0]}")
+    if not body:
+        raise JobError(f"nothing to update for partition {name}")
+    if "state" in body and body["state"] not in STATES:
+        raise JobError(f"Invalid input: State={body['state']} (acceptable State values are UP, DOWN, DRAIN and "
+                       "INACTIVE)")
+    if "nodes" in body:
+        try:
+            names = expand(body["nodes"]) if body["nodes"] else []
+        except HostlistError as e:
+            raise JobError(f"Invalid node name specified: {e}") from None
+        missing = [n for n in names if n not in known_nodes]
+        if missing:
+            raise JobError(f"Invalid node name specified: {compress(missing)}")
+        body = {**body, "nodes": names}
+    if body.get("default") is False:
+        raise JobError("Default=NO: make another partition the default instead (Default=YES on it)")
+    row = session.get(PartitionRow, name)
+    if row is None:
+        row = PartitionRow(name=name, changes={}, updated=now)
+        session.add(row)
+    row.changes = {**row.changes, **body}
+    row.updated = now
+    return dict(row.changes)
