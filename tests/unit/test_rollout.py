@@ -446,3 +446,18 @@ def test_a_rolling_update_stays_within_surge_and_availability_and_finishes(repli
 
     c.settle(max_steps=400, check=check)
     assert c.replicas() == {1: 0, 2: replicas}
+
+
+def test_back_off_doubles_per_failure_up_to_its_cap_and_a_success_forgets_it():
+    from shoal.server.kube.controller import BackOff
+
+    now = [100.0]
+    b = BackOff(base_s=0.005, max_s=1.0, clock=lambda: now[0])
+    assert b.due("a") and b.due("b")
+    assert [b.failed("a") for _ in range(4)] == [0.005, 0.01, 0.02, 0.04]
+    assert not b.due("a") and b.due("b")  # one key's failures hold back no other key
+    now[0] += 0.04
+    assert b.due("a")
+    assert max(b.failed("a") for _ in range(20)) == 1.0
+    b.forget("a")
+    assert b.due("a") and b.failures("a") == 0

@@ -1,13 +1,18 @@
 """The serving controllers' loop: Deployments -> ReplicaSets -> pods, HPAs, drains, evictions.
 
-Level-triggered like the scheduling loop: each round reads the store, decides with the pure
-functions of ``shoal.kube`` (rollout, HPA) and writes the difference in one transaction;
-a round that loses an optimistic-concurrency race is simply run again. It runs on every
+Level-triggered like the scheduling loop: each round reads the store and decides with the
+pure functions of ``shoal.kube`` (rollout, HPA, Jobs). The cluster-wide work (drains,
+evictions, autoscaling) is one transaction; then each Deployment, ReplicaSet and Job is
+reconciled in a transaction of its own, as Kubernetes' controllers take one key at a time
+from a work queue: an object whose reconcile fails (or loses an optimistic-concurrency race)
+is retried after a per-key back-off (``BackOff``), and the others go on. A round runs on every
 change that may matter (apply, scale, pod readiness, pod exit) and every ``interval_s``.
 """
 
 from __future__ import annotations
-
+import logging
+import time
+from collections.abc import Callable
 
 from sqlalchemy.orm.exc import StaleDataError
 
@@ -22,10 +27,41 @@ from shoal.server.kube import objects as objs
 from shoal.server.kube import pods as podsvc
 from shoal.server.kube.metrics import Metrics
 from shoal.server.loop import KickedLoop
+from shoal.store.lease import NotLeader
 from shoal.store.models import JobRow, NodeRow, ObjectRow
 
+log = logging.getLogger("shoal.server")
 
 ROUTES_KEY = "@routes"
+Reconcile = Callable[..., tuple[bool, bool]]  # (session, object row, now) -> (pods created, pods deleted)
+
+
+class BackOff:
+    """Per-key retry delays after failures, as client-go's rate-limited work queue keeps them:
+    ``base_s * 2**(failures - 1)``, at most ``max_s``; a success forgets the key."""
+
+    def __init__(self, base_s: float = 0.005, max_s: float = 60.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.base_s, self.max_s, self.clock = base_s, max_s, clock
+        self._failures: dict[str, int] = {}
+        self._not_before: dict[str, float] = {}
+
+    def due(self, key: str) -> bool:
+        return self.clock() >= self._not_before.get(key, float("-inf"))
+
+    def failed(self, key: str) -> float:
+        """Record a failure of ``key``; the delay before it is tried again."""
+        n = self._failures[key] = self._failures.get(key, 0) + 1
+        delay = min(self.max_s, self.base_s * 2 ** (n - 1))
+        self._not_before[key] = self.clock() + delay
+        return delay
+
+    def forget(self, key: str) -> None:
+        self._failures.pop(key, None)
+        self._not_before.pop(key, None)
+
+    def failures(self, key: str) -> int:
+        return self._failures.get(key, 0)
 
 
 class KubeController(KickedLoop):
@@ -38,6 +74,7 @@ class KubeController(KickedLoop):
         self.hpa_state: dict[str, hpalib.HPAState] = {}  # HPA uid -> recommendations and scale events
         self._last_hpa = float("-inf")
         self.rounds = 0
+        self.backoff = BackOff()  # per object uid
 
     def interval_s(self) -> float:
         return self.server.config.serving.interval_s
@@ -46,7 +83,7 @@ class KubeController(KickedLoop):
         return self.server.leader.is_leader
 
     def step(self) -> None:
-        for attempt in range(3):  # a round that lost an optimistic-concurrency race runs again
+        for attempt in range(3):  # the cluster-wide part lost an optimistic-concurrency race: again
             try:
                 self.run_round()
                 return
@@ -57,27 +94,23 @@ class KubeController(KickedLoop):
     def run_round(self) -> None:
         s = self.server
         now = s.clock()
-        nodes: set[str] = set()
-        routes = False
-        sched = False
         with s.sessions() as session, session.begin():
             s.leader.fence(session)
-            n, r = self._drain(session, now)
-            nodes |= n
-            routes |= r
+            nodes, routes = self._drain(session, now)
             routes |= self._evict(session, now)
             hpa_due = now - self._last_hpa >= s.config.serving.hpa_sync_s
             if hpa_due:
                 self._last_hpa = now
             self._autoscale(session, now, hpa_due)
-            for dep in objs.list_rows(session, "Deployment"):
-                self._deployment(session, dep, now)
-            for rs in objs.list_rows(session, "ReplicaSet"):
-                created, deleted = self._replicaset(session, rs, now)
+        sched = False
+        for kind, reconcile in (("Deployment", self._deployment), ("ReplicaSet", self._replicaset),
+                                ("Job", self._job)):
+            with s.sessions() as session:
+                keys = [(r.uid, f"{kind} {r.namespace}/{r.name}") for r in objs.list_rows(session, kind)]
+            for uid, key in keys:
+                created, deleted = self._reconcile(uid, key, reconcile, now)
                 sched |= created
                 routes |= deleted
-            for job in objs.list_rows(session, "Job"):
-                sched |= self._job(session, job, now)
         self.rounds += 1
         if sched:
             s.controller.wake()
@@ -85,6 +118,31 @@ class KubeController(KickedLoop):
             s.hub.bump(nodes)
         if routes or nodes:
             s.hub.bump([ROUTES_KEY])
+
+    def _reconcile(self, uid: str, key: str, reconcile: Reconcile, now: float) -> tuple[bool, bool]:
+        """One object in a transaction of its own; (pods created, pods deleted). A failure is
+        logged and the object retried after its back-off; the round goes on with the others."""
+        if not self.backoff.due(uid):
+            return False, False
+        try:
+            with self.server.sessions() as session, session.begin():
+                self.server.leader.fence(session)
+                row = session.get(ObjectRow, uid)
+                if row is None:  # deleted since the round listed it
+                    return False, False
+                out = reconcile(session, row, now)
+        except NotLeader:
+            raise
+        except StaleDataError:  # another writer got there first: the next round sees its write
+            self.backoff.failed(uid)
+            return False, False
+        except Exception:
+            delay = self.backoff.failed(uid)
+            log.exception("kube-controllers: reconciling %s failed (%d in a row); retrying in %.3g s",
+                          key, self.backoff.failures(uid), delay)
+            return False, False
+        self.backoff.forget(uid)
+        return out
 
     # -------------------------------------------------------------- pods going away
 
@@ -161,8 +219,8 @@ class KubeController(KickedLoop):
 
     # -------------------------------------------------------------- Jobs
 
-    def _job(self, session, job: ObjectRow, now: float) -> bool:
-        """One sync of a batch/v1 Job (``kube.jobs.plan_job``); True when pods were created."""
+    def _job(self, session, job: ObjectRow, now: float) -> tuple[bool, bool]:
+        """One sync of a batch/v1 Job (``kube.jobs.plan_job``); (pods created, pods deleted)."""
         spec = job.body.get("spec") or {}
         plan = jobslib.plan_job(spec, [_job_pod(r) for r in podsvc.owned(session, job.uid)], job.status or {},
                                 objs.rfc3339(now))
@@ -186,11 +244,11 @@ class KubeController(KickedLoop):
             objs.record_event(session, job.namespace, "Job", job.name, type_, reason, message, now,
                               "job-controller")
         objs.set_status(job, plan.status)
-        return bool(plan.create)
+        return bool(plan.create), False
 
     # -------------------------------------------------------------- Deployments
 
-    def _deployment(self, session, dep: ObjectRow, now: float) -> None:
+    def _deployment(self, session, dep: ObjectRow, now: float) -> tuple[bool, bool]:
         sets = objs.owned(session, "ReplicaSet", dep.uid)
         views = [_rs_view(rs, session, now) for rs in sets]
         dep_json = objs.to_json(dep)
@@ -237,6 +295,7 @@ class KubeController(KickedLoop):
             if rs is not None and not podsvc.live(session, owner_uid=rs.uid):
                 session.delete(rs)
         objs.set_status(dep, plan.status)
+        return False, False  # its ReplicaSets create and delete the pods
 
     # -------------------------------------------------------------- HPAs
 
