@@ -288,3 +288,48 @@ def test_indexed_job_retries_a_failed_index_and_completes(cluster):
     kubectl(c, "delete", "job", "finetune", timeout=90)
     wait_until(lambda: "No resources found" in kubectl(c, "get", "pods", "-l", "job-name=finetune").stderr, 30,
                "the Job's pods to go with it")
+
+
+@pytest.mark.slow
+@needs_kubectl
+def test_job_failure_policy_suspend_and_ttl_as_kubernetes_runs_them(cluster):
+    """podFailurePolicy FailJob on an exit code ends the Job at the first such failure (no
+    retry, however large backoffLimit); a suspended Job runs nothing until resumed by a
+    patch; ttlSecondsAfterFinished deletes a finished Job and its pods."""
+    c = cluster
+
+    def job(name: str, command: str, **spec) -> str:
+        doc = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+               "spec": {**spec, "template": {"spec": {
+                   "restartPolicy": "Never",
+                   "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                   "containers": [{"name": "main", "image": "busybox", "command": ["sh", "-c", command],
+                                   "resources": {"requests": {"cpu": "100m", "memory": "16Mi"}}}]}}}}
+        path = c.root / f"{name}.json"
+        path.write_text(json.dumps(doc))
+        return str(path)
+
+    fatal = job("fatal", "exit 42", backoffLimit=6, podFailurePolicy={"rules": [
+        {"action": "FailJob", "onExitCodes": {"containerName": "main", "operator": "In", "values": [42]}}]})
+    kubectl(c, "apply", "-f", fatal)
+    out = kubectl(c, "wait", "--for=condition=failed", "job/fatal", "--timeout=60s", timeout=70)
+    assert out.stdout.strip() == "job.batch/fatal condition met"
+    failed = next(x for x in json.loads(kubectl(c, "get", "job", "fatal", "-o", "json").stdout)["status"]["conditions"]
+                  if x["type"] == "Failed")
+    assert failed["reason"] == "PodFailurePolicy"
+    assert failed["message"].startswith("Container main for pod default/fatal-") and \
+        failed["message"].endswith("failed with exit code 42 matching FailJob rule at index 0")
+    assert len(table(kubectl(c, "get", "pods", "-l", "job-name=fatal").stdout)) == 2  # the header and one pod
+
+    paused = job("paused", "echo resumed", suspend=True, ttlSecondsAfterFinished=2)
+    kubectl(c, "apply", "-f", paused)
+    wait_until(lambda: any(x["type"] == "Suspended" and x["status"] == "True" for x in json.loads(
+        kubectl(c, "get", "job", "paused", "-o", "json").stdout)["status"].get("conditions", ())), 30,
+               "the Job suspended")
+    assert "No resources found" in kubectl(c, "get", "pods", "-l", "job-name=paused").stderr
+    kubectl(c, "patch", "job", "paused", "--type=merge", "-p", '{"spec":{"suspend":false}}')
+    kubectl(c, "wait", "--for=condition=complete", "job/paused", "--timeout=60s", timeout=70)
+    wait_until(lambda: kubectl(c, "get", "job", "paused", check=False).returncode != 0, 30,
+               "the finished Job deleted after its ttlSecondsAfterFinished")
+    assert 'jobs.batch "paused" not found' in kubectl(c, "get", "job", "paused", check=False).stderr
+    kubectl(c, "delete", "job", "fatal", timeout=90)

@@ -47,3 +47,56 @@ def test_pods_get_their_index_and_the_jobs_labels():
     assert annotations == {"batch.kubernetes.io/job-completion-index": "2"}
     assert spec["containers"][0]["env"] == [{"name": "JOB_COMPLETION_INDEX", "value": "2"}]
     assert index_text([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
+
+
+POLICY = {"completions": 2, "parallelism": 2, "backoffLimit": 3, "podFailurePolicy": {"rules": [
+    {"action": "FailJob", "onExitCodes": {"containerName": "main", "operator": "In", "values": [42]}},
+    {"action": "Ignore", "onExitCodes": {"operator": "In", "values": [137]}},
+    {"action": "Count", "onPodConditions": [{"type": "DisruptionTarget"}]}]}}
+
+
+def test_pod_failure_policy_fails_the_job_ignores_or_counts_as_its_rules_say():
+    ignored = [JobPod("a", "Failed", exit_code=137, container="main"), JobPod("b", "Active")]
+    plan = plan_job(POLICY, ignored, {}, NOW)
+    assert plan.status["failed"] == 0 and plan.create == [None]
+    counted = [JobPod("a", "Failed", exit_code=1, container="main"), JobPod("d", "Disrupted"), JobPod("b", "Active")]
+    assert plan_job(POLICY, counted, {}, NOW).status["failed"] == 2  # no rule for 1: counted; DisruptionTarget: Count
+    fatal = [JobPod("x", "Failed", exit_code=42, container="main", namespace="ml"), JobPod("b", "Active")]
+    plan = plan_job(POLICY, fatal, {}, NOW)
+    failed = plan.status["conditions"][-1]
+    assert (failed["type"], failed["reason"]) == ("Failed", "PodFailurePolicy")
+    assert failed["message"] == "Container main for pod ml/x failed with exit code 42 matching FailJob rule at index 0"
+    assert plan.delete == ["b"]
+    other = [JobPod("x", "Failed", exit_code=42, container="sidecar")]  # the rule names container main
+    assert plan_job(POLICY, other, {}, NOW).status.get("conditions") is None
+
+
+def test_active_deadline_fails_a_job_that_runs_too_long():
+    spec = {"completions": 1, "activeDeadlineSeconds": 60}
+    plan = plan_job(spec, [JobPod("a", "Active")], {"startTime": "2026-01-01T00:00:00Z"}, "2026-01-01T00:00:59Z")
+    assert plan.delete == [] and "conditions" not in plan.status
+    plan = plan_job(spec, [JobPod("a", "Active")], {"startTime": "2026-01-01T00:00:00Z"}, "2026-01-01T00:01:00Z")
+    assert plan.delete == ["a"] and plan.status["conditions"][-1]["reason"] == "DeadlineExceeded"
+    assert plan.events == [("Warning", "DeadlineExceeded", "Job was active longer than specified deadline")]
+
+
+def test_a_suspended_job_runs_no_pods_and_resuming_restarts_its_clock():
+    spec = {"completions": 2, "parallelism": 2, "suspend": True}
+    plan = plan_job(spec, [JobPod("a", "Active")], {"startTime": NOW}, NOW)
+    assert plan.delete == ["a"] and plan.create == [] and "startTime" not in plan.status
+    assert [(c["type"], c["status"], c["reason"]) for c in plan.status["conditions"]] == [
+        ("Suspended", "True", "JobSuspended")]
+    assert plan_job(spec, [], plan.status, "later").events == []  # said once
+    resumed = plan_job({**spec, "suspend": False}, [JobPod("a", "Disrupted")], plan.status, "2026-01-02T00:00:00Z")
+    assert resumed.create == [None, None] and resumed.status["startTime"] == "2026-01-02T00:00:00Z"
+    assert [(c["type"], c["status"], c["reason"]) for c in resumed.status["conditions"]] == [
+        ("Suspended", "False", "JobResumed")]
+    assert resumed.status["failed"] == 0  # the pods a suspension stopped are no failures
+
+
+def test_a_finished_job_is_deleted_after_its_ttl():
+    spec = {"completions": 1, "ttlSecondsAfterFinished": 30}
+    done = plan_job(spec, [JobPod("a", "Succeeded")], {}, "2026-01-01T00:00:00Z")
+    assert not done.delete_job
+    assert not plan_job(spec, [JobPod("a", "Succeeded")], done.status, "2026-01-01T00:00:29Z").delete_job
+    assert plan_job(spec, [JobPod("a", "Succeeded")], done.status, "2026-01-01T00:00:30Z").delete_job

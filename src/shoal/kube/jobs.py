@@ -6,13 +6,19 @@ A Job runs pods to completion: ``completions`` successful pods, at most ``parall
 once; in ``Indexed`` mode each index 0..completions-1 must succeed once (its pods get
 ``JOB_COMPLETION_INDEX``). More than ``backoffLimit`` failed pods fail the Job. A pod that
 ended because it was preempted or its node failed is retried without counting as a
-failure, as a pod failure policy ignoring ``DisruptionTarget`` would do.
+failure, as a pod failure policy ignoring ``DisruptionTarget`` would do (Kubernetes counts
+it unless a policy says so: a deliberate difference). ``podFailurePolicy`` rules (FailJob,
+Ignore, Count on exit codes or on ``DisruptionTarget``), ``activeDeadlineSeconds``,
+``suspend`` and ``ttlSecondsAfterFinished`` act as the job controller's do.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
+
+from shoal.model.hostlist import compress_numbers
 
 DEFAULT_BACKOFF_LIMIT = 6
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
@@ -24,6 +30,9 @@ class JobPod:
     name: str
     phase: str  # Active (pending or running), Succeeded, Failed, Disrupted (preempted, node lost)
     index: int | None = None
+    exit_code: int | None = None  # of a Failed pod's container
+    container: str = ""  # that container's name
+    namespace: str = "default"
 
 
 @dataclass
@@ -32,6 +41,7 @@ class JobPlan:
     delete: list[str] = field(default_factory=list)  # active pods to stop (the Job has finished)
     status: dict = field(default_factory=dict)
     events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
+    delete_job: bool = False  # finished longer ago than ttlSecondsAfterFinished: the Job and its pods go
 
 
 def settings(spec: Mapping) -> tuple[int, int, bool, int]:
@@ -45,18 +55,31 @@ def settings(spec: Mapping) -> tuple[int, int, bool, int]:
 
 def index_text(indexes: Sequence[int]) -> str:
     """``completedIndexes``: ``0-3,5``."""
-    out: list[str] = []
-    run: list[int] = []
-    for i in sorted(set(indexes)):
-        if run and i == run[-1] + 1:
-            run.append(i)
-            continue
-        if run:
-            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-        run = [i]
-    if run:
-        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-    return ",".join(out)
+    return compress_numbers(indexes)
+
+
+def seconds(rfc3339: str) -> float:
+    """An RFC 3339 time (as the status stamps it) in seconds since the epoch."""
+    return datetime.fromisoformat(rfc3339.replace("Z", "+00:00")).timestamp()
+
+
+def failure_policy_action(spec: Mapping, pod: JobPod) -> tuple[str, int, str] | None:
+    """The first ``podFailurePolicy`` rule a Failed or Disrupted pod matches: (action, rule
+    index, what matched, in the job controller's words); None when no rule matches."""
+    for i, rule in enumerate((spec.get("podFailurePolicy") or {}).get("rules") or ()):
+        codes = rule.get("onExitCodes")
+        if codes and pod.phase == "Failed" and pod.exit_code is not None:
+            if codes.get("containerName") not in (None, pod.container):
+                continue
+            inside = pod.exit_code in (codes.get("values") or ())
+            if inside == (codes.get("operator", "In") == "In"):
+                return rule["action"], i, (f"Container {pod.container} for pod {pod.namespace}/{pod.name} failed "
+                                           f"with exit code {pod.exit_code}")
+        for cond in rule.get("onPodConditions") or ():
+            if pod.phase == "Disrupted" and cond.get("type") == "DisruptionTarget" and cond.get("status",
+                                                                                              "True") == "True":
+                return rule["action"], i, f"Pod {pod.namespace}/{pod.name} has condition DisruptionTarget"
+    return None
 
 
 def plan_job(spec: Mapping, pods: Sequence[JobPod], old_status: Mapping, now: str) -> JobPlan:
@@ -64,11 +87,26 @@ def plan_job(spec: Mapping, pods: Sequence[JobPod], old_status: Mapping, now: st
     completions, parallelism, indexed, backoff = settings(spec)
     plan = JobPlan()
     status = {k: v for k, v in old_status.items() if k in ("startTime", "completionTime", "conditions")}
-    status.setdefault("startTime", now)
     conditions = list(status.get("conditions") or [])
-    finished = any(c.get("type") in ("Complete", "Failed") and c.get("status") == "True" for c in conditions)
+    ended = next((c for c in conditions if c.get("type") in ("Complete", "Failed") and c.get("status") == "True"),
+                 None)
+    finished = ended is not None
+    suspended = bool(spec.get("suspend")) and not finished
+    conditions = _suspension(conditions, suspended, now, plan)
+    if suspended:
+        status.pop("startTime", None)  # resuming starts the clock of activeDeadlineSeconds again
+    else:
+        status.setdefault("startTime", now)
     active = [p for p in pods if p.phase == "Active"]
-    failed = sum(1 for p in pods if p.phase == "Failed")
+    failed, fail_job = 0, None
+    for p in pods:
+        if p.phase not in ("Failed", "Disrupted"):
+            continue
+        rule = failure_policy_action(spec, p)
+        if rule is not None and rule[0] == "FailJob" and fail_job is None:
+            fail_job = f"{rule[2]} matching FailJob rule at index {rule[1]}"
+        counted = p.phase == "Failed" if rule is None else rule[0] in ("Count", "FailJob")
+        failed += counted
     if indexed:
         done = {p.index for p in pods if p.phase == "Succeeded" and p.index is not None and p.index < completions}
         succeeded = len(done)
@@ -76,6 +114,7 @@ def plan_job(spec: Mapping, pods: Sequence[JobPod], old_status: Mapping, now: st
         done = set()
         succeeded = sum(1 for p in pods if p.phase == "Succeeded")
     if not finished:
+        deadline = spec.get("activeDeadlineSeconds")
         if succeeded >= completions:
             conditions += [_condition("SuccessCriteriaMet", "CompletionsReached", "Reached expected number of "
                                       "succeeded pods", now), _condition("Complete", "CompletionsReached",
@@ -84,13 +123,19 @@ def plan_job(spec: Mapping, pods: Sequence[JobPod], old_status: Mapping, now: st
             status["completionTime"] = now
             plan.events.append(("Normal", "Completed", "Job completed"))
             finished = True
+        elif fail_job is not None:
+            finished = _fail(conditions, plan, "PodFailurePolicy", fail_job, now)
         elif failed > backoff:
-            message = "Job has reached the specified backoff limit"
-            conditions += [_condition("FailureTarget", "BackoffLimitExceeded", message, now),
-                           _condition("Failed", "BackoffLimitExceeded", message, now)]
-            plan.events.append(("Warning", "BackoffLimitExceeded", message))
-            finished = True
-    if finished:
+            finished = _fail(conditions, plan, "BackoffLimitExceeded", "Job has reached the specified backoff limit",
+                             now)
+        elif deadline is not None and "startTime" in status and seconds(now) - seconds(status["startTime"]) >= \
+                int(deadline):
+            finished = _fail(conditions, plan, "DeadlineExceeded", "Job was active longer than specified deadline",
+                             now)
+    elif ended is not None and spec.get("ttlSecondsAfterFinished") is not None:
+        over = ended.get("lastTransitionTime") or now
+        plan.delete_job = seconds(now) - seconds(over) >= int(spec["ttlSecondsAfterFinished"])
+    if finished or suspended:
         plan.delete = [p.name for p in active]
         active = []
     else:
@@ -108,6 +153,27 @@ def plan_job(spec: Mapping, pods: Sequence[JobPod], old_status: Mapping, now: st
         status["completedIndexes"] = index_text(sorted(done))
     plan.status = {k: v for k, v in status.items() if v or k in ("succeeded", "failed")}
     return plan
+
+
+def _fail(conditions: list[dict], plan: JobPlan, reason: str, message: str, now: str) -> bool:
+    conditions += [_condition("FailureTarget", reason, message, now), _condition("Failed", reason, message, now)]
+    plan.events.append(("Warning", reason, message))
+    return True
+
+
+def _suspension(conditions: list[dict], suspended: bool, now: str, plan: JobPlan) -> list[dict]:
+    """The Suspended condition: True while ``spec.suspend``, False (JobResumed) once resumed."""
+    old = next((c for c in conditions if c.get("type") == "Suspended"), None)
+    if suspended == (old is not None and old.get("status") == "True"):
+        return conditions
+    if old is None and not suspended:
+        return conditions
+    rest = [c for c in conditions if c.get("type") != "Suspended"]
+    if suspended:
+        plan.events.append(("Normal", "Suspended", "Job suspended"))
+        return rest + [_condition("Suspended", "JobSuspended", "Job suspended", now)]
+    plan.events.append(("Normal", "Resumed", "Job resumed"))
+    return rest + [{**_condition("Suspended", "JobResumed", "Job resumed", now), "status": "False"}]
 
 
 def _condition(type_: str, reason: str, message: str, now: str) -> dict:

@@ -189,6 +189,14 @@ def _check_job(obj: Job, r: Report) -> None:
                                                                 ["OnFailure", "Never"]))
     if spec.completionMode == "Indexed" and spec.completions is None:
         r.error("spec.completions", "Required value: when completion mode is Indexed")
+    if spec.podFailurePolicy is not None:
+        if spec.template.spec.restartPolicy != "Never":
+            r.error("spec.template.spec.restartPolicy", f"Invalid value: {show(spec.template.spec.restartPolicy)}: "
+                                                        'only "Never" is supported when podFailurePolicy is specified')
+        for i, rule in enumerate(spec.podFailurePolicy.rules):
+            if (rule.onExitCodes is None) == (rule.onPodConditions is None):
+                r.error(f"spec.podFailurePolicy.rules[{i}]", "Invalid value: specifying one of onExitCodes and "
+                                                              "onPodConditions is required")
 
 
 def _check_strategy(spec: DeploymentSpec, r: Report) -> None:

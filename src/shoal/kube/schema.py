@@ -318,10 +318,33 @@ class ReplicaSetSpec(Model):
     minReadySeconds: int = Field(0, ge=0)
 
 
+class PodFailurePolicyOnExitCodes(Model):
+    containerName: str | None = None
+    operator: Literal["In", "NotIn"]
+    values: list[int] = Field(min_length=1, max_length=255)
+
+
+class PodFailurePolicyOnPodCondition(Model):
+    type: str = Field(min_length=1)
+    status: Literal["True", "False", "Unknown"] = "True"
+
+
+class PodFailurePolicyRule(Model):
+    # FailIndex needs backoffLimitPerIndex, which Shoal does not take.
+    action: Literal["FailJob", "Ignore", "Count"]
+    onExitCodes: PodFailurePolicyOnExitCodes | None = None
+    onPodConditions: list[PodFailurePolicyOnPodCondition] | None = Field(None, max_length=20)
+
+
+class PodFailurePolicy(Model):
+    rules: list[PodFailurePolicyRule] = Field(max_length=20)
+
+
 class JobSpec(Model):
-    IGNORED = frozenset({"podFailurePolicy", "podReplacementPolicy", "successPolicy", "backoffLimitPerIndex",
+    IGNORED = frozenset({"podReplacementPolicy", "successPolicy", "backoffLimitPerIndex",
                          "maxFailedIndexes", "manualSelector", "managedBy"})
     template: PodTemplateSpec
+    podFailurePolicy: PodFailurePolicy | None = None
     completions: int | None = Field(None, ge=0)
     parallelism: int = Field(1, ge=0)
     completionMode: Literal["NonIndexed", "Indexed"] = "NonIndexed"

@@ -244,7 +244,11 @@ class KubeController(KickedLoop):
             objs.record_event(session, job.namespace, "Job", job.name, type_, reason, message, now,
                               "job-controller")
         objs.set_status(job, plan.status)
-        return bool(plan.create), False
+        if plan.delete_job:  # ttlSecondsAfterFinished has passed: the Job goes, and its pods with it
+            for pod in podsvc.owned(session, job.uid):
+                podsvc.delete(session, pod, now)
+            session.delete(job)
+        return bool(plan.create), bool(plan.delete or plan.delete_job)
 
     # -------------------------------------------------------------- Deployments
 
@@ -370,7 +374,17 @@ def _job_pod(row: JobRow) -> jobslib.JobPod:
         phase = _JOB_POD_PHASES.get(row.state, "Disrupted")
     else:
         phase = "Active" if row.deleting_at is None else "Disrupted"
-    return jobslib.JobPod(row.name, phase, int(index) if index is not None else None)
+    # The container that failed, for podFailurePolicy's onExitCodes: the first with a non-zero exit.
+    container, code = "", row.exit_code
+    for cs in (row.pod_status or {}).get("containerStatuses") or ():
+        ended = (cs.get("state") or {}).get("terminated") or {}
+        if ended.get("exitCode"):
+            container, code = cs.get("name", ""), int(ended["exitCode"])
+            break
+    if not container:
+        container = next((c.get("name", "") for c in row.spec["pod"]["spec"].get("containers") or ()), "")
+    return jobslib.JobPod(row.name, phase, int(index) if index is not None else None, exit_code=code,
+                          container=container, namespace=row.namespace or "default")
 
 
 def _pod_views(rows: list[JobRow]) -> list[rollout.PodView]:
