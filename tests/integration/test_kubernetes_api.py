@@ -6,6 +6,7 @@ Deployment run with the example model server standing in for the vLLM image.
 from __future__ import annotations
 
 import json
+import time
 import shutil
 import threading
 from pathlib import Path
@@ -333,3 +334,35 @@ def test_job_failure_policy_suspend_and_ttl_as_kubernetes_runs_them(cluster):
                "the finished Job deleted after its ttlSecondsAfterFinished")
     assert 'jobs.batch "paused" not found' in kubectl(c, "get", "job", "paused", check=False).stderr
     kubectl(c, "delete", "job", "fatal", timeout=90)
+
+
+@pytest.mark.slow
+@needs_kubectl
+def test_a_queued_job_is_admitted_whole_or_not_at_all(cluster):
+    """A Job labelled for a Kueue queue: its 3 pods of 4 GPUs start together or not at all.
+    With 8 of the 16 GPUs held by a Slurm job none starts (two would fit); once it ends, all do."""
+    c = cluster
+    blocker = c.sbatch("--gpus-per-node=8", "--wrap", "sleep 300")
+    wait_until(lambda: c.run(["squeue", "-h", "-j", str(blocker), "-o", "%T"]).stdout.strip() == "RUNNING", 30,
+               "the Slurm job holding 8 GPUs")
+    doc = {"apiVersion": "batch/v1", "kind": "Job",
+           "metadata": {"name": "gang", "labels": {"kueue.x-k8s.io/queue-name": "training"}},
+           "spec": {"completions": 3, "parallelism": 3, "template": {"spec": {
+               "restartPolicy": "Never",
+               "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+               "containers": [{"name": "main", "image": "busybox", "command": ["sh", "-c", "sleep 1"],
+                               "resources": {"limits": {"nvidia.com/gpu": 4}}}]}}}}
+    path = c.root / "gang.json"
+    path.write_text(json.dumps(doc))
+    kubectl(c, "apply", "-f", str(path))
+
+    def phases() -> list[str]:
+        pods = json.loads(kubectl(c, "get", "pods", "-l", "job-name=gang", "-o", "json").stdout)["items"]
+        return sorted(p["status"].get("phase", "") for p in pods)
+
+    wait_until(lambda: len(phases()) == 3, 30, "the Job's three pods")
+    time.sleep(3)  # several scheduling passes
+    assert phases() == ["Pending"] * 3
+    c.run(["scancel", str(blocker)])
+    kubectl(c, "wait", "--for=condition=complete", "job/gang", "--timeout=60s", timeout=70)
+    kubectl(c, "delete", "job", "gang", timeout=90)

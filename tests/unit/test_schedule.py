@@ -372,3 +372,25 @@ def test_a_thousand_nodes_and_five_thousand_jobs_each_get_a_start_or_a_reason():
     assert len(started) + len(plan.reasons) == 5000 and not started & set(plan.reasons)
     held = [(name, g) for s in plan.starts for name, a in s.allocation.nodes for g in a.gpus]
     assert len(held) == len(set(held)), "a GPU was handed out twice"
+
+
+def test_a_gang_starts_whole_or_not_at_all_and_its_room_goes_to_the_jobs_behind():
+    """Three 2-GPU members of one gang on a node with 4 free GPUs: none starts (two could),
+    and the 2-GPU job behind them gets the room they would have taken."""
+    from dataclasses import replace
+
+    from shoal.sched import queue as q
+
+    cluster = [gpu_node("n1", gpus=8)]
+    busy = running(90, {"n1": (1, 1000, (0, 1, 2, 3))})
+    gang = [replace(job(i, gpus_per_node=2, priority=10), gang="ml/ft") for i in (1, 2, 3)]
+    behind = job(4, gpus_per_node=2)
+    plan = schedule(snapshot(cluster, [partition("gpu", cluster)], [*gang, behind], [busy]))
+    assert started(plan) == [4]
+    assert plan.reasons[1] == plan.reasons[2] == q.GANG  # could have started, held for the third
+    assert plan.reasons[3] == q.RESOURCES
+    roomy = schedule(snapshot(cluster, [partition("gpu", cluster)], [*gang, behind]))
+    assert started(roomy) == [1, 2, 3, 4]
+    # A gang with one pending member left (its others run) starts it alone.
+    plan = schedule(snapshot(cluster, [partition("gpu", cluster)], [gang[2]], [busy]))
+    assert started(plan) == [3]

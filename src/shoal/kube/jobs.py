@@ -23,6 +23,8 @@ from shoal.model.hostlist import compress_numbers
 DEFAULT_BACKOFF_LIMIT = 6
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 INDEX_ENV = "JOB_COMPLETION_INDEX"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"  # on a Job: Kueue admits its pods as a whole; so does Shoal
+GANG_LABEL = "kueue.x-k8s.io/pod-group-name"  # on pods: a group admitted all or none
 
 
 @dataclass(frozen=True)
@@ -181,12 +183,16 @@ def _condition(type_: str, reason: str, message: str, now: str) -> dict:
             "lastProbeTime": now, "lastTransitionTime": now}
 
 
-def pod_template(template: Mapping, job_name: str, job_uid: str, index: int | None) -> tuple[dict, dict, dict]:
+def pod_template(template: Mapping, job_name: str, job_uid: str, index: int | None,
+                 gang: bool = False) -> tuple[dict, dict, dict]:
     """(labels, annotations, spec) of one of a Job's pods: the Job's labels and, in Indexed
-    mode, its index as an annotation and ``JOB_COMPLETION_INDEX`` in every container."""
+    mode, its index as an annotation and ``JOB_COMPLETION_INDEX`` in every container. With
+    ``gang`` the pods form a pod group (Kueue's label), admitted all or none."""
     meta = template.get("metadata") or {}
     labels = {**(meta.get("labels") or {}), "batch.kubernetes.io/job-name": job_name, "job-name": job_name,
               "batch.kubernetes.io/controller-uid": job_uid, "controller-uid": job_uid}
+    if gang:
+        labels.setdefault(GANG_LABEL, job_name)
     annotations = dict(meta.get("annotations") or {})
     spec = dict(template.get("spec") or {})
     if index is not None:

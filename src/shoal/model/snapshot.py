@@ -83,6 +83,7 @@ class PendingJob:
     preemptor: bool = False  # jobs were preempted for it: it goes first until it starts
     reservation: str | None = None  # --reservation: the advance reservation it runs in
     pod: PodTerms | None = None  # a serving pod: node selection by labels, taints, affinity
+    gang: str | None = None  # pending jobs with one gang key start together in one pass, or none does
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,7 @@ RESOURCES = "Resources"
 PRIORITY = "Priority"
 REQ_NODE_NOT_AVAIL = "ReqNodeNotAvail"
 BAD_CONSTRAINTS = "BadConstraints"
+GANG = "WaitingForGang"  # a gang member that could start, held back: not all of its gang can
 
 
 _SUBMIT_ID = attrgetter("submit_time", "id")

@@ -33,6 +33,11 @@ Advance reservations (``shoal.sched.reservations``) narrow the nodes a job may u
 placement; with ``snapshot.topology``, multi-node gangs go under the fewest switches
 (``shoal.sched.topology``).
 
+Gangs (``PendingJob.gang``: the pods of a Job admitted all-or-nothing, as Kueue and Volcano
+admit them): the pending members of a gang start in the same pass or none does. A pass that
+would start only some is run again without the gang (its members wait with ``WaitingForGang``),
+so what they would have held goes to the jobs behind them.
+
 Every pending job ends up in exactly one of ``plan.starts``, ``plan.reasons``, ``plan.never``.
 """
 
@@ -87,7 +92,38 @@ def schedule(snapshot: Snapshot, config: SchedConfig = SchedConfig(),
              cache: PlacementCache | None = None) -> Plan:
     """Decide which pending jobs start now, and why each of the others waits. ``cache``: the
     caller's own, kept between its passes (speed only: the plan is the same without it)."""
-    return _Pass(snapshot, config, cache).run()
+    plan = _Pass(snapshot, config, cache).run()
+    if not any(job.gang for job in snapshot.pending):
+        return plan
+    waiting: dict[int, str] = {}
+    for _ in range(MAX_GANG_PASSES):
+        partial = partial_gangs(snapshot.pending, plan)
+        if not partial:
+            break
+        # Members that could not start say why; those that could wait for the others.
+        waiting.update({job.id: plan.reasons.get(job.id, q.GANG) for job in snapshot.pending
+                        if job.gang in partial})
+        rest = tuple(job for job in snapshot.pending if job.id not in waiting)
+        plan = _Pass(dataclasses.replace(snapshot, pending=rest), config, cache).run()
+    else:  # still partial after the bound: start none of the gangs this pass
+        waiting.update({job.id: plan.reasons.get(job.id, q.GANG) for job in snapshot.pending if job.gang})
+        started = [st for st in plan.starts if st.job_id not in waiting]
+        plan = dataclasses.replace(plan, starts=started)
+    plan.reasons.update({job_id: reason for job_id, reason in waiting.items() if job_id not in plan.never})
+    return plan
+
+
+MAX_GANG_PASSES = 4  # passes again without the gangs that would start in part
+
+
+def partial_gangs(pending: tuple[PendingJob, ...], plan: Plan) -> set[str]:
+    """The gangs some, but not all, of whose pending members the plan starts."""
+    started = {st.job_id for st in plan.starts}
+    members: dict[str, list[bool]] = {}
+    for job in pending:
+        if job.gang:
+            members.setdefault(job.gang, []).append(job.id in started)
+    return {gang for gang, starts in members.items() if any(starts) and not all(starts)}
 
 
 class _Pass:

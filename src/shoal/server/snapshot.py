@@ -15,7 +15,7 @@ from shoal.model.reservation import AdvanceReservation
 from shoal.model.resources import GPU, Allocation, NodeAllocation
 from shoal.model.snapshot import ActiveJob, Dependency, JobRecord, NodeInfo, PendingJob, Snapshot
 from shoal.server.jobs import ACTIVE, request_from_json
-from shoal.server.kube.pods import POD, terms_of
+from shoal.server.kube.pods import POD, gang_of, terms_of
 from shoal.model.topology import Topology
 from shoal.store.models import CleanupRow, JobRow, NodeRow, ReservationRow
 
@@ -107,6 +107,7 @@ def pending_job(row: JobRow) -> PendingJob:
         nice=int(spec.get("nice") or 0),
         reservation=row.reservation,
         pod=terms_of(row) if row.kind == POD else None,
+        gang=gang_of(row) if row.kind == POD else None,
     )
 
 

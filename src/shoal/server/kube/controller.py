@@ -226,8 +226,9 @@ class KubeController(KickedLoop):
                                 objs.rfc3339(now))
         owner = (job.body.get("metadata") or {}).get("annotations", {}).get("shoal.io/owner") or "root"
         for index in plan.create:
+            gang = jobslib.QUEUE_LABEL in ((job.body.get("metadata") or {}).get("labels") or {})
             labels, annotations, pod_spec = jobslib.pod_template(spec.get("template") or {}, job.name, job.uid,
-                                                                 index)
+                                                                 index, gang=gang)
             name = podsvc.new_name(job.name if index is None else f"{job.name}-{index}")
             podsvc.create(session, self.server, namespace=job.namespace, name=name, labels=labels,
                           annotations=annotations, spec=pod_spec, owner_uid=job.uid, owner_name=job.name,

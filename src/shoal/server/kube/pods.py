@@ -15,6 +15,7 @@ import math
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from shoal.kube import jobs as jobslib
 from shoal.kube.manifest import pod_resources
 from shoal.model.job import JobState
 from shoal.model.snapshot import PodTerms
@@ -47,6 +48,13 @@ def pod_terms(namespace: str, labels: dict, spec: dict) -> PodTerms:
 def terms_of(row: JobRow) -> PodTerms:
     pod = row.spec["pod"]
     return pod_terms(pod["namespace"], pod.get("labels") or {}, pod["spec"])
+
+
+def gang_of(row: JobRow) -> str | None:
+    """A pod's gang key (namespace/group) when it belongs to a pod group, else None."""
+    pod = row.spec["pod"]
+    group = (pod.get("labels") or {}).get(jobslib.GANG_LABEL)
+    return f"{pod['namespace']}/{group}" if group else None
 
 
 def priority_of(session: Session, spec: dict) -> tuple[int, str | None]:
