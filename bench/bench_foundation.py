@@ -202,8 +202,8 @@ class Timed:
 def bench_cli(c: LocalCluster, mode: Mode) -> list[Timed]:
     rows = [
         Timed("`python -c pass` (floor)", [PY, "-c", "pass"]),
-        Timed("`python -c 'import shoal.cli.sbatch, shoal.cli.options, shoal.cli.client'` (sbatch imports)",
-              [PY, "-c", "import shoal.cli.sbatch, shoal.cli.options, shoal.cli.client"]),
+        Timed("`python -c 'import shoal.cli.sbatch, shoal.slurm.options, shoal.api_client'` (sbatch imports)",
+              [PY, "-c", "import shoal.cli.sbatch, shoal.slurm.options, shoal.api_client"]),
         Timed("`python -c 'import shoal.cli.squeue'` (squeue imports)", [PY, "-c", "import shoal.cli.squeue"]),
         Timed(f"`sbatch --wrap true`{FRONT}", [str(BIN / "sbatch"), "--wrap", "true"]),
         Timed(f"`squeue`{FRONT}", [str(BIN / "squeue")]),

@@ -52,7 +52,7 @@ from bench.bench_foundation import (
     load_average,
     machine_facts,
 )
-from shoal.cli.client import Client
+from shoal.api_client import Client
 from tests.integration.cluster import BIN, LocalCluster
 
 SECTION = "## Load"

@@ -4,7 +4,7 @@
  * before it has done anything. This program sends the command's raw invocation (argv,
  * working directory, environment, login name, and for sbatch the script files named on
  * the command line) to POST /shoal/v1/commands/<command>; the server runs the very same
- * Python code (shoal.cli.<command>.run) and answers with what it prints and its exit
+ * Python code (shoal.slurm.<command>.run) and answers with what it prints and its exit
  * code. Parsing and formatting stay in Python, in one place; the wire format is in
  * src/shoal/server/commands.py.
  *

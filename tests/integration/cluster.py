@@ -105,7 +105,7 @@ class LocalCluster:
         return int(out.stdout.strip().split(";")[0])
 
     def api(self, method: str, path: str, body: dict | None = None, token: str | None = None):
-        from shoal.cli.client import Client
+        from shoal.api_client import Client
 
         c = Client(self.server, token or self.admin_token)
         c.job_token = None

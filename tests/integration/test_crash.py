@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from shoal.cli.client import ClientError
+from shoal.api_client import ClientError
 from tests.integration.cluster import BIN, wait_until
 from tests.integration.test_store import ServerProcess
 

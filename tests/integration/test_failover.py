@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from shoal.cli.client import Client, ClientError
+from shoal.api_client import Client, ClientError
 from tests.integration.cluster import BIN, free_port, wait_until
 
 pytestmark = pytest.mark.postgres

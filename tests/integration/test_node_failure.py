@@ -13,7 +13,7 @@ import signal
 import time
 from pathlib import Path
 
-from shoal.cli.client import ClientError
+from shoal.api_client import ClientError
 from tests.integration.cluster import LocalCluster, wait_until
 
 

@@ -96,7 +96,7 @@ def test_parallel_sruns_in_one_job_each_get_their_own_step(pg_cluster):
 
 def test_what_postgres_cannot_store_is_refused_with_a_reason(pg_cluster):
     """SQLite stores anything; PostgreSQL enforces types, so the API edge must say no first (422, not 500)."""
-    from shoal.cli.client import ClientError
+    from shoal.api_client import ClientError
 
     c = pg_cluster
     body = {"script": "#!/bin/sh\ntrue\n", "workdir": str(c.workdir)}

@@ -16,7 +16,7 @@ import subprocess
 
 import pytest
 
-from shoal.cli.client import Client, ClientError
+from shoal.api_client import Client, ClientError
 from tests.integration.cluster import BIN, LocalCluster, python_command
 
 DOS_ERROR = ("sbatch: error: Batch script contains DOS line breaks (\\r\\n) instead of expected UNIX line "

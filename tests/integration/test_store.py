@@ -319,7 +319,7 @@ class ServerProcess:
         raise AssertionError(f"shoal server did not come up within 60s:\n{self.log_tail()}")
 
     def client(self):
-        from shoal.cli.client import Client
+        from shoal.api_client import Client
 
         token_file = self.root / "state" / "admin.token"
         token = token_file.read_text().strip() if token_file.exists() else None

@@ -19,7 +19,7 @@ import urllib.request
 
 import pytest
 
-from shoal.cli.client import Client, ClientError
+from shoal.api_client import Client, ClientError
 from tests.integration.cluster import LocalCluster, free_port, wait_until
 
 HARDENED = {"cluster_name": "tls", "partitions": [{"name": "gpu", "nodes": "node[01-02]", "default": True}],

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from shoal.cli import fmt, sacct, scancel, scontrol, sinfo, squeue
+from shoal.cli import sacct, scontrol, sinfo
+from shoal.cli import scancel as scancel_shell
+from shoal.cli import squeue as squeue_shell
+from shoal.slurm import fmt, scancel, squeue
 
 NOW = 1764688000.0
 
@@ -231,8 +234,8 @@ def test_scancel_ids_and_signals():
 
 
 @pytest.mark.parametrize("module,argv", [
-    (squeue, []), (sinfo, []), (sacct, []), (scontrol, ["show", "job"]),
-    (scontrol, ["update", "JobId=1", "TimeLimit=10"]), (scancel, ["12"]),
+    (squeue_shell, []), (sinfo, []), (sacct, []), (scontrol, ["show", "job"]),
+    (scontrol, ["update", "JobId=1", "TimeLimit=10"]), (scancel_shell, ["12"]),
 ])
 def test_unreachable_server_is_one_line_and_exit_1(module, argv, monkeypatch, capsys):
     monkeypatch.setenv("SHOAL_SERVER", "http://127.0.0.1:1")

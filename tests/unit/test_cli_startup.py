@@ -22,14 +22,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shoal.cli import client
-from shoal.cli.fmt import Field, Spec
-from shoal.cli.options import Option, SbatchRequest, SrunRequest, parse_srun
+from shoal import api_client as client
+from shoal.slurm.fmt import Field, Spec
+from shoal.slurm.options import Option, SbatchRequest, SrunRequest, parse_srun
 from shoal.cli.sacct import Column
 from shoal.model.dependency import Dependency
 
-COMMANDS = ["sbatch", "srun", "squeue", "scancel", "sinfo", "scontrol", "sacct", "sstat", "sprio", "sshare", "options",
-            "client", "fmt"]
+COMMANDS = [*(f"shoal.cli.{c}" for c in ("sbatch", "srun", "squeue", "scancel", "sinfo", "scontrol", "sacct", "sstat",
+                                          "sprio", "sshare")),
+            "shoal.slurm.options", "shoal.slurm.fmt", "shoal.api_client"]
 
 FORBIDDEN = [
     "dataclasses", "inspect", "typing", "urllib.parse", "ipaddress", "http.client", "email",
@@ -75,15 +76,15 @@ def _forbidden(name: str) -> bool:
 
 @pytest.mark.parametrize("command", COMMANDS)
 def test_command_imports_no_heavy_modules(command, baseline):
-    rows = _imported(f"import shoal.cli.{command}")
-    assert any(name == f"shoal.cli.{command}" for _, name in rows)
+    rows = _imported(f"import {command}")
+    assert any(name == command for _, name in rows)
     heavy = [_chain(rows, i) for i, (_, name) in enumerate(rows) if _forbidden(name) and name not in baseline]
-    assert not heavy, f"importing shoal.cli.{command} pulls in heavy modules:\n" + "\n".join(heavy)
+    assert not heavy, f"importing {command} pulls in heavy modules:\n" + "\n".join(heavy)
 
 
 def test_argument_parser_does_not_import_shutil(baseline):
     code = (
-        "from shoal.cli.fmt import argument_parser\n"
+        "from shoal.slurm.fmt import argument_parser\n"
         "p = argument_parser('squeue', 'x')\n"
         "p.add_argument('-u', '--user', action='append')\n"
         "p.parse_args(['-u', 'alice'])\n"
@@ -93,7 +94,7 @@ def test_argument_parser_does_not_import_shutil(baseline):
 
 
 def test_argument_parser_help_wraps_at_columns(monkeypatch):
-    from shoal.cli.fmt import argument_parser
+    from shoal.slurm.fmt import argument_parser
 
     monkeypatch.setenv("COLUMNS", "40")
     parser = argument_parser("squeue", "x")
@@ -120,7 +121,7 @@ def test_request_does_not_load_idna(host, baseline):
     thread.start()
     try:
         code = (
-            "from shoal.cli.client import Client\n"
+            "from shoal.api_client import Client\n"
             f"assert Client('http://{host}:{port}').get('/x', {{'a': 'b'}}) == {{'ok': True}}\n"
         )
         names = {name for _, name in _imported(code)} - baseline

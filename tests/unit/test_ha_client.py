@@ -8,7 +8,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from shoal.cli.client import Client, ClientError
+from shoal.api_client import Client, ClientError
 from shoal.cli.scontrol import render_ping
 from tests.integration.cluster import free_port
 

@@ -1,6 +1,6 @@
 """The kubectl-style commands print what kubectl 1.30 prints.
 
-Rendering is pure (``shoal.cli.kubefmt``): these tests build Kubernetes-shaped object
+Rendering is pure (``shoal.kube.fmt``): these tests build Kubernetes-shaped object
 dicts, as the server's ``/shoal/v1/kube`` answers them, and compare the text with kubectl's.
 A few tests at the end drive ``shoal get``/``apply``/``logs`` against a small stand-in
 HTTP server, to check the wiring: paths, bodies, and how errors reach the user.
@@ -19,8 +19,9 @@ import time
 
 import pytest
 
-from shoal.cli import kubectl, kubedescribe as kd, kubefmt as kf
-from shoal.cli.client import Client, ClientError
+from shoal.cli import kubectl, kubedescribe as kd
+from shoal.kube import fmt as kf
+from shoal.api_client import Client, ClientError
 
 NOW = 1_790_000_000.0
 

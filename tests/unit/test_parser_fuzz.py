@@ -10,7 +10,7 @@ import string
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shoal.cli.options import OptionError, directives, parse_sbatch, parse_srun
+from shoal.slurm.options import OptionError, directives, parse_sbatch, parse_srun
 from shoal.kube.manifest import load_documents, validate
 from shoal.kube.schema import ManifestError
 from shoal.model.hostlist import HostlistError, compress, expand

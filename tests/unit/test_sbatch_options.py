@@ -7,7 +7,7 @@ from datetime import datetime
 import pytest
 from hypothesis import given, strategies as st
 
-from shoal.cli.options import (
+from shoal.slurm.options import (
     NOT_A_BATCH_SCRIPT,
     OPTIONS,
     OptionError,
@@ -412,7 +412,7 @@ def test_open_mode_takes_slurms_first_letter_and_node_counts_its_k_suffix():
 
 
 def test_help_and_usage_start_as_slurms_and_list_every_option():
-    from shoal.cli.options import SBATCH, SRUN, help_text
+    from shoal.slurm.options import SBATCH, SRUN, help_text
 
     assert help_text(SBATCH).startswith("Usage: sbatch [OPTIONS(0)...] [ : [OPTIONS(N)...]] script(0) [args(0)...]\n")
     assert help_text(SBATCH, usage=True).startswith("Usage: sbatch [-N nnodes] [-n ntasks]")
@@ -420,7 +420,7 @@ def test_help_and_usage_start_as_slurms_and_list_every_option():
 
 
 def test_srun_reads_its_input_variables_outside_an_allocation_below_the_command_line():
-    from shoal.cli.options import parse_srun
+    from shoal.slurm.options import parse_srun
 
     def opts(argv, env):
         return {k: v for k, v in parse_srun([*argv, "hostname"], cwd="/", environ=env).options.items()

@@ -9,7 +9,7 @@ import pytest
 
 from shoal.agent.stepcontainer import (ApptainerSteps, Container, ContainerStartError, DockerSteps, EnrootSteps,
                                        ImageCache, PodmanSteps, StepRuntime)
-from shoal.cli.options import OptionError, parse_sbatch, parse_srun
+from shoal.slurm.options import OptionError, parse_sbatch, parse_srun
 from shoal.model.container import (ContainerOptionError, Mount, check_request, image_ref, parse_mounts,
                                    request_from_env, request_to_env, rewrite)
 

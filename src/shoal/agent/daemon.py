@@ -51,7 +51,7 @@ from shoal.agent.runtime import Run, Runtime
 from shoal.agent.stepcontainer import Settings, StepContainers
 from shoal.agent.stepserver import StepServer
 from shoal.agent.usage import UsageSampler, holder_labels, prometheus_text
-from shoal.cli.client import Client, ClientError
+from shoal.api_client import Client, ClientError
 
 log = logging.getLogger("shoal.agent")
 REVOKED = "credential revoked"  # how the server's refusal of a revoked node credential begins (server.auth)

@@ -126,7 +126,7 @@ def run(args) -> int:
     from shoal.agent.gpus import (FAKE_FAULTS_FILE, FakeGPUConfigError, GPUDiscoveryError, discover_gpus_or_none,
                                   fake_nvml_from_file, fake_nvml_from_flags)
     from shoal.agent.host import discover_host
-    from shoal.cli.tls import serves_tls
+    from shoal.api_client.tls import serves_tls
     from shoal.agent.labels import LabelError, gpu_labels, merge_labels
     from shoal.agent.gpus import GPUInventory
 

@@ -1,14 +1,2 @@
-"""`shoal` and the Slurm-compatible commands. Stdlib only on the start-up path."""
-
-
-# The Slurm release whose commands Shoal's follow (the differential suite runs against it).
-SLURM_VERSION = "22.05.8"
-
-
-def version_line() -> str:
-    """What the Slurm-compatible commands' -V/--version (and `scontrol version`) print:
-    ``slurm 22.05.8 (shoal <version>)``. Tools that check for Slurm read the first two words,
-    as upstream Slurm prints them (Debian's build says ``slurm-wlm``); the rest says what runs."""
-    from shoal import __version__
-
-    return f"slurm {SLURM_VERSION} (shoal {__version__})"
+"""`shoal` and the Slurm-compatible commands: thin shells over shoal.slurm and shoal.api_client that read
+argv, files and standard input. Stdlib only on the start-up path; nothing below the shells imports them."""

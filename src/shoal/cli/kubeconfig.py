@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import json
 
-from shoal.cli.client import Client, ClientError, fail, write_private_json
+from shoal.api_client import Client, ClientError, fail, write_private_json
 
 
 def add_parser(sub) -> None:

@@ -2,7 +2,7 @@
 against Shoal's object API (docs/SERVING.md, ``/shoal/v1/kube``), same flags and output.
 
 This module does the I/O: arguments, manifests, requests, polling. What is printed comes
-from ``shoal.cli.kubefmt`` (pure). A user's mistake is one ``error: ...`` line and exit
+from ``shoal.kube.fmt`` (pure). A user's mistake is one ``error: ...`` line and exit
 status 1, as kubectl reports it; a refusal from the server is ``Error from server
 (Reason): ...``; an unreachable server is reported as the other shoal commands do.
 """
@@ -15,8 +15,8 @@ import sys
 import time
 
 from shoal.cli import kubedescribe as kd
-from shoal.cli import kubefmt as kf
-from shoal.cli.client import Client, ClientError, fail
+from shoal.kube import fmt as kf
+from shoal.api_client import Client, ClientError, fail
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only

@@ -1,13 +1,13 @@
 """What ``shoal describe`` prints, as ``kubectl describe`` 1.30 prints it: pure functions over
 Kubernetes-shaped object dicts, one per kind, written through kubectl's PrefixWriter over a
-tabwriter (``Describer``). Stdlib-only and cheap to import, like ``kubefmt``.
+tabwriter (``Describer``). Stdlib-only and cheap to import, like ``shoal.kube.fmt``.
 """
 
 from __future__ import annotations
 
 import json
 
-from shoal.cli.kubefmt import (
+from shoal.kube.fmt import (
     age,
     deployment_revision,
     format_labels,

@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from shoal.cli.client import Client, ClientError, config_path, write_config, write_private_json
+from shoal.api_client import Client, ClientError, config_path, write_config, write_private_json
 
 HOSTS_FILE = "/etc/hosts"
 

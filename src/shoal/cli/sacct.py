@@ -14,9 +14,9 @@ import sys
 import time
 from collections import namedtuple
 
-from shoal.cli.client import Client, ClientError, fail
-from shoal.cli.fmt import FormatError, argument_parser, emit, format_hms, split_list
-from shoal.cli.squeue import STATE_CODES, collapse_arrays, elapsed, job_id_text
+from shoal.api_client import Client, ClientError, fail
+from shoal.slurm.fmt import FormatError, argument_parser, emit, format_hms, split_list
+from shoal.slurm.squeue import STATE_CODES, collapse_arrays, elapsed, job_id_text
 from shoal.model.hostlist import expand
 from shoal.model.job import exit_code_text
 from shoal.model.timefmt import TimeFormatError, format_timestamp, parse_begin_time
@@ -383,7 +383,7 @@ def parse_args(argv: list[str] | None):
 
 
 def query(options, now: float) -> dict:
-    from shoal.cli.client import _login_name
+    from shoal.api_client import _login_name
 
     users = split_list(options.user)
     if not users and not options.allusers and not options.jobs:

@@ -39,14 +39,14 @@ def allocation_environment(job: Mapping[str, Any], cluster_name: str | None = No
 
 
 def main(argv: list[str] | None = None) -> int:
-    from shoal.cli.client import Client, ClientError, fail
-    from shoal.cli.options import SRUN, OptionError, asks_version, parse_salloc
+    from shoal.api_client import Client, ClientError, fail
+    from shoal.slurm.options import SRUN, OptionError, asks_version, parse_salloc
     from shoal.cli.srun import _allocate, _complete
 
     argv = sys.argv[1:] if argv is None else argv
     try:
         if asks_version(argv, SRUN):
-            from shoal.cli import version_line
+            from shoal.slurm import version_line
 
             print(version_line())
             return 0

@@ -1,8 +1,7 @@
 """sbatch: submit a batch script (or --wrap a command) to Shoal, as Slurm's sbatch does.
 
-``main`` reads what only this process can (argv, the script file or standard input, the
-environment); ``run`` does the rest with every input passed in, so the server runs the
-very same code for the compiled front end (POST /shoal/v1/commands/sbatch).
+This shell reads what only this process can (argv, the script file or standard input, the
+environment); shoal.slurm.sbatch.run does the rest, as the server does for the compiled front end.
 """
 
 from __future__ import annotations
@@ -11,26 +10,23 @@ import os
 import sys
 import time
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
-    from typing import Any, TextIO
+from shoal.slurm.sbatch import read_script, run
 
 
 def main(argv: list[str] | None = None) -> int:
-    from shoal.cli.client import Client, fail
-    from shoal.cli.options import OptionError, asks_help, asks_version, script_source
+    from shoal.api_client import Client, fail
+    from shoal.slurm.options import OptionError, asks_help, asks_version, script_source
 
     argv = sys.argv[1:] if argv is None else argv
     try:
         if argv and argv[0] == "-h" or asks_help(argv):
-            from shoal.cli.fmt import emit
-            from shoal.cli.options import SBATCH, help_text
+            from shoal.slurm.fmt import emit
+            from shoal.slurm.options import SBATCH, help_text
 
             emit(help_text(SBATCH, usage="--usage" in argv))
             return 0
         if asks_version(argv):
-            from shoal.cli import version_line
+            from shoal.slurm import version_line
 
             print(version_line())
             return 0
@@ -50,75 +46,6 @@ def main(argv: list[str] | None = None) -> int:
             fail(f"Unable to open file {source}: {e.strerror}")
     return run(argv, script, source, cwd=os.getcwd(), environ=os.environ, now=time.time(),
                connect=Client.from_config, out=sys.stdout, err=sys.stderr)
-
-
-def read_script(data: bytes) -> str:
-    """A script's bytes as text that gives back the very same bytes: no newline translation
-    (a lone CR stays a CR), and bytes that are not UTF-8 kept as surrogates."""
-    return data.decode("utf-8", "surrogateescape")
-
-
-def run(argv: list[str], script: str | None, source: str | None, *, cwd: str, environ: Mapping[str, str],
-        now: float, connect: Callable[[], Any], out: TextIO, err: TextIO, prog: str | None = None,
-        may_wait: bool = True) -> int:
-    """Parse, submit and report: what sbatch prints, written to ``out``/``err``; the exit code.
-
-    ``script`` is the text of ``source`` (a path, ``-`` for standard input, None with --wrap);
-    ``connect()`` gives the API (Client.get/post). Without ``may_wait``, --wait raises
-    RunLocally before anything is submitted.
-    """
-    from shoal.cli.client import ClientError, RunLocally, print_error, program_name
-    from shoal.cli.options import OptionError, parse_sbatch
-
-    prog = prog or program_name()
-    try:
-        req = parse_sbatch(argv, script, cwd=cwd, environ=environ, now=now)
-    except OptionError as e:
-        return print_error(err, prog, str(e))
-    if req.wait and not may_wait:
-        raise RunLocally("--wait blocks until the job ends")
-    body = req.body
-    if source not in (None, "-"):
-        body["environment"]["SHOAL_SUBMIT_COMMAND"] = os.path.normpath(os.path.join(cwd, source))
-    try:
-        client = connect()
-        if req.test_only:
-            answer = client.post("/shoal/v1/jobs/test", body)
-            print(f"sbatch: Job {answer['job_id']} to start at {answer['start_time']} using "
-                  f"{answer['cpus']} processors on nodes {answer['nodelist']} in partition "
-                  f"{answer['partition']}", file=err)
-            return 0
-        answer = client.post("/shoal/v1/jobs", body)
-    except ClientError as e:
-        return print_error(err, prog, f"Batch job submission failed: {e}")
-    job_id = answer["job_id"]
-    if req.parsable:
-        print(job_id, file=out)
-    else:
-        print(f"Submitted batch job {job_id}", file=out)
-    out.flush()
-    if req.wait:
-        return _wait(client, job_id)
-    return 0
-
-
-def _wait(client, job_id: int) -> int:
-    """--wait: block until the job (all array tasks) ends; exit with its highest exit code."""
-    from shoal.cli.client import ClientError, fail
-
-    delay = 0.05
-    while True:
-        try:
-            jobs = client.get("/shoal/v1/jobs", {"job_id": str(job_id), "all": "true"})["jobs"]
-        except ClientError as e:
-            fail(str(e))
-        if jobs and all(j["state"] not in ("PENDING", "RUNNING") for j in jobs):
-            worst = max((j["exit_code"] or 0) for j in jobs)
-            if any(j["state"] != "COMPLETED" for j in jobs) and worst == 0:
-                worst = 1
-            return worst
-        time.sleep(delay)
-        delay = min(delay * 1.5, 1.0)
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ class UsageError(ValueError):
 
 
 def _fail(message: str):
-    from shoal.cli.client import fail
+    from shoal.api_client import fail
 
     fail(message)
 
@@ -93,9 +93,9 @@ def _num_nodes(job: Mapping[str, Any], state: str) -> str:
 
 def render_job(job: Mapping[str, Any], now: float, oneliner: bool = False) -> str:
     """``scontrol show job``: one job in Slurm's key order."""
-    from shoal.cli.fmt import format_hms
+    from shoal.slurm.fmt import format_hms
     from shoal.cli.sacct import tres
-    from shoal.cli.squeue import display_state, elapsed
+    from shoal.slurm.squeue import display_state, elapsed
     from shoal.model.job import exit_code_text
     from shoal.model.timefmt import format_timestamp
 
@@ -199,7 +199,7 @@ def render_node(node: Mapping[str, Any], oneliner: bool = False) -> str:
 
 def render_partition(part: Mapping[str, Any], nodes: list[dict], oneliner: bool = False) -> str:
     """``scontrol show partition``: one partition; TotalCPUs from its nodes."""
-    from shoal.cli.fmt import format_hms
+    from shoal.slurm.fmt import format_hms
 
     names = set(part.get("node_names") or expand(part.get("nodes") or ""))
     total_cpus = sum(n.get("cpus") or 0 for n in nodes if n["name"] in names)
@@ -281,7 +281,7 @@ def parse_reservation(args: list[str], now: float) -> tuple[str, dict]:
 
 def render_reservation(resv: Mapping[str, Any], oneliner: bool = False) -> str:
     """``scontrol show reservation``: one reservation in Slurm's key order."""
-    from shoal.cli.fmt import format_hms
+    from shoal.slurm.fmt import format_hms
     from shoal.model.timefmt import format_timestamp
 
     def names(key: str) -> str:
@@ -433,7 +433,7 @@ def _job_ids(args: list[str]) -> list[str]:
 def write_batch_script(client, args: list[str]) -> int:
     """``write batch_script JOBID [FILE|-]``: the script's bytes as submitted, to FILE
     (``slurm-JOBID.sh`` by default) or standard output, as Slurm's scontrol writes them."""
-    from shoal.cli.client import ClientError
+    from shoal.api_client import ClientError
 
     if not args or not "batch_script".startswith(args[0].lower()) or len(args[0]) < 5 or not 2 <= len(args) <= 3:
         raise UsageError("usage: scontrol write batch_script JOBID [FILE|-]")
@@ -479,7 +479,7 @@ def _show(client, entity: str, args: list[str], options) -> str:
             raise SystemExit(1)
         if options.json:
             return json.dumps({"jobs": jobs}, indent=2) + "\n"
-        from shoal.cli.squeue import collapse_arrays
+        from shoal.slurm.squeue import collapse_arrays
 
         jobs = collapse_arrays(jobs)  # a pending array is one record, ArrayTaskId=0-7, as in Slurm
         if not jobs:
@@ -525,7 +525,7 @@ def _show(client, entity: str, args: list[str], options) -> str:
 
 def _show_steps(client, args: list[str], options) -> str:
     """``scontrol show step(s) [JOBID[.STEP]]``: the running jobs' steps."""
-    from shoal.cli.fmt import format_hms
+    from shoal.slurm.fmt import format_hms
     from shoal.model.timefmt import format_timestamp
 
     job_id, _, step_id = (args[0] if args else "").partition(".")
@@ -554,7 +554,7 @@ def _reservation(client, command: str, args: list[str]) -> int:
     """create / update / delete reservation (the server allows only admins)."""
     import time
 
-    from shoal.cli.client import quote
+    from shoal.api_client import quote
 
     if command != "create" and not args:
         raise UsageError(f"{command} needs ReservationName=NAME")
@@ -569,7 +569,7 @@ def _reservation(client, command: str, args: list[str]) -> int:
     name, body = parse_reservation(args, time.time())
     if command == "create":
         client.post("/shoal/v1/reservations", {"name": name, **body})
-        from shoal.cli.fmt import emit
+        from shoal.slurm.fmt import emit
 
         emit(f"Reservation created: {name}\n")
     else:
@@ -584,7 +584,7 @@ def show_config(server: str, settings: Mapping[str, str], now: float) -> str:
     with the controllers this client knows and the version, sorted as Slurm sorts them."""
     import time
 
-    from shoal.cli import SLURM_VERSION
+    from shoal.slurm import SLURM_VERSION
     from shoal import __version__ as version
 
     hosts = {f"SlurmctldHost[{i}]": url.strip() for i, url in enumerate(server.split(",")) if url.strip()}
@@ -600,7 +600,7 @@ def render_ping(answers: list[tuple[str, Mapping[str, Any] | None]]) -> tuple[st
     backups. Shoal has no fixed primary (whichever server wins the election leads, and a
     restarted one comes back as a backup), so *primary* names the leader now. Exit code 1
     when no leader answers."""
-    from shoal.cli.client import split_url
+    from shoal.api_client import split_url
 
     leaders = [(a["self"]["term"] or 0, i) for i, (_, a) in enumerate(answers)
                if a is not None and a["self"]["role"] == "leader"]
@@ -618,7 +618,7 @@ def render_ping(answers: list[tuple[str, Mapping[str, Any] | None]]) -> tuple[st
 
 
 def ping(servers: str, token: str | None) -> tuple[str, int]:
-    from shoal.cli.client import Client, ClientError
+    from shoal.api_client import Client, ClientError
 
     answers: list[tuple[str, Any]] = []
     for url in [u.strip() for u in servers.split(",") if u.strip()]:
@@ -630,7 +630,7 @@ def ping(servers: str, token: str | None) -> tuple[str, int]:
 
 
 def parse_args(argv: list[str] | None):
-    from shoal.cli.fmt import argument_parser
+    from shoal.slurm.fmt import argument_parser
 
     p = argument_parser("scontrol", "Show and change jobs, nodes and partitions, as Slurm's scontrol.")
     p.add_argument("-o", "--oneliner", action="store_true", help="one line per record")
@@ -657,8 +657,8 @@ def main(argv: list[str] | None = None) -> int:
             _fail(str(e))
         sys.stdout.write(out)
         return 0
-    from shoal.cli.client import Client, ClientError
-    from shoal.cli.fmt import emit
+    from shoal.api_client import Client, ClientError
+    from shoal.slurm.fmt import emit
 
     try:
         options = parse_args(args)
@@ -680,7 +680,7 @@ def main(argv: list[str] | None = None) -> int:
             if entity == "config":
                 import time
 
-                from shoal.cli.client import load_config
+                from shoal.api_client import load_config
 
                 emit(show_config(load_config()["server"], Client.from_config().get("/shoal/v1/config")["config"],
                                  time.time()))
@@ -688,12 +688,12 @@ def main(argv: list[str] | None = None) -> int:
             emit(_show(Client.from_config(), entity, rest[1:], options))
             return 0
         if command == "version":
-            from shoal.cli import version_line
+            from shoal.slurm import version_line
 
             emit(version_line() + "\n")
             return 0
         if command == "ping":
-            from shoal.cli.client import load_config
+            from shoal.api_client import load_config
 
             conf = load_config()
             out, code = ping(conf["server"], conf.get("token"))

@@ -12,8 +12,8 @@ import os
 import sys
 import time
 
-from shoal.cli.client import Client, ClientError, fail
-from shoal.cli.fmt import Field, FormatError, argument_parser, emit, parse_format, render, split_list
+from shoal.api_client import Client, ClientError, fail
+from shoal.slurm.fmt import Field, FormatError, argument_parser, emit, parse_format, render, split_list
 from shoal.model.hostlist import HostlistError, compress, expand, sort_key
 from shoal.model.timefmt import format_duration, format_timestamp
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import sys
 
-from shoal.cli.client import Client, ClientError, fail
-from shoal.cli.fmt import Field, FormatError, argument_parser, emit, parse_format, render, split_list
+from shoal.api_client import Client, ClientError, fail
+from shoal.slurm.fmt import Field, FormatError, argument_parser, emit, parse_format, render, split_list
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: importing typing costs the command's start-up time

@@ -21,19 +21,19 @@ STEP_KEYS = ("nodes", "ntasks", "ntasks_per_node", "cpus_per_task", "gpus_per_ta
 
 
 def main(argv: list[str] | None = None) -> int:
-    from shoal.cli.client import Client, ClientError, fail
-    from shoal.cli.options import SRUN, OptionError, asks_help, asks_version, parse_srun
+    from shoal.api_client import Client, ClientError, fail
+    from shoal.slurm.options import SRUN, OptionError, asks_help, asks_version, parse_srun
 
     argv = sys.argv[1:] if argv is None else argv
     try:
         if asks_help(argv, SRUN):
-            from shoal.cli.fmt import emit
-            from shoal.cli.options import help_text
+            from shoal.slurm.fmt import emit
+            from shoal.slurm.options import help_text
 
             emit(help_text(SRUN, usage="--usage" in argv))
             return 0
         if asks_version(argv, SRUN):
-            from shoal.cli import version_line
+            from shoal.slurm import version_line
 
             print(version_line())
             return 0
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _job_client():
-    from shoal.cli.client import Client, load_config
+    from shoal.api_client import Client, load_config
 
     server = os.environ.get("SHOAL_SERVER")
     if server:

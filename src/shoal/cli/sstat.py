@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 import sys
 
-from shoal.cli.client import Client, ClientError, fail, print_error, program_name
-from shoal.cli.fmt import FormatError, argument_parser, emit, split_list
+from shoal.api_client import Client, ClientError, fail, print_error, program_name
+from shoal.slurm.fmt import FormatError, argument_parser, emit, split_list
 from shoal.cli.sacct import Column, cpu_time_text, parse_fields, print_fields, size_text
 from shoal.model.hostlist import compress
 

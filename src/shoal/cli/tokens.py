@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import sys
 
-from shoal.cli.client import Client, ClientError, fail, print_error, program_name, quote, write_config
-from shoal.cli.kubefmt import table
+from shoal.api_client import Client, ClientError, fail, print_error, program_name, quote, write_config
+from shoal.kube.fmt import table
 from shoal.model.timefmt import TimeFormatError, format_timestamp, parse_duration
 
 ROLE_HELP = ("admin: everything; operator: nodes, reservations, anyone's jobs; user: own jobs and "

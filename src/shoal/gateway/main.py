@@ -9,7 +9,7 @@ import signal
 import ssl
 import sys
 
-from shoal.cli.client import Client, ClientError, fail, load_config, split_url
+from shoal.api_client import Client, ClientError, fail, load_config, split_url
 from shoal.gateway.proxy import Gateway, GatewayConfig, serve
 from shoal.gateway.routing import RoutesError
 from shoal.gateway.sync import RoutesFile, ServerLink
@@ -29,7 +29,7 @@ def parse_listen(text: str) -> tuple[str, int]:
 
 
 def run(args) -> int:
-    """The `shoal gateway` command (arguments from shoal.cli.main)."""
+    """The `shoal gateway` command (its arguments are parsed by the `shoal` command shell)."""
     logging.basicConfig(level=getattr(logging, args.log_level.upper(), logging.INFO),
                         format="%(asctime)s shoal-gateway %(levelname)s %(message)s", stream=sys.stderr)
     try:

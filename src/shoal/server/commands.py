@@ -2,7 +2,7 @@
 
 The front end sends a command's raw invocation (argv, working directory, environment,
 login name, the script file it found) in one request; the server runs the command's own
-``run`` function (shoal.cli.sbatch/squeue/scancel: the one option table, the one squeue
+``run`` function (shoal.slurm.sbatch/squeue/scancel: the one option table, the one squeue
 formatter) against the routes of this process instead of HTTP, and answers with what the
 command prints and its exit code. So a thin front end costs a C process start instead of
 a Python one, and squeue renders from the store without shipping every job as JSON.
@@ -30,9 +30,9 @@ from pydantic import ValidationError
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm.exc import StaleDataError
 
-from shoal.cli import sbatch, scancel, squeue
-from shoal.cli.client import ClientError, RunLocally, _field_error
-from shoal.cli.options import OptionError, asks_version, script_index, script_source
+from shoal.slurm import sbatch, scancel, squeue
+from shoal.api_client import ClientError, RunLocally, field_error
+from shoal.slurm.options import OptionError, asks_version, script_index, script_source
 from shoal.server.auth import AuthError, Principal
 from shoal.server.fastpath import in_thread
 from shoal.server.jobs import JobError
@@ -145,7 +145,7 @@ class InProcessApi:
         except AuthError as e:
             raise ClientError(e.message, e.status, {"detail": e.message}) from None
         except ValidationError as e:
-            message = "; ".join(_field_error(d) for d in e.errors())
+            message = "; ".join(field_error(d) for d in e.errors())
             raise ClientError(message, 422) from None
         except StaleDataError:
             message = "the object was changed concurrently; retry the request"
@@ -175,7 +175,7 @@ def run_command(name: str, inv: Invocation, api: InProcessApi) -> tuple[int, str
 
 
 def _sbatch(argv: list[str], inv: Invocation, api: InProcessApi, out: io.StringIO, err: io.StringIO) -> int:
-    """sbatch.main's reading of the script, from the files the front end sent."""
+    """The sbatch shell's reading of the script, from the files the front end sent."""
     if argv and argv[0] in ("-h", "--help", "--usage"):
         raise RunLocally("help")
     script = source = None
@@ -185,12 +185,12 @@ def _sbatch(argv: list[str], inv: Invocation, api: InProcessApi, out: io.StringI
         index = script_index(argv)
         wrapped_or_stdin = script_source(argv)
     except OptionError:
-        index = wrapped_or_stdin = None  # sbatch.run reports it, as sbatch.main does
+        index = wrapped_or_stdin = None  # sbatch.run reports it, as the shell does
     if index is not None:
         data = inv.files.get(index + 1)  # +1: the front end counts argv[0]
         if data is None:
             raise RunLocally("the script was not sent")  # unreadable: the command says why
-        script = sbatch.read_script(data)  # as sbatch.main reads it
+        script = sbatch.read_script(data)  # as the shell reads it
         source = argv[index]
     elif wrapped_or_stdin == "-":
         raise RunLocally("the script comes from standard input")

@@ -49,7 +49,7 @@ def run(args) -> int:
         return 1
     ssl_files = {}
     if use_tls:
-        from shoal.cli.client import split_url
+        from shoal.api_client import split_url
 
         files = tls.prepare(server.sessions, server.state_dir,
                             tls.subject_names(host, split_url(args.advertise_url)[1] if args.advertise_url else None))

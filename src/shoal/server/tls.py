@@ -25,7 +25,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from shoal.cli.tls import WILDCARDS, cluster_context, serves_tls  # noqa: F401 (serves_tls: for server.main)
+from shoal.api_client.tls import WILDCARDS, cluster_context, serves_tls  # noqa: F401 (serves_tls: for server.main)
 from shoal.server.core import write_private
 from shoal.store.lease import shared_secret
 

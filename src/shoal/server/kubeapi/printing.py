@@ -1,11 +1,11 @@
 """Server-side printing: objects as ``meta.k8s.io/v1`` Tables, which ``kubectl get`` asks for
-and prints as they come. The columns and cells are those of ``shoal get`` (``cli.kubefmt``,
+and prints as they come. The columns and cells are those of ``shoal get`` (``kube.fmt``,
 kubectl's own columns), so both print alike; wide columns have priority 1 (``-o wide``).
 """
 
 from __future__ import annotations
 
-from shoal.cli import kubefmt
+from shoal.kube import fmt as kubefmt
 
 # Shown without -o wide: a GPU cluster's nodes are read for their GPUs first.
 ALWAYS = {("nodes", "GPUS")}

@@ -215,13 +215,13 @@ def argument_parser(prog: str, description: str, remote: bool = False):
         def error(self, message: str):  # type: ignore[override]
             if remote:
                 raise UsageError(message)
-            from shoal.cli.client import fail
+            from shoal.api_client import fail
 
             fail(message)
 
         def _print_message(self, message, file=None):
             if remote:
-                from shoal.cli.client import RunLocally
+                from shoal.api_client import RunLocally
 
                 raise RunLocally("help is printed by the command itself")
             super()._print_message(message, file)
@@ -235,7 +235,7 @@ def argument_parser(prog: str, description: str, remote: bool = False):
                 width = _terminal_columns() - 2
             super().__init__(prog, indent_increment, max_help_position, width)
 
-    from shoal.cli import version_line
+    from shoal.slurm import version_line
 
     p = _Parser(prog=prog, description=description, add_help=False, formatter_class=_Formatter)
     p.add_argument("-V", "--version", action="version", version=version_line(), help="print the version and exit")

@@ -1,4 +1,6 @@
-"""The client side of the API: where the server is, who we are, and a small HTTP/1.1 client.
+"""The client library of Shoal's API: where the server is, who we are, a small HTTP/1.1 client and
+its errors (``tls``: the cluster's TLS rules). The commands, the agent and the gateway use it; it
+imports none of them.
 
 The Slurm-compatible commands are run in tight loops by users' scripts, so this module
 imports only the standard library's cheapest parts: ``http.client`` alone costs ~30 ms
@@ -268,7 +270,7 @@ class Client:
         """An ``ssl.SSLContext`` that trusts the cluster CA: for the server, and for srun the agents."""
         import ssl  # only for https: it costs start-up time
 
-        from shoal.cli.tls import cluster_context
+        from shoal.api_client.tls import cluster_context
 
         try:
             return cluster_context(self.ca_file, self.ca_data)
@@ -477,7 +479,7 @@ def _json_or_none(data: bytes) -> Any:
 def _status_error(status: int, doc: Any, data: bytes) -> ClientError:
     detail = doc.get("detail") if isinstance(doc, dict) else None
     if isinstance(detail, list):  # validation errors: name the field
-        detail = "; ".join(_field_error(d) for d in detail)
+        detail = "; ".join(field_error(d) for d in detail)
     return ClientError(str(detail or data.decode(errors="replace") or f"HTTP {status}"), status, doc)
 
 
@@ -522,7 +524,7 @@ def _dechunk_stream(sock: socket.socket, buf: bytes):
         buf = buf[size + 2:]
 
 
-def _field_error(d: dict) -> str:
+def field_error(d: dict) -> str:
     loc = ".".join(str(p) for p in d.get("loc", ()) if p not in ("body",))
     return f"{loc}: {d.get('msg')}" if loc else str(d.get("msg"))
 
