@@ -10,6 +10,7 @@ import asyncio
 import json
 from typing import TYPE_CHECKING
 
+from fastapi.responses import JSONResponse, Response
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
@@ -19,11 +20,13 @@ from shoal.model.resources import Allocation
 from shoal.server import fastpath
 from shoal.server import jobs as jobsvc
 from shoal.server.auth import Principal
+from shoal.server.endpoints import Reply
 from shoal.server.kube.logs import AgentEndpoint
 from shoal.store.models import CleanupRow, JobRow, NodeRow, StepRow
 
 if TYPE_CHECKING:
     from shoal.server.core import Server
+    from shoal.server.queueview import QueueView
 
 
 def parse_job_ids(values: list[str]) -> tuple[list[int], list[tuple[int, int]]]:
@@ -105,6 +108,22 @@ def list_jobs(server: Server, job_id: list[str], user: str | None = None, partit
             return jobsvc.queue_view(s, list(s.execute(q.order_by(JobRow.id)).all()))
         rows = list(s.scalars(q.order_by(JobRow.id)))
         return jobs_json(s, rows)
+
+
+class Listing(Reply):
+    """A job listing: the commands in process take its dicts; HTTP gets its JSON, from the queue
+    view's kept encodings when it came from there (``queue``)."""
+
+    def __init__(self, jobs: list[dict], queue: QueueView | None) -> None:
+        self.jobs, self.queue = jobs, queue
+
+    def data(self) -> dict:
+        return {"jobs": self.jobs}
+
+    def response(self) -> Response:
+        if self.queue is not None:
+            return Response(self.queue.encoded(self.jobs), media_type="application/json")
+        return JSONResponse({"jobs": self.jobs})  # already plain JSON: skip re-encoding
 
 
 def queue_listing(jobs: list[dict], user: str | None, partition: str | None, state: list[str],
