@@ -86,7 +86,7 @@ def test_serving_preempts_scavenger_training_which_checkpoints_and_resumes_after
     # COMPLETING (CG), as in Slurm, until its other node has cleaned up; then PENDING.
     def squeue() -> str:
         return cluster.run(["squeue", "-h", "-o", "%i %T"]).stdout
-    table = wait_until(lambda: (t := squeue()) if f"{victim} PENDING" in t else None, 10,
+    table = wait_until(lambda: t if f"{victim} PENDING" in (t := squeue()) else None, 10,
                        "the requeued job cleaned up and PENDING in squeue")
     assert f"{pod_job['job_id']} RUNNING" in table, table
 
