@@ -210,7 +210,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Type", "application/x-ndjson")
         self.end_headers()
-        _run_step(agent.runtime, run, req, self.connection, self.wfile, agent.name, agent.containers)
+        _run_step(agent.runtime, run, req, self.connection, self.wfile, agent.name, agent.containers,
+                  agent.kill_wait)
 
     def _pod_exec(self, req: dict) -> None:
         """``shoal exec``: run a command inside a pod's container and stream its output as a
@@ -363,22 +364,38 @@ def _check(agent, req: dict) -> str | None:
     return None
 
 
-def _client_gone(conn: socket.socket) -> bool:
-    """The client's end is readable: has it gone away? Over TLS (which cannot peek) the record
-    is read: the end of the stream, or the client's close_notify."""
+def _from_client(conn: socket.socket, partial: bytearray) -> list[dict] | None:
+    """The client's end is readable: srun's requests (NDJSON lines: ``{"signal": N}`` to
+    pass a signal on, ``{"terminate": true}`` to end the step), or None once it has gone away."""
     try:
         if isinstance(conn, ssl.SSLSocket):
             conn.settimeout(1.0)
             try:
-                return conn.recv(1) == b""
+                data = conn.recv(4096)
             finally:
                 conn.settimeout(None)
-        return conn.recv(1, socket.MSG_PEEK) == b""
+        else:
+            data = conn.recv(4096)
     except OSError:
-        return True
+        return None
+    if not data:
+        return None
+    partial += data
+    *lines, rest = bytes(partial).split(b"\n")
+    partial[:] = rest
+    docs = []
+    for line in lines:
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(doc, dict):
+            docs.append(doc)
+    return docs
 
 
-def _run_step(runtime: Runtime, run, req: dict, conn: socket.socket, wfile, node: str, containers=None) -> None:
+def _run_step(runtime: Runtime, run, req: dict, conn: socket.socket, wfile, node: str, containers=None,
+              kill_wait: float = 30.0) -> None:
     procs: dict[int, subprocess.Popen] = {}
     exits: dict[int, list[int]] = {}
     emit = _emitter(wfile)
@@ -432,8 +449,17 @@ def _run_step(runtime: Runtime, run, req: dict, conn: socket.socket, wfile, node
         runtime.add_step_proc(run, p, req["step_id"], fences_itself=bool(prefix))
         procs[task["procid"]] = p
     close_all(fds)
+
+    def on_request(doc: dict) -> None:
+        """srun, itself signalled, asks for its step's end (with KillWait) or passes a signal on."""
+        if doc.get("terminate"):
+            runtime.terminate_step(run, req["step_id"], kill_wait)
+            emit({"aborting": kill_wait})
+        elif isinstance(doc.get("signal"), int):
+            runtime.signal_step(run, req["step_id"], doc["signal"])
+
     try:
-        _stream_tasks(procs, conn, emit, exits)
+        _stream_tasks(procs, conn, emit, exits, on_request)
     finally:
         if step_container is not None:
             # The tasks have ended and said so: srun need not wait for the container's removal.
@@ -467,10 +493,12 @@ def _start_container(containers, req: dict, run, ident, emit, exits: dict[int, l
         return None
 
 
-def _stream_tasks(procs: dict[int, subprocess.Popen], conn: socket.socket, emit, exits: dict[int, list[int]]) -> None:
+def _stream_tasks(procs: dict[int, subprocess.Popen], conn: socket.socket, emit, exits: dict[int, list[int]],
+                  on_request=None) -> None:
     """Forward the tasks' stdout and stderr as NDJSON lines, and each task's exit as it ends
     (srun says at once which task failed, and --kill-on-bad-exit acts on it); ``exits`` may
-    already hold tasks that never started. A client that goes away kills them."""
+    already hold tasks that never started. What the client sends goes to ``on_request``; a
+    client that goes away kills the tasks."""
     sel = selectors.DefaultSelector()
     pipes = {procid: 2 for procid in procs}  # open pipes per task: reaped once both are closed
     for procid, p in procs.items():
@@ -482,6 +510,7 @@ def _stream_tasks(procs: dict[int, subprocess.Popen], conn: socket.socket, emit,
     decoders = {(t, k): codecs.getincrementaldecoder("utf-8")("replace") for t in procs for k in "oe"}
     sel.register(conn, selectors.EVENT_READ, None)  # readable = the client went away
     client_gone = False
+    partial = bytearray()
     if exits:  # tasks that never started
         emit({"exit": {str(k): v for k, v in sorted(exits.items())}})
     running = set(procs)
@@ -491,11 +520,15 @@ def _stream_tasks(procs: dict[int, subprocess.Popen], conn: socket.socket, emit,
         closed = [t for t in running if not pipes[t]]
         for key, _ in sel.select(timeout=0.2 if closed else 1.0):
             if key.data is None:
-                if _client_gone(conn):
+                requests = _from_client(conn, partial)
+                if requests is None:
                     client_gone = True
                     sel.unregister(conn)
                     for p in procs.values():
                         _killpg(p.pid, 9)
+                elif on_request is not None:
+                    for doc in requests:
+                        on_request(doc)
                 continue
             procid, stream = key.data
             try:
