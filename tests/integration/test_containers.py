@@ -35,6 +35,11 @@ def env(tmp_path_factory):
     root = tmp_path_factory.mktemp("containers")
     penv = podman_env(root)
     registry = Registry(root / "registry").start()
+    private = Registry(root / "private-registry", login=("alice", "s3cret-pw-4711")).start()
+    local = f"localhost/shoal-private-{private.port}:1"
+    build_image(penv, root, local, "private image")
+    push(penv, local, f"{private.address}/team/private:1", authfile=private.authfile())
+    podman(penv, "rmi", local)
     local = f"localhost/shoal-test-{registry.port}:1"
     build_image(penv, root, local, PRETTY, files={"/opt/image-marker": "inside\n"})
     push(penv, local, f"{registry.address}/nvidia/pytorch:24.10-py3")
@@ -44,7 +49,7 @@ def env(tmp_path_factory):
         "cluster_name": "containers", "partitions": [{"name": "gpu", "nodes": f"node[01-{NODES:02d}]", "default": True}],
         "nodes": {"heartbeat_interval_s": 1.0, "kill_wait_s": 2.0},
         "containers": {"registry_mirrors": {"nvcr.io": registry.address},
-                       "insecure_registries": [registry.address]}}))
+                       "insecure_registries": [registry.address, private.address]}}))
     gateway = free_port()
     cluster = LocalCluster(root / "cluster", nodes=NODES, gpus_per_node=GPUS, config=str(config),
                            extra=("--runtime", "podman", "--gateway", str(gateway)))
@@ -55,11 +60,13 @@ def env(tmp_path_factory):
     data.mkdir()
     checkpoints.mkdir()
     (data / "shard-0").write_text("tokens\n")
-    yield {"cluster": cluster, "registry": registry, "data": data, "checkpoints": checkpoints, "podman": penv,
+    yield {"cluster": cluster, "registry": registry, "private": private, "data": data, "checkpoints": checkpoints, "podman": penv,
            "root": root}
     cluster.down()
     registry.stop()
-    podman(penv, "rmi", "--force", f"{registry.address}/nvidia/pytorch:24.10-py3", check=False)
+    private.stop()
+    podman(penv, "rmi", "--force", f"{registry.address}/nvidia/pytorch:24.10-py3",
+           f"{private.address}/team/private:1", check=False)
 
 
 def output(cluster: LocalCluster, job_id: int) -> str:
@@ -192,6 +199,48 @@ def test_one_pull_for_concurrent_tasks_then_the_cache(env):
     c.run(["srun", "-N1", "-n4", "-w", "node01", f"--container-image={IMAGE}", "true"], timeout=90)
     assert manifest_gets() == before + 1
     assert list(json.loads(index_file.read_text())) == [image]
+
+
+def test_container_save_keeps_what_a_step_wrote_for_the_next(env):
+    """--container-save as Pyxis' own test takes it: each step saves its container to the
+    same relative path, the next starts from that file and adds to it; the file is the job
+    user's, and a save where the user cannot write fails the step's node with Pyxis' words."""
+    c = env["cluster"]
+    saved = c.workdir / "modified.sqsh"
+    saved.unlink(missing_ok=True)
+    first = c.run(["srun", "-N1", f"--container-image={IMAGE}", "--container-save=./modified.sqsh",
+                   "sh", "-c", "echo pyxis > /test"], timeout=120)
+    assert "pyxis: exported container" in first.stderr and str(saved) in first.stderr, first.stderr
+    assert saved.stat().st_size > 0
+    c.run(["srun", "-N1", "--container-image=./modified.sqsh", "--container-save=./modified.sqsh",
+           "sh", "-c", "echo slurm > /test2"], timeout=120)
+    out = c.run(["srun", "-N1", "--container-image=./modified.sqsh", "sh", "-c",
+                 "cat /test /test2; grep PRETTY /etc/os-release"], timeout=120)
+    assert out.stdout.splitlines() == ["pyxis", "slurm", f'PRETTY_NAME="{PRETTY}"'], out.stdout + out.stderr
+    failed = c.run(["srun", "-N1", f"--container-image={IMAGE}", "--container-save=/proc/no-such/x.sqsh", "true"],
+                   check=False, timeout=120)
+    assert "pyxis: failed to export container" in failed.stderr and "/proc/no-such/x.sqsh" in failed.stderr, \
+        failed.stderr
+
+
+def test_enroot_credentials_let_a_step_pull_from_a_registry_that_needs_a_login(env):
+    """A registry that serves its image only to alice: refused without a login, pulled with
+    the password in her Enroot credentials file ($ENROOT_CONFIG_PATH/.credentials, netrc's
+    format), which no log or file left on the node shows."""
+    c, registry = env["cluster"], env["private"]
+    config = env["root"] / "enroot-config"
+    config.mkdir(exist_ok=True)
+    image = f"--container-image={registry.address}#team/private:1"
+    refused = c.run(["srun", "-N1", image, "true"], check=False, timeout=90, env={"ENROOT_CONFIG_PATH": str(config)})
+    assert refused.returncode != 0, refused.stdout
+    assert "unauthorized" in refused.stderr or "authentication required" in refused.stderr, refused.stderr
+    (config / ".credentials").write_text(f"# enroot\nmachine {registry.address} login alice password s3cret-pw-4711\n")
+    out = c.run(["srun", "-N1", image, "grep", "PRETTY", "/etc/os-release"], timeout=90,
+                env={"ENROOT_CONFIG_PATH": str(config)})
+    assert out.stdout.strip() == 'PRETTY_NAME="private image"', out.stdout + out.stderr
+    logs = "".join(p.read_text(errors="replace") for p in c.root.rglob("*.log"))
+    assert "s3cret-pw-4711" not in logs
+    assert not list((c.root / "state" / "nodes").rglob("auth.json"))  # the login's file went with the pull
 
 
 def test_a_container_sees_exactly_its_gpus(env):
