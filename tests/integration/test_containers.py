@@ -6,6 +6,7 @@ One cluster serves every story here (module fixture): podman's start-up is the s
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import threading
@@ -449,6 +450,52 @@ def test_a_deployment_of_an_image_serves_through_the_gateway_and_rolls_to_a_new_
         c.run(["shoal", "delete", "service", "web-image"], check=False)
         wait_until(lambda: not pods(c, "app=web-image"), 30, "the web pods gone")
         podman(penv, "rmi", "--force", *(f"{registry.address}/shoal/web:{t}" for t in ("v1", "v2")), check=False)
+
+
+def test_a_pod_pulls_with_its_image_pull_secret_and_reads_a_secret_key(env):
+    """A docker-registry Secret lets a pod pull from the registry that needs a login; the same
+    pod without it backs off with the registry's refusal; an env secretKeyRef's value reaches
+    the container, and neither the password nor the value is in a log or on a command line."""
+    c, registry = env["cluster"], env["private"]
+    config = {"auths": {registry.address: {"auth": base64.b64encode(b"alice:s3cret-pw-4711").decode()}}}
+    docs = [{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "regcred"},
+             "type": "kubernetes.io/dockerconfigjson", "stringData": {".dockerconfigjson": json.dumps(config)}},
+            {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "hf"}, "stringData": {"token": "hf_v4lue_9"}}]
+    with_login = deployment("private", f"{registry.address}/team/private:1",
+                            ["sh", "-c", "grep PRETTY /etc/os-release; echo token=$HF_TOKEN; sleep 600"])
+    spec = with_login["spec"]["template"]["spec"]
+    spec["imagePullSecrets"] = [{"name": "regcred"}]
+    spec["containers"][0]["env"] = [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}]
+    without = deployment("private-nologin", f"{registry.address}/team/private:1", ["true"])
+    c.run(["shoal", "apply", "-f", "-"], input="\n---\n".join(json.dumps(d) for d in [*docs, with_login, without]))
+    try:
+        def said():
+            items = json.loads(c.run(["shoal", "get", "pods", "-l", "app=private", "-o", "json"]).stdout)["items"]
+            if not items:
+                return None
+            log = c.run(["shoal", "logs", items[0]["metadata"]["name"]], check=False).stdout
+            return log if "token=" in log else None
+
+        log = wait_until(said, 90, "the private image's pod output")
+        assert 'PRETTY_NAME="private image"' in log and "token=hf_v4lue_9" in log, log
+
+        def refused():
+            items = json.loads(c.run(["shoal", "get", "pods", "-l", "app=private-nologin", "-o", "json"]).stdout)["items"]
+            for cs in (items[0] if items else {}).get("status", {}).get("containerStatuses") or ():
+                w = cs.get("state", {}).get("waiting") or {}
+                if w.get("reason") in ("ErrImagePull", "ImagePullBackOff"):
+                    return w
+            return None
+
+        waiting = wait_until(refused, 60, "the pull without a login refused")
+        assert "unauthorized" in waiting["message"] or "authentication required" in waiting["message"], waiting
+        ps = __import__("subprocess").run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+        assert "hf_v4lue_9" not in ps and "s3cret-pw-4711" not in ps
+        logs = "".join(p.read_text(errors="replace") for p in c.root.rglob("*.log"))
+        assert "s3cret-pw-4711" not in logs
+    finally:
+        c.run(["shoal", "delete", "deployment", "private", "private-nologin"], check=False)
+        c.run(["shoal", "delete", "secret", "regcred", "hf"], check=False)
 
 
 def test_a_pod_runs_as_its_security_contexts_user(env):
