@@ -460,6 +460,8 @@ def _run_step(runtime: Runtime, run, req: dict, conn: socket.socket, wfile, node
 
     try:
         _stream_tasks(procs, conn, emit, exits, on_request)
+        if step_container is not None and req["container"].get("save"):
+            _save_container(containers, step_container, req, ident, emit)
     finally:
         if step_container is not None:
             # The tasks have ended and said so: srun need not wait for the container's removal.
@@ -479,7 +481,7 @@ def _start_container(containers, req: dict, run, ident, emit, exits: dict[int, l
         if containers is None:
             raise ContainerStartError("this agent runs no containers")
         return containers.start(req["container"], job_id=req["job_id"], step_id=req["step_id"], user=(uid, gid),
-                                home=home, cwd=req.get("cwd") or "/", gpus=gpus)
+                                home=home, cwd=req.get("cwd") or "/", gpus=gpus, env=req.get("env") or {})
     except (ContainerStartError, ContainerOptionError, OSError, subprocess.SubprocessError) as e:
         first = req["tasks"][0]["procid"]
         image = req["container"].get("image") or req["container"].get("name")
@@ -491,6 +493,23 @@ def _start_container(containers, req: dict, run, ident, emit, exits: dict[int, l
         last = (str(e).strip().splitlines() or ["failed"])[-1]
         emit({"reason": f"ContainerError: {last.rsplit(': ', 1)[-1]}"[:64]})
         return None
+
+
+def _save_container(containers, sc, req: dict, ident, emit) -> None:
+    """--container-save, once the node's tasks have all ended (Pyxis: the last task to exit
+    exports), before srun hears the node is done, so its next step can run the file."""
+    from shoal.agent.stepcontainer import ContainerStartError
+
+    first = req["tasks"][0]["procid"]
+    path = req["container"]["save"]
+    user = (ident.uid, ident.gid) if ident is not None else (os.getuid(), os.getgid())
+    try:
+        where = containers.save(sc, path, req.get("cwd") or "/", user)
+    except (ContainerStartError, OSError, subprocess.SubprocessError) as e:
+        emit({"t": first, "e": f"pyxis: failed to export container {sc.container.name} to {path}\n"
+                               + "".join(f"pyxis:     {line}\n" for line in str(e).splitlines())})
+        return
+    emit({"t": first, "e": f"pyxis: exported container {sc.container.name} to {where}\n"})
 
 
 def _stream_tasks(procs: dict[int, subprocess.Popen], conn: socket.socket, emit, exits: dict[int, list[int]],
