@@ -10,18 +10,19 @@ import json
 import time
 
 import yaml
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Request, WebSocket
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from shoal.server.auth import Principal
 from shoal.server.kube import api as shoal_kube_api
 from shoal.server.kube.objects import ObjectError
-from shoal.server.kubeapi import openapi, printing
+from shoal.server.kubeapi import openapi, printing, streams
 from shoal.server.kubeapi.cache import POLL_S, Entry, with_rv
 from shoal.server.kubeapi.registry import (
     RESOURCES, Resource, api_group, api_group_list, api_versions, resource_list, version_info,
 )
+from shoal.server.kubeapi.printing import status
 from shoal.server.kubeapi.service import Invalid, KubeService, Selection
 
 WATCH_TIMEOUT_S = 1800  # a watch without timeoutSeconds ends after this, as the API server's min-request-timeout
@@ -31,14 +32,6 @@ PATCH_TYPES = {
     "application/strategic-merge-patch+json": "strategic",
     "application/apply-patch+yaml": "apply",
 }
-
-
-def status(message: str, code: int, reason: str, details: dict | None = None) -> dict:
-    out = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure" if code >= 300 else "Success",
-           "message": message, "reason": reason, "code": code}
-    if details:
-        out["details"] = details
-    return out
 
 
 def is_kube_path(path: str) -> bool:
@@ -136,6 +129,8 @@ def router(server, principal, nodes_json, retry_on_conflict) -> APIRouter:
                 _scale_routes(r, res, svc, principal)
             elif sub.name == "log":
                 _log_route(r, res, server, principal)
+            elif sub.name in ("exec", "attach"):
+                _stream_routes(r, res, server, sub.name)
     return r
 
 
@@ -312,3 +307,18 @@ def _log_route(r: APIRouter, res: Resource, server, principal) -> None:
         return StreamingResponse(shoal_kube_api.prepend(first, chunks), media_type="text/plain")
 
     r.add_api_route(f"{_paths(res)[1]}/log", pod_log, methods=["GET"])
+
+
+def _stream_routes(r: APIRouter, res: Resource, server, mode: str) -> None:
+    """``pods/{name}/exec`` and ``/attach``: kubectl's WebSocket (server/kubeapi/streams.py);
+    its SPDY fallback (POST) gets the reason the upgrade was refused."""
+    path = f"{_paths(res)[1]}/{mode}"
+
+    async def stream(ws: WebSocket, namespace: str, name: str):
+        await streams.serve(ws, server, namespace, name, mode)
+
+    async def spdy(request: Request, namespace: str, name: str):
+        return await streams.spdy_refusal(server, request, namespace, name, mode)
+
+    r.add_api_websocket_route(path, stream)
+    r.add_api_route(path, spdy, methods=["GET", "POST"])

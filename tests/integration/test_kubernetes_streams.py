@@ -1,0 +1,168 @@
+"""kubectl's streaming commands against Shoal, with the real kubectl 1.32 (WebSockets:
+``v5.channel.k8s.io``) and the official Python client: exec (stdin, a terminal and its size,
+the exit code), cp, attach, logs -f and its options, watch bookmarks and the status
+subresources. The pods run on the process runtime: a container is a process on the node.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import pty
+import select
+import shutil
+import struct
+import subprocess
+import termios
+import time
+
+import pytest
+
+from tests.integration.cluster import LocalCluster
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")]
+
+TICKER = "i=0; while true; do i=$((i+1)); echo tick $i; sleep 0.3; done"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = LocalCluster(tmp_path_factory.mktemp("kubestreams"), nodes=1, gpus_per_node=2, extra=("--tls", "on"))
+    c.up()
+    c.kubeconfig = str(c.root / "state" / "kubeconfig")
+    c.env.update(KUBECONFIG=c.kubeconfig, KUBECACHEDIR=str(c.root / "kube-cache"))
+    yield c
+    c.down()
+
+
+def kubectl(c: LocalCluster, *args: str, check: bool = True, timeout: float = 60, stdin: str | None = None):
+    return c.run(["kubectl", *args], check=check, timeout=timeout, input=stdin)
+
+
+def pod(name: str, script: str, *, env: dict | None = None, restart: str = "Always", extra: list | None = None) -> dict:
+    container = {"name": "main", "image": "busybox", "command": ["sh", "-c", script],
+                 "env": [{"name": k, "value": v} for k, v in (env or {}).items()]}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"test": "streams"}},
+            "spec": {"restartPolicy": restart, "containers": [container, *(extra or [])]}}
+
+
+def create(c: LocalCluster, manifest: dict) -> None:
+    path = c.root / f"{manifest['metadata']['name']}.json"
+    path.write_text(json.dumps(manifest))
+    kubectl(c, "apply", "-f", str(path))
+
+
+def running(c: LocalCluster, name: str) -> None:
+    kubectl(c, "wait", "--for=condition=Ready", f"pod/{name}", "--timeout=60s", timeout=70)
+
+
+def test_exec_runs_in_the_pod_and_returns_its_exit_code(cluster):
+    c = cluster
+    create(c, pod("shell", "echo started; sleep 3600", env={"GREETING": "hello from the pod"}))
+    running(c, "shell")
+
+    out = kubectl(c, "exec", "shell", "--", "sh", "-c", 'echo "$GREETING"; echo oops >&2; exit 3', check=False)
+    assert out.stdout == "hello from the pod\n"
+    assert out.stderr == "oops\ncommand terminated with exit code 3\n"
+    assert out.returncode == 3
+
+    assert kubectl(c, "exec", "shell", "-c", "main", "--", "true").returncode == 0
+
+    # -i: kubectl's standard input, its end passed on (cat ends).
+    data = "".join(f"line {i}\n" for i in range(2000))
+    out = kubectl(c, "exec", "-i", "shell", "--", "sh", "-c", "wc -l; cat", stdin=data)
+    assert out.stdout == "2000\n"  # wc read it all; cat found the end
+
+    out = kubectl(c, "exec", "shell", "--", "nosuchcommand", check=False)
+    assert out.returncode != 0 and 'exec: "nosuchcommand"' in out.stderr
+
+    out = kubectl(c, "exec", "shell", "-c", "nosuch", "--", "true", check=False)
+    assert out.returncode == 1 and "container nosuch is not valid for pod shell" in out.stderr
+
+    out = kubectl(c, "exec", "nosuch", "--", "true", check=False)
+    assert out.stderr.strip() == 'Error from server (NotFound): pods "nosuch" not found'
+
+    # The Python client's exec (v4.channel.k8s.io).
+    from kubernetes import client, config
+    from kubernetes.stream import stream
+
+    config.load_kube_config(c.kubeconfig)
+    said = stream(client.CoreV1Api().connect_get_namespaced_pod_exec, "shell", "default",
+                  command=["sh", "-c", 'echo "$GREETING" from python'], stdout=True, stderr=True, stdin=False,
+                  tty=False)
+    assert said == "hello from the pod from python\n"
+
+
+def test_exec_with_a_terminal_follows_its_size(cluster):
+    """``kubectl exec -it``: the command gets a terminal of kubectl's terminal's size, and a
+    resize of kubectl's terminal reaches it."""
+    c = cluster
+    create(c, pod("term", "sleep 3600"))
+    running(c, "term")
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.environ.update(c.env)
+        os.execvp("kubectl", ["kubectl", "exec", "-it", "term", "--", "sh"])
+    try:
+        fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 33, 101, 0, 0))
+        out = b""
+
+        def read_until(marker: bytes, timeout: float = 30) -> bytes:
+            nonlocal out
+            deadline = time.monotonic() + timeout
+            while marker not in out and time.monotonic() < deadline:
+                if select.select([fd], [], [], 0.2)[0]:
+                    out += os.read(fd, 4096)
+            assert marker in out, out
+            return out
+
+        os.write(fd, b"tty; stty size\n")
+        text = read_until(b"\n33 101").decode()
+        assert "/dev/pts/" in text
+        fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 20, 70, 0, 0))
+        os.kill(pid, 28)  # SIGWINCH: kubectl reads its new size and sends it on
+        time.sleep(1)
+        os.write(fd, b"stty size\n")
+        read_until(b"\n20 70")
+        os.write(fd, b"exit 7\n")
+        _, status = os.waitpid(pid, 0)
+        pid = 0
+        assert os.waitstatus_to_exitcode(status) == 7
+    finally:
+        if pid:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+        os.close(fd)
+
+
+def test_kubectl_cp_both_ways(cluster):
+    c = cluster
+    create(c, pod("files", "sleep 3600"))
+    running(c, "files")
+    src = c.root / "upload"
+    src.mkdir()
+    (src / "weights.txt").write_text("layer0 0.5\n" * 1000)
+    remote = c.root / "in-pod"
+    kubectl(c, "cp", str(src), f"files:{remote}")
+    assert (remote / "weights.txt").read_text() == "layer0 0.5\n" * 1000
+    back = c.root / "download"
+    kubectl(c, "cp", f"files:{remote}/weights.txt", str(back))
+    assert back.read_text() == "layer0 0.5\n" * 1000
+
+
+def test_attach_streams_what_the_container_writes_from_now_on(cluster):
+    c = cluster
+    create(c, pod("ticker", TICKER))
+    running(c, "ticker")
+    p = subprocess.Popen(["kubectl", "attach", "ticker"], env={**os.environ, **c.env}, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        first = p.stdout.readline()
+        second = p.stdout.readline()
+        assert first.startswith("tick ") and second == f"tick {int(first.split()[1]) + 1}\n"
+        assert int(first.split()[1]) > 1  # from now on: not the log's beginning
+    finally:
+        p.kill()
+        p.wait()
