@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from tests.integration.cluster import LocalCluster
+from tests.integration.cluster import LocalCluster, wait_until
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")]
@@ -166,3 +166,65 @@ def test_attach_streams_what_the_container_writes_from_now_on(cluster):
     finally:
         p.kill()
         p.wait()
+
+
+def test_logs_follow_tail_container_previous_and_since(cluster):
+    c = cluster
+    side = {"name": "side", "image": "busybox", "command": ["sh", "-c", "echo side says hi; sleep 3600"]}
+    create(c, pod("chatty", "for i in 1 2 3 4 5; do echo main $i; done; " + TICKER, extra=[side]))
+    running(c, "chatty")
+    wait_until(lambda: "tick 2" in kubectl(c, "logs", "chatty", "-c", "main").stdout, 30, "ticks")
+
+    assert kubectl(c, "logs", "chatty", "-c", "side").stdout == "side says hi\n"
+    out = kubectl(c, "logs", "chatty")  # kubectl picks the first container, and says so
+    assert out.stdout.startswith("main 1\nmain 2\n") and 'Defaulted container "main"' in out.stderr
+    tail = kubectl(c, "logs", "chatty", "-c", "main", "--tail=2").stdout.splitlines()
+    assert len(tail) == 2 and all(x.startswith("tick ") for x in tail)
+    assert int(tail[1].split()[1]) == int(tail[0].split()[1]) + 1
+
+    # -f: what the container writes next, as it writes it.
+    p = subprocess.Popen(["kubectl", "logs", "-f", "--tail=1", "chatty", "-c", "main"], env={**os.environ, **c.env},
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        lines = [p.stdout.readline() for _ in range(4)]
+        numbers = [int(x.split()[1]) for x in lines]
+        assert numbers == list(range(numbers[0], numbers[0] + 4)), lines
+    finally:
+        p.kill()
+        p.wait()
+
+    # --since: the whole log of a container that started within the window; refused beyond it
+    # (the lines carry no times), with kubectl's wording for a server's refusal.
+    assert kubectl(c, "logs", "chatty", "-c", "side", "--since=1h").stdout == "side says hi\n"
+    time.sleep(2)
+    out = kubectl(c, "logs", "chatty", "-c", "side", "--since=1s", check=False)
+    assert out.returncode == 1
+    assert out.stderr.startswith('Error from server (BadRequest): the log of container "side" in pod "chatty" '
+                                 'has no times on its lines')
+
+    # -f of a container that ends: kubectl returns with all of it.
+    create(c, pod("short", "sleep 2; for i in 1 2 3; do echo line $i; sleep 0.3; done", restart="Never"))
+    running(c, "short")
+    out = kubectl(c, "logs", "-f", "short", timeout=30)
+    assert out.stdout == "line 1\nline 2\nline 3\n"
+
+
+def test_logs_previous_after_a_restart(cluster):
+    c = cluster
+    create(c, pod("crashy", 'echo "run at $(date +%s%N)"; sleep 1; exit 1'))
+
+    def restarted() -> bool:
+        doc = json.loads(kubectl(c, "get", "pod", "crashy", "-o", "json").stdout)
+        return any(s.get("restartCount", 0) >= 1 for s in doc["status"].get("containerStatuses", []))
+
+    wait_until(restarted, 90, "the container to restart")
+    wait_until(lambda: kubectl(c, "logs", "crashy", check=False).stdout.startswith("run at"), 60,
+               "the current run's log")
+    previous = kubectl(c, "logs", "crashy", "--previous").stdout
+    assert previous.startswith("run at ")
+    current = kubectl(c, "logs", "crashy").stdout
+    assert current.startswith("run at ") and current != previous
+    create(c, pod("steady", "sleep 3600"))
+    running(c, "steady")
+    out = kubectl(c, "logs", "steady", "--previous", check=False)
+    assert out.returncode == 1 and "previous terminated container" in out.stderr

@@ -14,6 +14,7 @@ from fastapi import APIRouter, Depends, Request, WebSocket
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from shoal.kube.jobs import seconds
 from shoal.server.auth import Principal
 from shoal.server.kube import api as shoal_kube_api
 from shoal.server.kube.objects import ObjectError
@@ -297,8 +298,12 @@ def _log_route(r: APIRouter, res: Resource, server, principal) -> None:
         q = request.query_params
         try:
             tail = int(number(request, "tailLines")) if q.get("tailLines") else None
+            since = log_since(request)
             agent, key, cname = await run_in_threadpool(shoal_kube_api.locate, server, p, namespace, name,
                                                         q.get("container"), "get")
+            if since is not None:
+                await run_in_threadpool(server.kube_api.check_log_window, res, p, namespace, name, cname,
+                                        q.get("previous") == "true", since)
             chunks = server.logs.stream(agent, key=key, container=cname, previous=q.get("previous") == "true",
                                         follow=q.get("follow") == "true", tail=tail)
             first = await chunks.__anext__()
@@ -307,6 +312,24 @@ def _log_route(r: APIRouter, res: Resource, server, principal) -> None:
         return StreamingResponse(shoal_kube_api.prepend(first, chunks), media_type="text/plain")
 
     r.add_api_route(f"{_paths(res)[1]}/log", pod_log, methods=["GET"])
+
+
+def log_since(request: Request) -> float | None:
+    """The start of ``sinceSeconds``/``sinceTime``'s window (None: the whole log); the
+    lines carry no times, so ``timestamps`` is refused."""
+    q = request.query_params
+    if q.get("timestamps") == "true":
+        raise ObjectError("the lines of Shoal's container logs carry no times: --timestamps cannot be served",
+                          400, "BadRequest")
+    if q.get("sinceSeconds"):
+        return time.time() - number(request, "sinceSeconds")
+    if q.get("sinceTime"):
+        try:
+            return seconds(q["sinceTime"])
+        except ValueError:
+            raise ObjectError(f"sinceTime: invalid value {q['sinceTime']!r}: not an RFC 3339 time", 400,
+                              "BadRequest") from None
+    return None
 
 
 def _stream_routes(r: APIRouter, res: Resource, server, mode: str) -> None:

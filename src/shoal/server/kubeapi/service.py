@@ -10,6 +10,7 @@ import base64
 import time
 from collections.abc import Iterator
 
+from shoal.kube.jobs import seconds
 from shoal.kube.patch import PatchError, json_patch, merge_patch, strategic_merge
 from shoal.model.selectors import SelectorError, parse_selector_text
 from shoal.server.auth import Principal
@@ -152,6 +153,18 @@ class KubeService:
             raise a.forbidden("get", res.shoal_kind, key_namespace(res, namespace), name)
         return with_rv(entry)
 
+    def check_log_window(self, res: Resource, p: Principal, namespace: str, name: str, container: str,
+                         previous: bool, since: float) -> None:
+        """``kubectl logs --since/--since-time``: a container's log lines carry no times, so the
+        log is served whole when the run began within the window, and refused otherwise."""
+        pod = self.get(res, p, namespace, name)
+        started = log_start(pod, container, previous)
+        if started is None or started < since:
+            began = f" (it started at {started_text(started)})" if started is not None else ""
+            raise ObjectError(f'the log of container "{container}" in pod "{name}" has no times on its lines: '
+                              f"--since and --since-time may reach back only to the container's start{began}; "
+                              f"use --tail", 400, "BadRequest")
+
     # -- writes
 
     def _write(self, res: Resource, p: Principal, namespace: str | None, doc, name: str | None, dry_run: bool,
@@ -280,3 +293,15 @@ def _prepare(res: Resource, doc, namespace: str | None, name: str | None) -> str
     if meta.get("name") != name:
         raise ObjectError("the name of the object does not match the name on the URL", 400)
     return name
+
+
+def log_start(pod: dict, container: str, previous: bool) -> float | None:
+    """When the run whose log ``kubectl logs`` reads began (``previous``: the one before)."""
+    st = next((c for c in pod.get("status", {}).get("containerStatuses", []) if c.get("name") == container), {})
+    state = st.get("lastState" if previous else "state") or {}
+    when = next((v.get("startedAt") for v in state.values() if isinstance(v, dict) and v.get("startedAt")), None)
+    return seconds(when) if when else None
+
+
+def started_text(epoch: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
