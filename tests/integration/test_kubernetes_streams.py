@@ -228,3 +228,97 @@ def test_logs_previous_after_a_restart(cluster):
     running(c, "steady")
     out = kubectl(c, "logs", "steady", "--previous", check=False)
     assert out.returncode == 1 and "previous terminated container" in out.stderr
+
+
+def test_watch_bookmarks_and_initial_events(cluster):
+    """The Python client's watch with bookmarks: while nothing it watches changes but other
+    pods do, BOOKMARKs move its position on; sendInitialEvents lists first, then marks the end."""
+    from kubernetes import client, config, watch
+
+    c = cluster
+    config.load_kube_config(c.kubeconfig)
+    core = client.CoreV1Api()
+    create(c, pod("marked", "sleep 3600"))
+    listed = core.list_namespaced_pod("default", label_selector="test=nothing-here")
+    start = int(listed.metadata.resource_version)
+    seen: list[dict] = []
+    w = watch.Watch()
+    create(c, pod("unwatched", "sleep 3600"))  # moves the cache's position, invisible to the watch
+    for ev in w.stream(core.list_namespaced_pod, "default", label_selector="test=nothing-here",
+                       resource_version=str(start), allow_watch_bookmarks=True, timeout_seconds=12):
+        seen.append({"type": ev["type"], "object": ev["raw_object"]})
+    assert seen and all(e["type"] == "BOOKMARK" for e in seen), seen
+    versions = [int(e["object"]["metadata"]["resourceVersion"]) for e in seen]
+    assert versions == sorted(versions) and versions[0] > start
+    assert seen[0]["object"]["kind"] == "Pod" and seen[0]["object"]["apiVersion"] == "v1"
+    assert w.resource_version == str(versions[-1])  # the client resumes from the last bookmark
+
+    initial = []
+    for ev in w.stream(core.list_namespaced_pod, "default", label_selector="test=streams",
+                       allow_watch_bookmarks=True, send_initial_events=True, resource_version_match="NotOlderThan",
+                       timeout_seconds=3):
+        initial.append((ev["type"], ev["raw_object"]["metadata"]))
+    names = [m["name"] for t, m in initial if t == "ADDED"]
+    assert "marked" in names and "unwatched" in names
+    ends = [i for i, (t, m) in enumerate(initial)
+            if t == "BOOKMARK" and (m.get("annotations") or {}).get("k8s.io/initial-events-end") == "true"]
+    assert ends and ends[0] == len(names)  # right after the ADDED events
+
+    out = kubectl(c, "get", "--raw", "/api/v1/namespaces/default/pods?watch=1&sendInitialEvents=true"
+                  "&timeoutSeconds=1", check=False)
+    assert "sendInitialEvents is forbidden for watch unless allowWatchBookmarks=true" in out.stderr
+
+
+def test_status_subresources(cluster):
+    """GET and PATCH of deployments/status, jobs/status and pods/status: a write there changes
+    the status only; a controller's condition on a pod (a readiness gate's) stays."""
+    from kubernetes import client, config
+
+    c = cluster
+    config.load_kube_config(c.kubeconfig)
+    core, apps, batch = client.CoreV1Api(), client.AppsV1Api(), client.BatchV1Api()
+    create(c, pod("gated", "sleep 3600"))
+    running(c, "gated")
+    cond = {"type": "example.com/warmed-up", "status": "True", "reason": "CacheLoaded",
+            "lastTransitionTime": "2026-01-01T00:00:00Z"}
+    got = core.patch_namespaced_pod_status("gated", "default", {"status": {"conditions": [cond]}})
+    assert any(x.type == "example.com/warmed-up" for x in got.status.conditions)
+    time.sleep(3)  # the node reports the pod's status again meanwhile
+    pod_now = core.read_namespaced_pod_status("gated", "default")
+    types = [x.type for x in pod_now.status.conditions]
+    assert "example.com/warmed-up" in types and "Ready" in types
+    assert pod_now.status.phase == "Running"
+
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "statused"},
+                  "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "statused"}},
+                           "template": {"metadata": {"labels": {"app": "statused"}}, "spec": {"containers": [
+                               {"name": "main", "image": "busybox", "command": ["sleep", "3600"]}]}}}}
+    create(c, deployment)
+    wait_until(lambda: (apps.read_namespaced_deployment_status("statused", "default").status.ready_replicas or 0)
+               == 1, 60, "the deployment's pod ready")
+    before = apps.read_namespaced_deployment_status("statused", "default")
+    assert before.kind == "Deployment" and before.spec.replicas == 1
+    # A status write carrying a spec change: the spec stays.
+    after = apps.patch_namespaced_deployment_status("statused", "default",
+                                                    {"spec": {"replicas": 3}, "status": {"replicas": 1}})
+    assert after.spec.replicas == 1 and after.metadata.generation == before.metadata.generation
+    out = kubectl(c, "get", "deploy", "statused", "--subresource=status", "-o", "jsonpath={.status.readyReplicas}")
+    assert out.stdout == "1"
+    stale = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "statused", "resourceVersion": "1"},
+             "spec": deployment["spec"], "status": {"replicas": 1}}
+    with pytest.raises(client.ApiException) as err:
+        apps.replace_namespaced_deployment_status("statused", "default", stale)
+    assert err.value.status == 409
+
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "quick"},
+           "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [
+               {"name": "main", "image": "busybox", "command": ["true"]}]}}}}
+    create(c, job)
+    kubectl(c, "wait", "--for=condition=complete", "job/quick", "--timeout=60s", timeout=70)
+    status = batch.read_namespaced_job_status("quick", "default").status
+    assert status.succeeded == 1 and any(x.type == "Complete" for x in status.conditions)
+    # The Job's controller owns its status (and writes it again); a status patch leaves the spec.
+    out = kubectl(c, "patch", "job", "quick", "--subresource=status", "--type=merge",
+                  "-p", '{"spec":{"suspend":true},"status":{"ready":0}}')
+    assert out.stdout.strip() == "job.batch/quick patched"
+    assert not batch.read_namespaced_job("quick", "default").spec.suspend

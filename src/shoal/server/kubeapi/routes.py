@@ -26,6 +26,7 @@ from shoal.server.kubeapi.registry import (
 from shoal.server.kubeapi.printing import status
 from shoal.server.kubeapi.service import Invalid, KubeService, Selection
 
+BOOKMARK_S = 5.0  # a bookmark at most this often while a watcher's position moves without its events
 WATCH_TIMEOUT_S = 1800  # a watch without timeoutSeconds ends after this, as the API server's min-request-timeout
 PATCH_TYPES = {
     "application/json-patch+json": "json",
@@ -130,6 +131,8 @@ def router(server, principal, nodes_json, retry_on_conflict) -> APIRouter:
                 _scale_routes(r, res, svc, principal)
             elif sub.name == "log":
                 _log_route(r, res, server, principal)
+            elif sub.name == "status":
+                _status_routes(r, res, svc, principal)
             elif sub.name in ("exec", "attach"):
                 _stream_routes(r, res, server, sub.name)
     return r
@@ -186,7 +189,11 @@ def _read_routes(r: APIRouter, res: Resource, svc: KubeService, principal) -> No
 
 async def watch(request: Request, res: Resource, svc: KubeService, p: Principal, sel: Selection):
     """Chunked JSON watch events from ``resourceVersion`` (0 or none: the current objects as
-    ADDED first); a position older than the cache keeps gets an ERROR event with 410."""
+    ADDED first); a position older than the cache keeps gets an ERROR event with 410. With
+    ``allowWatchBookmarks``, a BOOKMARK (the object's kind and a resourceVersion only) moves
+    the watcher's position on while nothing it watches changes (every ``BOOKMARK_S`` at most,
+    and as the watch times out); ``sendInitialEvents`` sends the current objects first, then a
+    bookmark marking their end (``k8s.io/initial-events-end``), as watch-list clients expect."""
     q = request.query_params
     a = await run_in_threadpool(svc.access, p)
     svc.check_list(a, res, sel.namespace, "watch")
@@ -194,6 +201,14 @@ async def watch(request: Request, res: Resource, svc: KubeService, p: Principal,
     since = q.get("resourceVersion") or "0"
     if not since.isdigit():
         raise ObjectError(f"invalid resource version: {since}", 400)
+    bookmarks = q.get("allowWatchBookmarks") in ("1", "true", "True") and not table
+    initial = q.get("sendInitialEvents") in ("1", "true", "True")
+    if initial and not bookmarks:
+        raise ObjectError("sendInitialEvents: Forbidden: sendInitialEvents is forbidden for watch unless "
+                          "allowWatchBookmarks=true", 422, "Invalid")
+    if initial and q.get("resourceVersionMatch") != "NotOlderThan":
+        raise ObjectError("resourceVersionMatch: Forbidden: sendInitialEvents requires setting "
+                          "resourceVersionMatch to NotOlderThan", 422, "Invalid")
     timeout = min(number(request, "timeoutSeconds", WATCH_TIMEOUT_S), WATCH_TIMEOUT_S)
     cache = svc.cache
     headers_sent: list = []
@@ -206,24 +221,40 @@ async def watch(request: Request, res: Resource, svc: KubeService, p: Principal,
             headers_sent.append(True)
         return (json.dumps({"type": type_, "object": obj}) + "\n").encode()
 
+    def bookmark(rv: int, initial_end: bool = False) -> bytes:
+        meta: dict = {"resourceVersion": str(rv)}
+        if initial_end:
+            meta["annotations"] = {"k8s.io/initial-events-end": "true"}
+        return (json.dumps({"type": "BOOKMARK", "object": {"kind": res.kind, "apiVersion": res.group_version,
+                                                            "metadata": meta}}) + "\n").encode()
+
     async def events():
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         pos = int(since)
-        if pos == 0:
+        if pos == 0 or initial:
             pos, entries = await run_in_threadpool(cache.items, res)
             for e in svc.visible(a, res, entries, sel):
                 yield line("ADDED", e)
+            if initial:
+                yield bookmark(pos, initial_end=True)
         elif cache.too_old(pos):
             gone = status(f"too old resource version: {pos} ({cache.oldest})", 410, "Expired")
             yield (json.dumps({"type": "ERROR", "object": gone}) + "\n").encode()
             return
+        told, told_at = pos, loop.time()  # the position the client last heard of, and when
         while loop.time() < deadline:
             await cache.poll(res)
-            for ev in cache.since(res, pos):
-                pos = ev.rv
+            changes, head = cache.since_at(res, pos)
+            for ev in changes:
                 if next(svc.visible(a, res, [ev.entry], sel), None) is not None:
                     yield line(ev.type, ev.entry)
+                    told, told_at = ev.rv, loop.time()
+            pos = max(pos, head)
+            if bookmarks and pos > told and (loop.time() - told_at >= BOOKMARK_S
+                                             or loop.time() + POLL_S >= deadline):
+                yield bookmark(pos)
+                told, told_at = pos, loop.time()
             if await request.is_disconnected():
                 return
             await asyncio.sleep(POLL_S)
@@ -289,6 +320,27 @@ def _scale_routes(r: APIRouter, res: Resource, svc: KubeService, principal) -> N
     path = f"{_paths(res)[1]}/scale"
     r.add_api_route(path, get_scale, methods=["GET"])
     r.add_api_route(path, set_scale, methods=["PUT", "PATCH"])
+
+
+def _status_routes(r: APIRouter, res: Resource, svc: KubeService, principal) -> None:
+    """``{name}/status``: the object; PUT and PATCH change only its status (controllers' writes)."""
+
+    async def get_status(name: str, namespace: str | None = None, p: Principal = Depends(principal)):
+        return await call(svc.get, res, p, namespace, name)
+
+    async def set_status(request: Request, name: str, namespace: str | None = None,
+                         p: Principal = Depends(principal)):
+        kind = "replace" if request.method == "PUT" else PATCH_TYPES.get(
+            request.headers.get("content-type", "").split(";")[0].strip(), "merge")
+        try:
+            body = await body_of(request)
+        except ObjectError as e:
+            return error_response(e)
+        return await call(svc.write_status, res, p, namespace, name, kind, body, dry_run(request))
+
+    path = f"{_paths(res)[1]}/status"
+    r.add_api_route(path, get_status, methods=["GET"])
+    r.add_api_route(path, set_status, methods=["PUT", "PATCH"])
 
 
 def _log_route(r: APIRouter, res: Resource, server, principal) -> None:

@@ -16,6 +16,7 @@ from shoal.model.selectors import SelectorError, parse_selector_text
 from shoal.server.auth import Principal
 from shoal.server.kube import api as shoal_kube_api
 from shoal.server.kube import objects as objs
+from shoal.server.kube import pods as podsvc
 from shoal.server.kube import service as objsvc
 from shoal.server.kube.objects import ObjectError, random_suffix
 from shoal.server.kube.rbac import VIEW, Access
@@ -210,16 +211,7 @@ class KubeService:
         a = self.access(p)
         if not a.may_read(key_namespace(res, namespace), current.owner):
             raise a.forbidden("patch", res.shoal_kind, key_namespace(res, namespace), name)
-        base = with_rv(current)
-        try:
-            doc = (json_patch(base, patch) if patch_type == "json" else merge_patch(base, patch)
-                   if patch_type == "merge" else strategic_merge(base, patch))
-        except PatchError as e:
-            raise ObjectError(str(e), 422, "Invalid") from None
-        if not isinstance(doc, dict):
-            raise ObjectError("the patched object is not a JSON object", 400)
-        rv = (patch.get("metadata") or {}).get("resourceVersion") if isinstance(patch, dict) else None
-        (doc.get("metadata") or {}).pop("resourceVersion", None)
+        doc, rv = patched(with_rv(current), patch_type, patch)
         return self.write(res, p, namespace, doc, name, dry_run, expect_rv=rv or "")
 
     def _delete(self, res: Resource, p: Principal, namespace: str | None, name: str) -> str | None:
@@ -235,6 +227,44 @@ class KubeService:
             objsvc.delete(s, a, res.shoal_kind, key_namespace(res, namespace), name, self.server.clock())
         self.changed()
         return (entry.obj.get("metadata") or {}).get("uid") if entry else None
+
+    # -- the status subresource
+
+    def write_status(self, res: Resource, p: Principal, namespace: str | None, name: str, patch_type: str,
+                     body, dry_run: bool) -> dict:
+        """PUT (``patch_type`` "replace") or PATCH ``.../status``: only the object's status
+        changes, whatever else the body says, as the API server's status strategy does. A pod's
+        status is its node's: only conditions of types the kubelet does not own are kept
+        (readiness gates' conditions, written by controllers)."""
+        ns = key_namespace(res, namespace)
+        current = self.cache.get(res, ns, name)
+        if current is None:
+            raise objs.not_found(res.shoal_kind, name)
+        if patch_type == "replace":
+            if not isinstance(body, dict):
+                raise ObjectError("the request body must be a JSON object", 400)
+            doc, rv = body, (body.get("metadata") or {}).get("resourceVersion")
+        else:
+            doc, rv = patched(with_rv(current), patch_type, body)
+        if rv and rv != str(current.rv):
+            raise ObjectError(f'Operation cannot be fulfilled on {res.qualified} "{name}": the object has been '
+                              "modified; please apply your changes to the latest version and try again",
+                              409, "Conflict")
+        status = doc.get("status") or {}
+        if not isinstance(status, dict):
+            raise Invalid(res, name, [{"path": "status", "message": "Invalid value: must be an object"}])
+        with self.server.sessions() as s, s.begin():
+            a = Access.of(s, p, self.server.config.auth.default_namespace_open)
+            a.check_change("update" if patch_type == "replace" else "patch", res.shoal_kind, ns, name, current.owner)
+            if res.source == "pods":
+                podsvc.set_extra_conditions(s, ns, name, status.get("conditions") or [])
+            else:
+                objs.set_status(objs.require(s, res.shoal_kind, ns, name), status)  # its controller may write over it
+            if dry_run:
+                s.rollback()
+        if not dry_run:
+            self.changed()
+        return self.get(res, p, namespace, name)
 
     # -- the scale subresource
 
@@ -305,3 +335,18 @@ def log_start(pod: dict, container: str, previous: bool) -> float | None:
 
 def started_text(epoch: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+
+
+def patched(base: dict, patch_type: str, patch) -> tuple[dict, str | None]:
+    """``base`` with a JSON, merge or strategic merge patch (or an applied object) laid on it,
+    less its resourceVersion; and the resourceVersion the patch expects (None: any)."""
+    try:
+        doc = (json_patch(base, patch) if patch_type == "json" else merge_patch(base, patch)
+               if patch_type == "merge" else strategic_merge(base, patch))
+    except PatchError as e:
+        raise ObjectError(str(e), 422, "Invalid") from None
+    if not isinstance(doc, dict):
+        raise ObjectError("the patched object is not a JSON object", 400)
+    rv = (patch.get("metadata") or {}).get("resourceVersion") if isinstance(patch, dict) else None
+    (doc.get("metadata") or {}).pop("resourceVersion", None)
+    return doc, rv
