@@ -119,6 +119,7 @@ class Agent:
         self.usage = UsageSampler(self._open_nvml(), cfg.inventory.gpus)
         self._pod_names: dict[str, tuple[str, str]] = {}  # run key -> (namespace, pod), for /metrics
         self._gpu_holders: dict[int, dict[str, str]] = {}  # GPU index -> its holder's labels, for /metrics
+        self._gpu_runs: dict[int, tuple[int, int]] = {}  # GPU index -> (job id, run) holding it, for accounting
         self.health_interval = 1.0  # NVML health polls (HealthCheckInterval)
         self._health_lock = threading.Lock()
         self._gpu_problems: list[dict] = []  # lasting GPU problems found by the last poll
@@ -284,6 +285,7 @@ class Agent:
         pods = [(r["key"], r["gpus"], (r["pod"]["namespace"], r["pod"]["name"])) for r in work["runs"] if "pod" in r]
         self._pod_names = {key: name for key, _, name in pods}
         self._gpu_holders = {g: holder_labels(r) for r in work["runs"] for g in r["gpus"]}
+        self._gpu_runs = {g: (r["job_id"], r["run"]) for r in work["runs"] for g in r["gpus"]}
         kill = {k["key"] for k in work["kill"]}
         self._desired = desired | kill
         for entry in work["runs"]:
@@ -434,7 +436,7 @@ class Agent:
                 # Once per heartbeat, however often pod changes wake the reporter.
                 sampled = time.monotonic()
                 try:
-                    usage = self.usage.sample(self.pods.container_pids()).report()
+                    usage = self.usage.sample(self.pods.container_pids()).report(self._gpu_runs)
                 except Exception:  # a figure missed must never stop the heartbeats
                     log.exception("sampling GPU and pod usage failed")
             with self._health_lock:

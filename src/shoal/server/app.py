@@ -23,7 +23,7 @@ from shoal.model.node import NodeState, display_state
 from shoal.model.gpu import gpu_gres
 from shoal.model.resources import GPU, Allocation
 from shoal.sched.placement import check_feasible
-from shoal.server import commands, console, fastpath
+from shoal.server import commands, console, fastpath, gpuacct
 from shoal.server import metrics as metricsmod
 from shoal.server import jobs as jobsvc
 from shoal.server import nodes as nodesvc
@@ -345,14 +345,15 @@ def create_app(server: Server) -> fastpath.FastPaths:
                 if _private_jobs(p) is not None and row.user != p.user and row.id != p.job_id:
                     raise jobsvc.JobError(f"Invalid job id specified: {job_id}", 404)
                 if row.state != JobState.RUNNING.value or not row.allocation:
-                    return "", [], []
+                    return "", [], [], None
                 rows = s.scalars(select(StepRow).where(StepRow.job_id == row.id)).all()
                 steps = [st for st in jobsvc.to_json(row, steps=rows)["steps"] if st["state"] == "RUNNING"]
                 nodes = [s.get(NodeRow, n) for n in Allocation.from_json(row.allocation).node_names]
                 key = jobsvc.job_run_key(row.id, row.restart_count)
-                return key, [AgentEndpoint.of(n) for n in nodes if n is not None], steps
+                gpu = gpuacct.summaries(s, [row]).get(row.id)
+                return key, [AgentEndpoint.of(n) for n in nodes if n is not None], steps, gpu
 
-        key, agents, steps = await fastpath.in_thread(locate)
+        key, agents, steps, gpu = await fastpath.in_thread(locate)
 
         async def ask(agent: AgentEndpoint) -> dict:
             return json.loads(b"".join([chunk async for chunk in server.logs.job_usage(agent, key=key)]))
@@ -364,9 +365,18 @@ def create_app(server: Server) -> fastpath.FastPaths:
                 continue
             for step, usage in (reply.get("steps") or {}).items():
                 found.setdefault(step, []).append({"node": reply["node"], **usage})
-        return {"job_id": job_id, "running": bool(agents),
+        return {"job_id": job_id, "running": bool(agents), "gpu_usage": gpu,
                 "steps": [{"step_id": st["step_id"], "nodelist": st["nodelist"], "nodes": found.get(st["step_id"], [])}
                           for st in steps]}
+
+    @app.get("/shoal/v1/jobs/{job_id}/gpu-usage")
+    def get_gpu_usage(job_id: int, p: Principal = Depends(principal)):
+        """The job's GPU use (its current run's): the summary sacct reads, and each node's points."""
+        with server.sessions() as s:
+            row = _job(s, job_id)
+            if _private_jobs(p) is not None and row.user != p.user and row.id != p.job_id:
+                raise jobsvc.JobError(f"Invalid job id specified: {job_id}", 404)
+            return gpuacct.detail(s, row)
 
     @app.post("/shoal/v1/jobs/cancel")
     @retry_on_conflict
@@ -822,6 +832,7 @@ def create_app(server: Server) -> fastpath.FastPaths:
             touched |= nodesvc.apply_gpu_health(s, server.controller, row,
                                                 [g.model_dump() for g in body.gpu_health], now)
             routes_changed = kubesvc.pod_reports(s, node, body.pods, now)
+            gpuacct.record(s, node, body.gpu_usage, now)
             alive = set(body.alive)
             for c in list(s.scalars(select(CleanupRow).where(CleanupRow.node == node))):
                 if jobsvc.job_run_key(c.job_id, c.run) not in alive:
@@ -886,7 +897,9 @@ def create_app(server: Server) -> fastpath.FastPaths:
         for st in s.scalars(select(StepRow).where(StepRow.job_id.in_(ids)).order_by(StepRow.step_id)):
             steps.setdefault(st.job_id, []).append(st)
         completing = set(s.scalars(select(CleanupRow.job_id).where(CleanupRow.job_id.in_(ids))))
-        out = [jobsvc.to_json(r, steps=steps.get(r.id, []), completing=r.id in completing) for r in rows]
+        gpu = gpuacct.summaries(s, rows)
+        out = [jobsvc.to_json(r, steps=steps.get(r.id, []), completing=r.id in completing, gpu_usage=gpu.get(r.id))
+               for r in rows]
         # pending array tasks: let squeue collapse them
         arrays: dict[int, list[dict]] = {}
         for j in out:
