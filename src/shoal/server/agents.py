@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 from shoal.model.job import JobState, LateExit, run_end
 from shoal.model.node import NodeState
 from shoal.model.resources import Allocation
-from shoal.server import fastpath
+from shoal.server import fastpath, gpuacct
 from shoal.server import jobs as jobsvc
 from shoal.server import nodes as nodesvc
 from shoal.server.auth import AuthError, agent_credential, node_step_key
@@ -116,6 +116,7 @@ def report(server: Server, s: Session, node: str, body: AgentReport, authorizati
         touched |= nodesvc.apply_gpu_health(s, server.controller, row,
                                             [g.model_dump() for g in body.gpu_health], now)
         routes_changed = kubesvc.pod_reports(s, node, body.pods, now)
+        gpuacct.record(s, node, body.gpu_usage, now)
         alive = set(body.alive)
         for c in list(s.scalars(select(CleanupRow).where(CleanupRow.node == node))):
             if jobsvc.job_run_key(c.job_id, c.run) not in alive:

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 from shoal.model.arrays import format_array
 from shoal.model.job import JobState
 from shoal.model.resources import Allocation
-from shoal.server import fastpath
+from shoal.server import fastpath, gpuacct
 from shoal.server import jobs as jobsvc
 from shoal.server.auth import Principal
 from shoal.server.endpoints import Reply
@@ -206,14 +206,15 @@ async def job_usage(server: Server, job_id: int, p: Principal) -> dict:
             if private_jobs(server, p) is not None and row.user != p.user and row.id != p.job_id:
                 raise jobsvc.JobError(f"Invalid job id specified: {job_id}", 404)
             if row.state != JobState.RUNNING.value or not row.allocation:
-                return "", [], []
+                return "", [], [], None
             rows = s.scalars(select(StepRow).where(StepRow.job_id == row.id)).all()
             steps = [st for st in jobsvc.to_json(row, steps=rows)["steps"] if st["state"] == "RUNNING"]
             nodes = [s.get(NodeRow, n) for n in Allocation.from_json(row.allocation).node_names]
             key = jobsvc.job_run_key(row.id, row.restart_count)
-            return key, [AgentEndpoint.of(n) for n in nodes if n is not None], steps
+            gpu = gpuacct.summaries(s, [row]).get(row.id)
+            return key, [AgentEndpoint.of(n) for n in nodes if n is not None], steps, gpu
 
-    key, agents, steps = await fastpath.in_thread(locate)
+    key, agents, steps, gpu = await fastpath.in_thread(locate)
 
     async def ask(agent: AgentEndpoint) -> dict:
         return json.loads(b"".join([chunk async for chunk in server.logs.job_usage(agent, key=key)]))
@@ -225,9 +226,17 @@ async def job_usage(server: Server, job_id: int, p: Principal) -> dict:
             continue
         for step, usage in (reply.get("steps") or {}).items():
             found.setdefault(step, []).append({"node": reply["node"], **usage})
-    return {"job_id": job_id, "running": bool(agents),
+    return {"job_id": job_id, "running": bool(agents), "gpu_usage": gpu,
             "steps": [{"step_id": st["step_id"], "nodelist": st["nodelist"], "nodes": found.get(st["step_id"], [])}
                       for st in steps]}
+
+
+def gpu_usage(server: Server, s: Session, job_id: int, p: Principal) -> dict:
+    """The job's GPU use (its current run's): the summary sacct reads, and each node's points."""
+    row = job(s, job_id)
+    if private_jobs(server, p) is not None and row.user != p.user and row.id != p.job_id:
+        raise jobsvc.JobError(f"Invalid job id specified: {job_id}", 404)
+    return gpuacct.detail(s, row)
 
 
 def jobs_json(s: Session, rows: list[JobRow]) -> list[dict]:
@@ -240,7 +249,9 @@ def jobs_json(s: Session, rows: list[JobRow]) -> list[dict]:
     for st in s.scalars(select(StepRow).where(StepRow.job_id.in_(ids)).order_by(StepRow.step_id)):
         steps.setdefault(st.job_id, []).append(st)
     completing = set(s.scalars(select(CleanupRow.job_id).where(CleanupRow.job_id.in_(ids))))
-    out = [jobsvc.to_json(r, steps=steps.get(r.id, []), completing=r.id in completing) for r in rows]
+    gpu = gpuacct.summaries(s, rows)
+    out = [jobsvc.to_json(r, steps=steps.get(r.id, []), completing=r.id in completing, gpu_usage=gpu.get(r.id))
+           for r in rows]
     arrays: dict[int, list[dict]] = {}
     for j in out:
         if j["array_job_id"] is not None:

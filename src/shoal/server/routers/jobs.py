@@ -63,6 +63,12 @@ async def get_output(job_id: int, p: Caller, server: ServerDep,
     return Response(out, media_type="text/plain; charset=utf-8")
 
 
+@table.get("/{job_id}/gpu-usage")
+def get_gpu_usage(job_id: int, p: Caller, server: ServerDep, s: SessionDep):
+    """The job's GPU use (its current run's): the summary sacct reads, and each node's points."""
+    return joblist.gpu_usage(server, s, job_id, p)
+
+
 @table.get("/{job_id}/usage")
 async def get_usage(job_id: int, p: Caller, server: ServerDep):
     """What a running job's steps have used so far (sstat), read from their cgroups by the
