@@ -89,6 +89,7 @@ class Agent:
         if cfg.fake_nvml is not None and self.runtime.containment.hierarchy is not None:
             self.runtime.device_dir = fake_device_nodes(cfg.workdir / "dev", (g.index for g in cfg.inventory.gpus))
         self.containers = StepContainers(cfg.runtime, cfg.name, cfg.workdir)
+        self.runtime.before_empty = self._remove_containers
         self.pods = PodManager(cfg.name, cfg.workdir, cfg.address, self._on_pod_change, images=cfg.images,
                                default_runtime=cfg.runtime, users=users, containment=containment)
         self._pod_ids: dict[str, tuple[int, int]] = {}  # run key -> (job id, run)
@@ -335,6 +336,10 @@ class Agent:
         self.pods.forget_dead(self._desired)
         if kill or strays:
             self._report_now.set()
+
+    def _remove_containers(self, job_id: int) -> None:
+        if self.containers.has_job(job_id):
+            self.containers.remove_job(job_id)
 
     # ---------------------------------------------------------------- reports
 

@@ -411,13 +411,17 @@ def _run_step(runtime: Runtime, run, req: dict, conn: socket.socket, wfile, node
     # script's does, even with no agent alive (docs/FENCING.md); none when fencing is off.
     lease = runtime.workdir / supervise.LEASE
     prefix = supervise.step_command(lease) if lease.exists() else []
+    step = runtime.step_cgroup(run, f"step_{req['step_id']}") if req["tasks"] else None
     step_container = None
     if req.get("container") and req["tasks"]:
-        step_container = _start_container(containers, req, run, ident, emit, exits)
+        step_container = _start_container(containers, req, run, ident, emit, exits, step)
         if step_container is None:
             req = {**req, "tasks": []}
+        elif step_container.container.cgroup_parent:
+            cg = run.cgroup if step_container.named else step
+            if cg is not None:
+                runtime.list_engine_cgroups(run, cg)
     cwd = req.get("cwd") or "/"
-    step = runtime.step_cgroup(run, f"step_{req['step_id']}") if req["tasks"] else None
     fds = step.open_procs() if step is not None else []  # each task joins them between fork and exec
     for task in req["tasks"]:
         env = dict(req["env"])
@@ -466,7 +470,7 @@ def _run_step(runtime: Runtime, run, req: dict, conn: socket.socket, wfile, node
             threading.Thread(target=containers.finish, args=(step_container,), daemon=True).start()
 
 
-def _start_container(containers, req: dict, run, ident, emit, exits: dict[int, list[int]]):
+def _start_container(containers, req: dict, run, ident, emit, exits: dict[int, list[int]], step=None):
     """The step's container (pulled, created) or None, every task then failed with the
     runtime's message, as Pyxis fails the step's tasks (the job's error output has it)."""
     from shoal.agent.stepcontainer import ContainerStartError
@@ -479,7 +483,7 @@ def _start_container(containers, req: dict, run, ident, emit, exits: dict[int, l
         if containers is None:
             raise ContainerStartError("this agent runs no containers")
         return containers.start(req["container"], job_id=req["job_id"], step_id=req["step_id"], user=(uid, gid),
-                                home=home, cwd=req.get("cwd") or "/", gpus=gpus)
+                                home=home, cwd=req.get("cwd") or "/", gpus=gpus, cgroups=(run.cgroup, step))
     except (ContainerStartError, ContainerOptionError, OSError, subprocess.SubprocessError) as e:
         first = req["tasks"][0]["procid"]
         image = req["container"].get("image") or req["container"].get("name")
