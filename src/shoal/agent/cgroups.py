@@ -63,6 +63,11 @@ class Usage:
     user_seconds: float = 0.0
     system_seconds: float = 0.0
 
+    def report(self) -> dict:
+        """The figures as agents send them (sacct's MaxRSS, TotalCPU, UserCPU, SystemCPU)."""
+        return {"max_rss_kb": self.max_rss_bytes // 1024, "cpu_s": round(self.cpu_seconds, 3),
+                "user_cpu_s": round(self.user_seconds, 3), "system_cpu_s": round(self.system_seconds, 3)}
+
 
 # --------------------------------------------------------------------------- policy
 
@@ -224,6 +229,11 @@ class Cgroup:
         """A sub-cgroup (a step, a container), made or not; on v1 only where steps have their own."""
         return Cgroup(self.version, {c: d / name if self.version == 2 or c in V1_STEP_CONTROLLERS else d
                                      for c, d in self.dirs.items()})
+
+    def made_below(self, parent: Cgroup) -> bool:
+        """Whether this sub-cgroup of ``parent`` has a directory of its own (a step's usage is
+        read there; without one it is uncontained, or a v1 node without memory and cpuacct)."""
+        return any(d.is_dir() for c, d in self.dirs.items() if d != parent.dirs[c])
 
     def child(self, name: str) -> Cgroup:
         """A sub-cgroup, made now."""

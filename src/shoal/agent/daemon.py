@@ -385,10 +385,8 @@ class Agent:
                  "exit_code": exit_code, "signal": sig, "time": when}
         if reason:
             event["reason"] = reason  # why it never ran (squeue's and sacct's REASON)
-        if usage is not None:  # from the job's cgroup
-            event.update(oom_kills=usage.oom_kills, max_rss_kb=usage.max_rss_bytes // 1024,
-                         cpu_s=round(usage.cpu_seconds, 3), user_cpu_s=round(usage.user_seconds, 3),
-                         system_cpu_s=round(usage.system_seconds, 3))
+        if usage is not None:  # from the batch step's cgroup (OOM kills: the job's)
+            event.update(oom_kills=usage.oom_kills, **usage.report())
             if usage.oom_kills:
                 log.warning("job %s: %d OOM kill(s) in its cgroup: it ends OUT_OF_MEMORY", run.key, usage.oom_kills)
         # Whether it ended by itself: the server corrects a run it gave up only with such an end.
@@ -397,6 +395,15 @@ class Agent:
         elif run.killing_since is not None:
             event["killed"] = True
         self.events.put(event)
+        self._report_now.set()
+
+    def step_ended(self, run: Run, step_id: int, usage: Usage) -> None:
+        """An srun step's tasks have ended here: what its cgroup says they used goes to the
+        server with the next report (sacct's step line, summed over the step's nodes there)."""
+        if run.key in self._fenced:
+            return
+        self.events.put({"type": "step", "key": run.key, "job_id": run.job_id, "run": run.run, "step_id": step_id,
+                         "time": time.time(), **usage.report()})
         self._report_now.set()
 
     def _drain_events(self) -> None:

@@ -19,7 +19,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from shoal.agent import supervise
@@ -128,6 +128,17 @@ def _kill(pid: int, sig: int) -> None:
         os.kill(pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def batch_usage(cg: Cgroup) -> Usage:
+    """What the batch step used (sacct's ID.batch line): the script's own cgroup, not the
+    job's, where srun steps count too (Slurm's batch step is the script alone); the OOM kills
+    are the job's, any step's making the job OUT_OF_MEMORY."""
+    job = cg.usage()
+    step = cg.sub("step_batch")
+    if not step.made_below(cg):
+        return job  # no step directory (a run adopted from an agent that made none)
+    return replace(step.usage(), oom_kills=job.oom_kills)
 
 
 def set_gpu_env(env: dict[str, str], gpus: list[int]) -> None:
@@ -366,7 +377,7 @@ class Runtime:
             if status.reason:
                 log.error("job %s: %s (supervisor's log: %s)", run.key, status.reason, task.jobdir / supervise.LOG)
             cg = run.cgroup
-            usage = cg.usage() if cg is not None else None  # before the kill: what the job used
+            usage = batch_usage(cg) if cg is not None else None  # before the kill
             self.on_exit(run, status.exit_code, status.signal, status.end_time, status.reason, fenced=status.fenced,
                          usage=usage)
             # The batch script's end is the job's (proctrack/cgroup): what it left, detached or not, is

@@ -211,7 +211,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/x-ndjson")
         self.end_headers()
         _run_step(agent.runtime, run, req, self.connection, self.wfile, agent.name, agent.containers,
-                  agent.kill_wait)
+                  agent.kill_wait, agent.step_ended)
 
     def _pod_exec(self, req: dict) -> None:
         """``shoal exec``: run a command inside a pod's container and stream its output as a
@@ -303,12 +303,10 @@ def step_usage(run) -> dict[str, dict]:
     out = {}
     for step in tasks:
         cg = run.cgroup.sub(f"step_{step}")
-        if not any(d.is_dir() for c, d in cg.dirs.items() if d != run.cgroup.dirs[c]):
-            continue  # uncontained, or a v1 node without memory and cpuacct
+        if not cg.made_below(run.cgroup):
+            continue
         u = cg.usage()
-        out[step] = {"max_rss_kb": u.max_rss_bytes // 1024, "cpu_s": round(u.cpu_seconds, 3),
-                     "user_cpu_s": round(u.user_seconds, 3), "system_cpu_s": round(u.system_seconds, 3),
-                     "tasks": tasks[step]}
+        out[step] = {**u.report(), "tasks": tasks[step]}
     return out
 
 
@@ -395,7 +393,9 @@ def _from_client(conn: socket.socket, partial: bytearray) -> list[dict] | None:
 
 
 def _run_step(runtime: Runtime, run, req: dict, conn: socket.socket, wfile, node: str, containers=None,
-              kill_wait: float = 30.0) -> None:
+              kill_wait: float = 30.0, on_end=None) -> None:
+    """Run one srun step's tasks on this node and stream them to srun; at their end, what the
+    step's cgroup here says they used goes to ``on_end(run, step_id, usage)``."""
     procs: dict[int, subprocess.Popen] = {}
     exits: dict[int, list[int]] = {}
     emit = _emitter(wfile)
@@ -464,6 +464,8 @@ def _run_step(runtime: Runtime, run, req: dict, conn: socket.socket, wfile, node
 
     try:
         _stream_tasks(procs, conn, emit, exits, on_request)
+        if step is not None and procs and on_end is not None:
+            on_end(run, req["step_id"], step.usage())
     finally:
         if step_container is not None:
             # The tasks have ended and said so: srun need not wait for the container's removal.
