@@ -318,6 +318,21 @@ class PodManager:
         with self.lock:
             return [k for k, pod in self.pods.items() if not self._finished(pod)]
 
+    def is_running(self, key: str, container: str) -> bool:
+        """The container's current run has not ended (``kubectl attach`` follows it while so)."""
+        with self.lock:
+            pod = self.pods.get(key)
+            c = next((c for c in pod.containers if c.name == container), None) if pod is not None else None
+            return c is not None and c.running() and not pod.stopping
+
+    def address_of(self, key: str) -> str:
+        """Where the pod's ports are reached from this node (``kubectl port-forward``)."""
+        with self.lock:
+            pod = self.pods.get(key)
+            if pod is None or self._finished(pod):
+                raise LogNotFound(f"no pod run {key} on node {self.node}")
+            return pod.pod.get("env", {}).get("POD_IP") or "127.0.0.1"
+
     def container_pids(self) -> dict[str, list[int]]:
         """The main process of each running container, by run key (for CPU accounting)."""
         with self.lock:

@@ -30,7 +30,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs
 
-from shoal.agent import supervise
+from shoal.agent import podstreams, supervise
 from shoal.agent.cgroups import close_all
 from shoal.agent.identity import UnknownUser, spawn
 from shoal.agent.pods import ContainerNotRunning, LogNotFound
@@ -186,9 +186,9 @@ class _Handler(BaseHTTPRequestHandler):
         self._json(200, {"node": self.server.agent.name, "steps": step_usage(run)})
 
     def do_POST(self):
-        if self.path not in ("/v1/steps", "/v1/pods/exec"):
+        if self.path not in ("/v1/steps", "/v1/pods/exec", "/v1/pods/stream"):
             return self._json(404, {"detail": "not found"})
-        what = "step" if self.path == "/v1/steps" else "exec"
+        what = {"/v1/steps": "step", "/v1/pods/exec": "exec"}.get(self.path, "stream")
         length = int(self.headers.get("Content-Length") or 0)
         if length > MAX_BODY:
             return self._json(413, {"detail": f"{what} request too large"})
@@ -200,6 +200,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._json(400, {"detail": f"{what} request is not a JSON object"})
         if what == "exec":
             return self._pod_exec(req)
+        if what == "stream":
+            return self._pod_stream(req)
         agent = self.server.agent
         err = _check(agent, req)
         if err:
@@ -213,14 +215,20 @@ class _Handler(BaseHTTPRequestHandler):
         _run_step(agent.runtime, run, req, self.connection, self.wfile, agent.name, agent.containers,
                   agent.kill_wait, agent.step_ended)
 
+    def _signed_body(self, req: dict, what: str) -> bool:
+        """The request (less its ``sig``) was signed by the server; else False, the 403 answered."""
+        sig = str(req.pop("sig", ""))
+        err = _check_signed(self.server.agent, json.dumps(req, sort_keys=True), sig, req.get("t", 0), what)
+        if err:
+            self._json(403, {"detail": err})
+        return err is None
+
     def _pod_exec(self, req: dict) -> None:
         """``shoal exec``: run a command inside a pod's container and stream its output as a
         step's (one task, procid 0). The server signs the request as it signs log queries."""
         agent = self.server.agent
-        sig = str(req.pop("sig", ""))
-        err = _check_signed(agent, json.dumps(req, sort_keys=True), sig, req.get("t", 0), "exec")
-        if err:
-            return self._json(403, {"detail": err})
+        if not self._signed_body(req, "exec"):
+            return
         try:
             target = agent.pods.exec_target(str(req["key"]), str(req["container"]), [str(a) for a in req["argv"]])
         except (KeyError, TypeError):
@@ -247,6 +255,21 @@ class _Handler(BaseHTTPRequestHandler):
             _stream_tasks({0: p}, self.connection, _emitter(self.wfile), {})
         finally:
             target.procs.discard(p)
+
+    def _pod_stream(self, req: dict) -> None:
+        """``kubectl exec``/``attach``/``port-forward``: after the 200, frames both ways on this
+        connection (agent/podstreams.py). The server signs the request as it signs exec's."""
+        if not self._signed_body(req, "stream"):
+            return
+        try:
+            serve = podstreams.prepare(self.server.agent, req)
+        except podstreams.StreamRefused as e:
+            return self._json(e.status, {"detail": e.message})
+        self.send_response(200)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.end_headers()
+        self.wfile.flush()
+        serve(podstreams.Channel(self.rfile, self.wfile))
 
     def _json(self, status: int, doc: dict) -> None:
         self._text(status, json.dumps(doc), "application/json")
@@ -466,6 +489,8 @@ def _run_step(runtime: Runtime, run, req: dict, conn: socket.socket, wfile, node
         _stream_tasks(procs, conn, emit, exits, on_request)
         if step is not None and procs and on_end is not None:
             on_end(run, req["step_id"], step.usage())
+        if step_container is not None and req["container"].get("save"):
+            _save_container(containers, step_container, req, ident, emit)
     finally:
         if step_container is not None:
             # The tasks have ended and said so: srun need not wait for the container's removal.
@@ -485,7 +510,8 @@ def _start_container(containers, req: dict, run, ident, emit, exits: dict[int, l
         if containers is None:
             raise ContainerStartError("this agent runs no containers")
         return containers.start(req["container"], job_id=req["job_id"], step_id=req["step_id"], user=(uid, gid),
-                                home=home, cwd=req.get("cwd") or "/", gpus=gpus, cgroups=(run.cgroup, step))
+                                home=home, cwd=req.get("cwd") or "/", gpus=gpus, env=req.get("env") or {},
+                                cgroups=(run.cgroup, step))
     except (ContainerStartError, ContainerOptionError, OSError, subprocess.SubprocessError) as e:
         first = req["tasks"][0]["procid"]
         image = req["container"].get("image") or req["container"].get("name")
@@ -497,6 +523,23 @@ def _start_container(containers, req: dict, run, ident, emit, exits: dict[int, l
         last = (str(e).strip().splitlines() or ["failed"])[-1]
         emit({"reason": f"ContainerError: {last.rsplit(': ', 1)[-1]}"[:64]})
         return None
+
+
+def _save_container(containers, sc, req: dict, ident, emit) -> None:
+    """--container-save, once the node's tasks have all ended (Pyxis: the last task to exit
+    exports), before srun hears the node is done, so its next step can run the file."""
+    from shoal.agent.stepcontainer import ContainerStartError
+
+    first = req["tasks"][0]["procid"]
+    path = req["container"]["save"]
+    user = (ident.uid, ident.gid) if ident is not None else (os.getuid(), os.getgid())
+    try:
+        where = containers.save(sc, path, req.get("cwd") or "/", user)
+    except (ContainerStartError, OSError, subprocess.SubprocessError) as e:
+        emit({"t": first, "e": f"pyxis: failed to export container {sc.container.name} to {path}\n"
+                               + "".join(f"pyxis:     {line}\n" for line in str(e).splitlines())})
+        return
+    emit({"t": first, "e": f"pyxis: exported container {sc.container.name} to {where}\n"})
 
 
 def _stream_tasks(procs: dict[int, subprocess.Popen], conn: socket.socket, emit, exits: dict[int, list[int]],

@@ -523,7 +523,8 @@ def step_usage(per_node: dict | None) -> dict:
     return out
 
 
-def to_json(row: JobRow, *, steps: list[StepRow] = (), completing: bool = False) -> dict:
+def to_json(row: JobRow, *, steps: list[StepRow] = (), completing: bool = False,
+            gpu_usage: dict | None = None) -> dict:
     req = row.request
     alloc = row.allocation
     nodelist = compress(n["name"] for n in alloc["nodes"]) if alloc else ""
@@ -597,6 +598,8 @@ def to_json(row: JobRow, *, steps: list[StepRow] = (), completing: bool = False)
         "reservation": row.reservation,
         "array_spec": None,
         "steps": out_steps,
+        # The current run's GPU use from the agents' samples (shoal.model.gpuusage.summarise), or None.
+        "gpu_usage": gpu_usage,
     }
 
 
