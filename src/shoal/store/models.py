@@ -134,6 +134,9 @@ class StepRow(Base):
     end_time: Mapped[float | None] = mapped_column(Float, nullable=True)
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     signal: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # What the step used on each of its nodes, from its cgroup there, as each agent reported at
+    # the step's end: {node: {max_rss_kb, cpu_s, user_cpu_s, system_cpu_s}}.
+    usage: Mapped[dict | None] = mapped_column(JSON, nullable=True)
 
 
 class JobGPUUsageRow(Base):
