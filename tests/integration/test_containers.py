@@ -244,6 +244,24 @@ def test_enroot_credentials_let_a_step_pull_from_a_registry_that_needs_a_login(e
     assert not list((c.root / "state" / "nodes").rglob("auth.json"))  # the login's file went with the pull
 
 
+def test_a_nodes_images_show_in_scontrol_and_as_the_kubernetes_nodes_status_images(env):
+    """The agent reports its image cache: scontrol show node lists it (Images=), and the
+    Node object carries it as kubelet's status.images (names, sizeBytes)."""
+    c = env["cluster"]
+    image = f"{env['registry'].address}/nvidia/pytorch:24.10-py3"
+    c.run(["srun", "-N1", "-w", "node02", f"--container-image={IMAGE}", "true"], timeout=90)
+
+    def shown():
+        text = c.run(["scontrol", "show", "node", "node02"]).stdout
+        return text if f"Images={image}" in text else None
+
+    wait_until(shown, 30, "node02's image in scontrol show node")
+    node = json.loads(c.run(["shoal", "get", "node", "node02", "-o", "json"]).stdout)
+    held = {n: i["sizeBytes"] for i in node["status"]["images"] for n in i["names"]}
+    assert held.get(image, 0) > 100_000, node["status"]["images"]  # busybox and more
+    assert any(n.startswith("sha256:") for n in held), held
+
+
 def test_a_container_sees_exactly_its_gpus(env):
     """The agent's CDI spec names its GPUs' (stand-in) device nodes: with GPU 0 taken by
     another job, a step given GPU 1 sees /dev/nvidia1 (char 195:1) and no other GPU, and

@@ -89,6 +89,7 @@ class Agent:
         if cfg.fake_nvml is not None and self.runtime.containment.hierarchy is not None:
             self.runtime.device_dir = fake_device_nodes(cfg.workdir / "dev", (g.index for g in cfg.inventory.gpus))
         self.containers = StepContainers(cfg.runtime, cfg.name, cfg.workdir)
+        self._images_sent: list[dict] | None = None  # what the server last heard of the image cache
         self.pods = PodManager(cfg.name, cfg.workdir, cfg.address, self._on_pod_change, images=cfg.images,
                                default_runtime=cfg.runtime, users=users, containment=containment)
         self._pod_ids: dict[str, tuple[int, int]] = {}  # run key -> (job id, run)
@@ -450,10 +451,13 @@ class Agent:
                 xids = list(self._xids)
                 gpu_health = xids + self._gpu_problems  # the event first: it says what happened
             sent = supervise.boottime()
+            images = self._images()
             try:
                 self._server.post(f"/shoal/v1/agents/{self.name}/report",
                                   {"events": pending, "alive": self.alive_keys(),
-                                   "pods": list(unsent.values()), "gpu_health": gpu_health, **usage}, timeout=10)
+                                   "pods": list(unsent.values()), "gpu_health": gpu_health, **usage,
+                                   **({"images": images} if images != self._images_sent else {})}, timeout=10)
+                self._images_sent = images
                 self._accepted(pending)
                 unsent = {}
                 with self._fence_lock:
@@ -471,6 +475,14 @@ class Agent:
                 log.exception("report failed unexpectedly (will retry)")
                 self.stop.wait(0.5)
                 self._report_now.set()
+
+    def _images(self) -> list[dict] | None:
+        """The node's cached images as the report carries them (None: no cache to tell of)."""
+        try:
+            return self.containers.image_list()
+        except Exception:  # a cache that cannot be read must never stop the heartbeats
+            log.exception("reading the image cache's index failed")
+            return self._images_sent
 
     def _renew_certificate(self) -> None:
         """Register again for a new serving certificate when this one has a month left."""

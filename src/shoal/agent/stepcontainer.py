@@ -552,6 +552,18 @@ class StepContainers:
         self.tag = hashlib.sha256(str(workdir.resolve()).encode()).hexdigest()[:8]
         self.cdi_kind: str | None = None  # set once the node's GPUs have a CDI specification (cdi.py)
 
+    def image_list(self) -> list[dict] | None:
+        """The node's cached images as Kubernetes' node.status.images names them (reference,
+        then the engine's id), most recently used first; None on a node with no runtime."""
+        if self.cache is None:
+            return None
+        def digest(i: CachedImage) -> list[str]:
+            hexid = i.id.removeprefix("sha256:")
+            return [f"sha256:{hexid}"] if len(hexid) == 64 and all(c in "0123456789abcdef" for c in hexid) else []
+
+        return [{"names": [i.ref, *digest(i)], "sizeBytes": i.size, "lastUsed": round(i.last_used, 3)}
+                for i in self.cache.images()]
+
     def configure(self, settings: Settings) -> None:
         self.settings = settings
         if self.cache is not None:

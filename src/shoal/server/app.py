@@ -821,6 +821,8 @@ def create_app(server: Server) -> fastpath.FastPaths:
                 touched |= _agent_exit(s, ended.get(ev.job_id), node, ev, now)
             touched |= nodesvc.apply_gpu_health(s, server.controller, row,
                                                 [g.model_dump() for g in body.gpu_health], now)
+            if body.images is not None:
+                nodesvc.apply_images(row, [i.model_dump(exclude_none=True) for i in body.images])
             routes_changed = kubesvc.pod_reports(s, node, body.pods, now)
             alive = set(body.alive)
             for c in list(s.scalars(select(CleanupRow).where(CleanupRow.node == node))):
@@ -929,6 +931,7 @@ def create_app(server: Server) -> fastpath.FastPaths:
                 "display_state": "maint" if r.name in maint and state is NodeState.UP
                 else display_state(state, cpus, r.cpus, gpus, len(r.gpus), bool(jobs)),
                 "reason": r.reason, "reason_time": r.reason_time, "gpu_health": r.gpu_health or [],
+                "images": r.images or [],
                 "cpus": r.cpus, "cpus_alloc": cpus, "memory_mb": r.memory_mb, "memory_alloc_mb": mem,
                 "gpus": r.gpus, "gpus_alloc": gpus, "gres": gpu_gres(tuple(GPU(**g) for g in r.gpus)),
                 "labels": r.labels, "taints": r.taints or [], "features": r.features,

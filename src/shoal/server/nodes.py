@@ -27,6 +27,12 @@ def gpu_health_reason(problems: list[dict]) -> str:
     return "; ".join(dict.fromkeys(p["reason"] for p in problems))[:_REASON_WIDTH]
 
 
+def apply_images(node: NodeRow, images: list[dict]) -> None:
+    """The node's cached images as its agent reports them (written only when they changed)."""
+    if (node.images or []) != images:
+        node.images = images
+
+
 def apply_gpu_health(session, controller, node: NodeRow, problems: list[dict], now: float) -> set[str]:
     """Record a report's GPU problems on ``node``; drain it if it is up and any is found,
     and fail the jobs holding a lost GPU. Returns the nodes whose work changed."""
