@@ -64,6 +64,11 @@ def env(tmp_path_factory):
     yield {"cluster": cluster, "registry": registry, "private": private, "data": data, "checkpoints": checkpoints, "podman": penv,
            "root": root}
     cluster.down()
+    # What the nodes' caches hold (images loaded from saved files too) goes with the test.
+    held = {doc["id"] for index in (cluster.root / "state" / "nodes").glob("*/images/index.json")
+            for doc in json.loads(index.read_text()).values()}
+    if held:
+        podman(penv, "rmi", "--force", *held, check=False)
     registry.stop()
     private.stop()
     podman(penv, "rmi", "--force", f"{registry.address}/nvidia/pytorch:24.10-py3",
@@ -222,6 +227,9 @@ def test_container_save_keeps_what_a_step_wrote_for_the_next(env):
                    check=False, timeout=120)
     assert "pyxis: failed to export container" in failed.stderr and "/proc/no-such/x.sqsh" in failed.stderr, \
         failed.stderr
+    # The file's image is in the node's cache by the file's path (evicted under the size limit as a pulled one).
+    index = json.loads((c.root / "state" / "nodes" / "node01" / "images" / "index.json").read_text())
+    assert f"file:{saved}" in index, list(index)
 
 
 def test_enroot_credentials_let_a_step_pull_from_a_registry_that_needs_a_login(env):
