@@ -199,6 +199,8 @@ class Agent:
         self.containers.configure(settings)
         self.pods.registry = RegistrySettings(settings.registry_mirrors, settings.insecure_registries,
                                               self.containers.cdi_kind or "nvidia.com/gpu")
+        if self.containers.runtime is not None and self.containers.runtime.name == "podman":
+            self.pods.image_cache = self.containers.cache  # pods' podman pulls through the steps' cache
         self._server.token = self.credential
         log.info("registered %s with %s (%d CPUs, %d MiB, %d GPUs)", self.name, self.cfg.server,
                  host.cpus, host.memory_mb, len(inv.gpus))

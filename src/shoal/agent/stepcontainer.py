@@ -322,7 +322,7 @@ class ImageCache:
         return sorted((_image_of(doc) for doc in self._index().values()), key=lambda i: -i.last_used)
 
     def get(self, ref: str, insecure: bool, login: tuple[str, str] | None = None,
-            user: int | None = None) -> CachedImage:
+            user: int | None = None, refresh: bool = False) -> CachedImage:
         """The image, pulled now unless the node has it; ContainerStartError with the
         runtime's message when it cannot be pulled.
 
@@ -330,6 +330,7 @@ class ImageCache:
         that needed one is private: a user it was not pulled or checked for pulls it again
         with their own login (layers the node has are not fetched again), so the shared
         cache never hands one user's private image to another whom the registry refuses.
+        ``refresh`` pulls even what the node has (imagePullPolicy Always: a moved tag).
         """
         key = hashlib.sha256(ref.encode()).hexdigest()[:32]
         with open(self.root / "locks" / key, "w") as lock:
@@ -337,7 +338,7 @@ class ImageCache:
             with self._lock:
                 doc = self._index().get(ref)
             private = doc is not None and doc.get("private")
-            if doc is None or not self._present(doc) or (private and user not in doc.get("users", [])):
+            if refresh or doc is None or not self._present(doc) or (private and user not in doc.get("users", [])):
                 users = doc.get("users", []) if doc is not None else []
                 doc = self._pull(ref, insecure, key, login).__dict__
                 if login is not None:
