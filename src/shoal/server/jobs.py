@@ -496,7 +496,8 @@ def _usage_of(row: JobRow) -> dict:
     return {k: v for k, v in usage.items() if k != "run" and v is not None}
 
 
-def to_json(row: JobRow, *, steps: list[StepRow] = (), completing: bool = False) -> dict:
+def to_json(row: JobRow, *, steps: list[StepRow] = (), completing: bool = False,
+            gpu_usage: dict | None = None) -> dict:
     req = row.request
     alloc = row.allocation
     nodelist = compress(n["name"] for n in alloc["nodes"]) if alloc else ""
@@ -570,6 +571,8 @@ def to_json(row: JobRow, *, steps: list[StepRow] = (), completing: bool = False)
         "reservation": row.reservation,
         "array_spec": None,
         "steps": out_steps,
+        # The current run's GPU use from the agents' samples (shoal.model.gpuusage.summarise), or None.
+        "gpu_usage": gpu_usage,
     }
 
 

@@ -139,6 +139,20 @@ class StepRow(Base):
     signal: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
+class JobGPUUsageRow(Base):
+    """What one run of a job did with its GPUs on one node, folded from that node's heartbeats
+    (shoal.model.gpuusage): sacct's and sstat's gres/gpuutil, gres/gpumem and energy, kept
+    after the job ends. One row per node, written only by that node's reports, so the nodes
+    of a multi-node job never contend, and the job's own row is never touched."""
+
+    __tablename__ = "job_gpu_usage"
+
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    run: Mapped[int] = mapped_column(Integer, primary_key=True)
+    node: Mapped[str] = mapped_column(String(64), primary_key=True)
+    record: Mapped[dict] = mapped_column(JSON)
+
+
 class CleanupRow(Base):
     """Resources a finished run still holds on one node until its agent reports its processes gone.
 
