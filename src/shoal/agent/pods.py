@@ -16,6 +16,7 @@ container by the node's lease, agent or no agent (docs/FENCING.md).
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import math
@@ -34,12 +35,16 @@ import psutil
 from shoal.agent import supervise
 from shoal.agent.cgroups import Cgroup, Containment, procs_files, write_cgroup_list
 from shoal.agent.containers import (ContainerError, ContainerPaths, ContainerRuntime,
-                                    CreateContainerConfigError, Launch, RegistrySettings, Step, container_env,
-                                    get_runtime)
+                                    CreateContainerConfigError, ImagePullError, Launch, RegistrySettings, Step,
+                                    container_env, get_runtime, pull_policy)
 from shoal.agent.identity import Identity, JobUsers, OpenAs, UnknownUser, output_flags
 from shoal.agent.probes import (KINDS, Probe, ProbeConfigError, ProbeState, ProbeTarget, run_command,
                                 run_probe)
 from shoal.agent.runtime import Supervised, _killpg
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from shoal.agent.stepcontainer import ImageCache
 
 log = logging.getLogger("shoal.agent")
 
@@ -226,6 +231,7 @@ class PodManager:
         self.pods: dict[str, _Pod] = {}
         self._runtimes: dict[str, ContainerRuntime] = {}
         self.registry = RegistrySettings()  # the cluster's mirrors, plain-HTTP registries, the GPUs' CDI kind
+        self.image_cache: ImageCache | None = None  # the node's (stepcontainer.py) when its engine is podman's
         self._dirty: set[str] = set()
         self._notify = threading.Event()
         self._closed = False
@@ -487,7 +493,9 @@ class PodManager:
             ident = self._owner(pod)
             rt.check_available()
             probes = {k: Probe.from_spec(c.spec[f"{k}Probe"]) for k in KINDS if c.spec.get(f"{k}Probe")}
-            launch = rt.launch(pod.pod, c.spec, list(pod.entry.get("gpus", [])), container_env(pod.pod, c.spec),
+            env = container_env(pod.pod, c.spec)  # a missing Secret fails before any pull, as kubelet
+            spec = self._pull_through_cache(pod, c, rt, ident)
+            launch = rt.launch(pod.pod, spec, list(pod.entry.get("gpus", [])), env,
                                ContainerPaths(cdir, self.workdir / "images"))
         except ContainerError as e:
             self._start_failed(pod, c, e.reason, str(e))
@@ -647,6 +655,42 @@ class PodManager:
         message = lines[-1].strip() if lines else f"{step.argv[0]} {step.argv[1]} exited with {rc}"
         self._start_failed(pod, c, "ErrImagePull" if step.kind == "pull" else "CreateContainerError", message)
         return "start-failed"
+
+    def _pull_through_cache(self, pod: _Pod, c: _Container, rt: ContainerRuntime, ident: Identity | None) -> dict:
+        """Under podman, the image comes through the node's cache, as batch steps' do (one
+        pull per node for both, one LRU size limit), by the container's imagePullPolicy, with
+        kubelet's events; the container then starts with ``--pull=never``. Returns the spec
+        to launch (the container's own where the cache is not used)."""
+        from shoal.agent.stepcontainer import ContainerStartError
+
+        if self.image_cache is None or rt.name != "podman" or not c.spec.get("image"):
+            return c.spec
+        image = c.spec["image"]
+        ref, insecure = rt.registry.resolve(image) if (rt.registry.mirrors or rt.registry.insecure) \
+            else (image, False)
+        policy = pull_policy(c.spec)
+        known = self.image_cache.lookup(ref)
+        present = known is not None and self.image_cache.present(known)
+        if policy == "Never" or (policy == "IfNotPresent" and present):
+            if not present:
+                raise ImagePullError(f'Container image "{image}" is not present with pull policy of Never')
+            with self.lock:
+                self._event(pod, "Normal", "Pulled", f'Container image "{image}" already present on machine')
+        else:
+            with self.lock:
+                self._event(pod, "Normal", "Pulling", f'Pulling image "{image}"')
+            login = _login_for(pod.pod.get("registry_auths") or {}, ref)
+            t0 = time.monotonic()
+            try:
+                got = self.image_cache.get(ref, insecure, login=login, user=ident.uid if ident else None,
+                                           refresh=policy == "Always")
+            except ContainerStartError as e:
+                raise ImagePullError(str(e).strip().splitlines()[-1] if str(e).strip() else "pull failed") from None
+            took = time.monotonic() - t0
+            with self.lock:
+                self._event(pod, "Normal", "Pulled", f'Successfully pulled image "{image}" in {took:.3f}s '
+                                                     f"({took:.3f}s including waiting). Image size: {got.size} bytes.")
+        return {**c.spec, "imagePullPolicy": "Never"}
 
     def _start_failed(self, pod: _Pod, c: _Container, reason: str, message: str) -> None:
         with self.lock:
@@ -1002,6 +1046,18 @@ class PodManager:
                 pod.held.discard(container)
             if not pod.held:
                 self._changed(pod)
+
+
+def _login_for(auths: dict, ref: str) -> tuple[str, str] | None:
+    """The imagePullSecrets' login for the registry ``ref`` is pulled from."""
+    entry = auths.get(ref.partition("/")[0]) if "/" in ref else None
+    if not entry or not entry.get("auth"):
+        return None
+    try:
+        user, colon, password = base64.b64decode(entry["auth"], validate=True).decode().partition(":")
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return (user, password) if colon else None
 
 
 def _as(ident: Identity | None, env: dict) -> dict:
