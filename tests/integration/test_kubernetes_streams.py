@@ -6,6 +6,7 @@ subresources. The pods run on the process runtime: a container is a process on t
 
 from __future__ import annotations
 
+import concurrent.futures
 import fcntl
 import json
 import os
@@ -16,10 +17,11 @@ import struct
 import subprocess
 import termios
 import time
+import urllib.request
 
 import pytest
 
-from tests.integration.cluster import LocalCluster, wait_until
+from tests.integration.cluster import LocalCluster, free_port, wait_until
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")]
@@ -322,3 +324,57 @@ def test_status_subresources(cluster):
                   "-p", '{"spec":{"suspend":true},"status":{"ready":0}}')
     assert out.stdout.strip() == "job.batch/quick patched"
     assert not batch.read_namespaced_job("quick", "default").spec.suspend
+
+
+def test_port_forward_reaches_the_pods_port(cluster):
+    """``kubectl port-forward`` (SPDY tunnelled in a WebSocket): HTTP requests through the
+    local port reach the pod's server, one after another and several at once, and a large
+    answer arrives whole."""
+    c = cluster
+    port, local = free_port(), free_port()
+    site = c.root / "site"
+    site.mkdir()
+    (site / "hello.txt").write_text("hello through the tunnel\n")
+    big = os.urandom(3 * 1024 * 1024)
+    (site / "big.bin").write_bytes(big)
+    web = pod("web", f"cd {site} && exec python3 -m http.server {port} --bind 127.0.0.1")
+    web["spec"]["containers"][0]["ports"] = [{"containerPort": port}]
+    create(c, web)
+    running(c, "web")
+    wait_until(lambda: "Serving HTTP" in kubectl(c, "logs", "web").stdout + kubectl(c, "logs", "web").stderr, 30,
+               "the pod's server")
+    p = subprocess.Popen(["kubectl", "port-forward", "pod/web", f"{local}:{port}"], env={**os.environ, **c.env},
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = p.stdout.readline()
+        assert first.startswith(f"Forwarding from 127.0.0.1:{local} -> {port}"), (first, p.communicate(timeout=10))
+        for _ in range(3):  # a connection each
+            with urllib.request.urlopen(f"http://127.0.0.1:{local}/hello.txt", timeout=20) as r:
+                assert r.read() == b"hello through the tunnel\n"
+        with urllib.request.urlopen(f"http://127.0.0.1:{local}/big.bin", timeout=60) as r:
+            assert r.read() == big
+        out = subprocess.run(["curl", "-sS", "--max-time", "20", f"http://127.0.0.1:{local}/hello.txt",
+                              f"http://127.0.0.1:{local}/hello.txt"], capture_output=True, text=True, timeout=30)
+        assert out.stdout == "hello through the tunnel\n" * 2, out.stderr
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            got = list(pool.map(lambda _: urllib.request.urlopen(f"http://127.0.0.1:{local}/hello.txt",
+                                                                 timeout=20).read(), range(8)))
+        assert got == [b"hello through the tunnel\n"] * 8
+    finally:
+        p.terminate()
+        p.wait(10)
+
+    # Nothing listens there: kubectl says why, and (as against a real cluster) gives up.
+    closed, local = free_port(), free_port()
+    p = subprocess.Popen(["kubectl", "port-forward", "pod/web", f"{local}:{closed}"], env={**os.environ, **c.env},
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().startswith(f"Forwarding from 127.0.0.1:{local} -> {closed}")
+        with pytest.raises(OSError):
+            urllib.request.urlopen(f"http://127.0.0.1:{local}/hello.txt", timeout=20).read()
+        _, err = p.communicate(timeout=30)
+        assert f"error forwarding port {closed} to pod" in err and "connection refused" in err, err
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
