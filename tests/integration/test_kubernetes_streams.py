@@ -378,3 +378,35 @@ def test_port_forward_reaches_the_pods_port(cluster):
         if p.poll() is None:
             p.kill()
             p.wait()
+
+
+def test_exec_and_port_forward_need_edit_rights(cluster):
+    """A user who may only view a namespace reads its pods and logs, but kubectl exec and
+    port-forward get the API server's Forbidden for pods/exec and pods/portforward."""
+    c = cluster
+    viewer = str(c.root / "viewer.kubeconfig")
+    c.run(["shoal", "kubeconfig", "--user", "viewer", "-o", viewer])
+    docs = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "watched"}},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+             "metadata": {"name": "viewer-view", "namespace": "watched"},
+             "subjects": [{"kind": "User", "name": "viewer"}],
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"}}]
+    path = c.root / "viewer-rbac.json"
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}))
+    kubectl(c, "apply", "-f", str(path))
+    manifest = pod("private", "echo private; sleep 3600")
+    manifest["metadata"]["namespace"] = "watched"
+    create(c, manifest)
+    kubectl(c, "wait", "-n", "watched", "--for=condition=Ready", "pod/private", "--timeout=60s", timeout=70)
+
+    def as_viewer(*args):
+        return c.run(["kubectl", "-n", "watched", *args], check=False, env={"KUBECONFIG": viewer})
+
+    wait_until(lambda: as_viewer("logs", "private").stdout == "private\n", 30, "the viewer reads the log")
+    out = as_viewer("exec", "private", "--", "true")
+    assert out.returncode == 1
+    assert out.stderr.startswith('Error from server (Forbidden): pods "private" is forbidden: User "viewer" cannot '
+                                 'create resource "pods/exec" in API group "" in the namespace "watched"'), out.stderr
+    out = as_viewer("port-forward", "pod/private", f"{free_port()}:80")
+    assert out.returncode == 1 and 'cannot create resource "pods/portforward"' in out.stderr, out.stderr
+    assert kubectl(c, "exec", "-n", "watched", "private", "--", "echo", "admin may").stdout == "admin may\n"

@@ -189,7 +189,7 @@ def router(server, principal, admin, retry_on_conflict) -> APIRouter:
 
 
 def locate(server, p: Principal, namespace: str, name: str, container: str | None, verb: str,
-           any_container: bool = False):
+           any_container: bool = False, subresource: str | None = None):
     """The node's agent, run key and container of a pod the caller may
     read the log of (``get``) or exec into (``create``, as pods/exec in Kubernetes);
     ``any_container``: the first when none is named (port-forward reaches the pod's network)."""
@@ -201,7 +201,7 @@ def locate(server, p: Principal, namespace: str, name: str, container: str | Non
         if verb == "get":
             a.check_read(objs.KINDS["pods"], namespace, name, row.user)
         else:
-            a.check_change(verb, objs.KINDS["pods"], namespace, name, row.user)
+            a.check_change(verb, objs.KINDS["pods"], namespace, name, row.user, subresource)
         node = s.get(NodeRow, row.batch_host) if row.batch_host else None
         if node is None:
             raise ObjectError(f'container "{container or row.spec["pod"]["spec"]["containers"][0]["name"]}" '

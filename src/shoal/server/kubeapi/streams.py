@@ -55,7 +55,7 @@ def stream_fields(server, p: Principal, namespace: str, name: str, query, mode: 
     if mode == "exec" and not argv:
         raise ObjectError("you must specify at least one command for the container", 400, "BadRequest")
     agent, key, cname = shoal_kube_api.locate(server, p, namespace, name, query.get("container"), "create",
-                                              any_container=mode == "portforward")
+                                              any_container=mode == "portforward", subresource=f"pods/{mode}")
     tty = query.get("tty") in ("1", "true", "True")
     fields = {"mode": mode, "key": key, "container": cname, "argv": argv, "tty": tty,
               "stdin": query.get("stdin") in ("1", "true", "True")}
