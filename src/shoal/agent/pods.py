@@ -331,13 +331,15 @@ class PodManager:
             c = next((c for c in pod.containers if c.name == container), None) if pod is not None else None
             return c is not None and c.running() and not pod.stopping
 
-    def address_of(self, key: str) -> str:
-        """Where the pod's ports are reached from this node (``kubectl port-forward``)."""
+    def addresses_of(self, key: str) -> list[str]:
+        """Where the pod's ports are reached from this node (``kubectl port-forward``), to try
+        in turn: its IP, then the loopback (the kubelet dials localhost in the pod's network;
+        a process pod's is the node's)."""
         with self.lock:
             pod = self.pods.get(key)
             if pod is None or self._finished(pod):
                 raise LogNotFound(f"no pod run {key} on node {self.node}")
-            return pod.pod.get("env", {}).get("POD_IP") or "127.0.0.1"
+            return list(dict.fromkeys([pod.pod.get("env", {}).get("POD_IP") or "127.0.0.1", "127.0.0.1"]))
 
     def container_pids(self) -> dict[str, list[int]]:
         """The main process of each running container, by run key (for CPU accounting)."""

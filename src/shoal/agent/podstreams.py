@@ -87,8 +87,8 @@ def prepare(agent, req: dict):
                 raise ContainerNotRunning(f'container "{container}" is not running')
             return lambda ch: run_attach(agent, key, container, path, ch)
         if mode == "portforward":
-            host, port = agent.pods.address_of(key), int(req["port"])
-            return lambda ch: run_forward(host, port, ch)
+            hosts, port = agent.pods.addresses_of(key), int(req["port"])
+            return lambda ch: run_forward(hosts, port, ch)
     except (KeyError, TypeError, ValueError):
         raise StreamRefused(400, "malformed stream request") from None
     except LogNotFound as e:
@@ -248,14 +248,18 @@ def run_attach(agent, key: str, container: str, path, ch: Channel) -> None:
 # ---------------------------------------------------------------- port-forward
 
 
-def run_forward(host: str, port: int, ch: Channel) -> None:
+def run_forward(hosts: list[str], port: int, ch: Channel) -> None:
     """Bytes both ways between the stream and the pod's port (as the kubelet's port-forward
     does inside the pod's network namespace; a process pod's is the node's)."""
-    try:
-        conn = socket.create_connection((host, port), timeout=5)
-    except OSError as e:
-        ch.finish(None, f"error forwarding port {port} to pod: dial tcp {host}:{port}: connect: "
-                        f"{(e.strerror or str(e)).lower()}")
+    conn = None
+    for host in hosts:
+        try:
+            conn = socket.create_connection((host, port), timeout=5)
+            break
+        except OSError as e:
+            why = f"dial tcp {host}:{port}: connect: {(e.strerror or str(e)).lower()}"
+    if conn is None:
+        ch.finish(None, f"error forwarding port {port} to pod: {why}")
         return
     conn.settimeout(None)
 

@@ -23,9 +23,11 @@ from shoal.model import frames
 from shoal.server.auth import AuthError, Principal
 from shoal.server.kube import api as shoal_kube_api
 from shoal.server.kube.objects import ObjectError
+from shoal.server.kubeapi import spdy
 from shoal.server.kubeapi.printing import status
 
 PROTOCOLS = ("v5.channel.k8s.io", "v4.channel.k8s.io")
+TUNNEL = "SPDY/3.1+portforward.k8s.io"  # kubectl port-forward: SPDY in a WebSocket
 
 
 SUCCESS = {"metadata": {}, "status": "Success"}
@@ -52,7 +54,8 @@ def stream_fields(server, p: Principal, namespace: str, name: str, query, mode: 
     argv = query.getlist("command")
     if mode == "exec" and not argv:
         raise ObjectError("you must specify at least one command for the container", 400, "BadRequest")
-    agent, key, cname = shoal_kube_api.locate(server, p, namespace, name, query.get("container"), "create")
+    agent, key, cname = shoal_kube_api.locate(server, p, namespace, name, query.get("container"), "create",
+                                              any_container=mode == "portforward", subresource=f"pods/{mode}")
     tty = query.get("tty") in ("1", "true", "True")
     fields = {"mode": mode, "key": key, "container": cname, "argv": argv, "tty": tty,
               "stdin": query.get("stdin") in ("1", "true", "True")}
@@ -60,21 +63,27 @@ def stream_fields(server, p: Principal, namespace: str, name: str, query, mode: 
 
 
 async def serve(ws: WebSocket, server, namespace: str, name: str, mode: str) -> None:
-    """One ``kubectl exec``/``attach``: refuse the upgrade with a Status, or relay until the
-    command ends (its exit as the last message) or kubectl goes away (the command is killed)."""
+    """One ``kubectl exec``/``attach``/``port-forward``: refuse the upgrade with a Status, or
+    relay until the command ends (its exit as the last message) or kubectl goes away (the
+    command is killed)."""
     offered = ws.scope.get("subprotocols") or []
-    protocol = next((x for x in PROTOCOLS if x in offered), None)
+    wanted = (TUNNEL,) if mode == "portforward" else PROTOCOLS
+    protocol = next((x for x in wanted if x in offered), None)
     try:
         if protocol is None:
-            raise ObjectError(f"the WebSocket subprotocol must be one of {', '.join(PROTOCOLS)} "
+            raise ObjectError(f"the WebSocket subprotocol must be one of {', '.join(wanted)} "
                               f"(offered: {', '.join(offered) or 'none'})", 400, "BadRequest")
         p = await run_in_threadpool(server.auth.resolve, ws.headers.get("authorization"), None, None)
         agent, fields = await run_in_threadpool(stream_fields, server, p, namespace, name, ws.query_params, mode)
-        reader, writer = await server.logs.open_stream(agent, fields)
+        if mode != "portforward":
+            reader, writer = await server.logs.open_stream(agent, fields)
     except (AuthError, ObjectError) as e:
         await ws.send_denial_response(refusal(e))
         return
     await ws.accept(subprotocol=protocol)
+    if mode == "portforward":
+        await PortForward(ws, lambda port: server.logs.open_stream(agent, {**fields, "port": port})).run()
+        return
     keep = {frames.STDOUT, frames.STDERR} if ws.query_params.get("stderr") not in ("0", "false") \
         else {frames.STDOUT}
     await relay(ws, reader, writer, keep, fields["argv"])
@@ -124,6 +133,106 @@ async def relay(ws: WebSocket, reader: asyncio.StreamReader, writer: asyncio.Str
         await ws.close(1000)
     except (WebSocketDisconnect, RuntimeError, OSError):
         pass
+
+
+class PortForward:
+    """``kubectl port-forward``'s SPDY connection (tunnelled in the WebSocket): each forwarded
+    local connection is a pair of SPDY streams (error and data, one ``requestid``), relayed to
+    the pod's port through one agent stream of its own."""
+
+    def __init__(self, ws: WebSocket, open_stream) -> None:
+        self.ws, self.open_stream = ws, open_stream
+        self.codec = spdy.Codec()
+        self.lock = asyncio.Lock()  # one writer at a time; header blocks in the order compressed
+        self.pairs: dict[str, dict] = {}
+        self.by_stream: dict[int, dict] = {}
+        self.tasks: set[asyncio.Task] = set()
+
+    async def send(self, make) -> None:
+        async with self.lock:
+            await self.ws.send_bytes(make())
+
+    async def run(self) -> None:
+        try:
+            while True:
+                msg = await self.ws.receive()
+                if msg["type"] == "websocket.disconnect":
+                    return
+                for f in self.codec.feed(msg.get("bytes") or b""):
+                    if f.control and f.type == spdy.GOAWAY:
+                        return
+                    await self.handle(f)
+        except (spdy.ProtocolError, WebSocketDisconnect, RuntimeError, OSError):
+            return
+        finally:
+            for t in self.tasks:
+                t.cancel()
+
+    async def handle(self, f: spdy.Frame) -> None:
+        if f.control and f.type == spdy.SYN_STREAM:
+            await self.send(lambda: self.codec.syn_reply(f.stream))
+            pair = self.pairs.setdefault(f.headers.get("requestid", ""), {"port": f.headers.get("port", "")})
+            pair[f.headers.get("streamtype", "")] = f.stream
+            self.by_stream[f.stream] = pair
+            if "data" in pair and "error" in pair and "queue" not in pair:
+                pair["queue"] = asyncio.Queue()
+                task = asyncio.create_task(self.forward(pair))
+                self.tasks.add(task)
+                task.add_done_callback(self.tasks.discard)
+        elif f.control and f.type == spdy.PING:
+            await self.send(lambda: self.codec.ping(f.ping_id))
+        elif f.control and f.type == spdy.RST_STREAM:
+            pair = self.by_stream.pop(f.stream, None)
+            if pair is not None and "queue" in pair:
+                pair["queue"].put_nowait(None)
+        elif not f.control:
+            pair = self.by_stream.get(f.stream)
+            if pair is not None and pair.get("data") == f.stream and "queue" in pair:
+                pair["queue"].put_nowait((f.data, bool(f.flags & spdy.FLAG_FIN)))
+
+    async def forward(self, pair: dict) -> None:
+        data_id, error_id, queue = pair["data"], pair["error"], pair["queue"]
+        error = None
+        try:
+            reader, writer = await self.open_stream(int(pair["port"]))
+        except ValueError:
+            error = f"invalid port {pair['port']!r}"
+        except ObjectError as e:
+            error = e.message
+        if error is None:
+            error = await self._relay(reader, writer, queue, data_id)
+        if error:
+            await self.send(lambda: self.codec.data(error_id, error.encode()))
+        await self.send(lambda: self.codec.data(data_id, fin=True))
+        await self.send(lambda: self.codec.data(error_id, fin=True))
+
+    async def _relay(self, reader, writer, queue: asyncio.Queue, data_id: int) -> str | None:
+        async def upstream() -> None:
+            while (item := await queue.get()) is not None:
+                data, fin = item
+                if data:
+                    writer.write(frames.frame(frames.STDIN, data))
+                if fin:
+                    writer.write(frames.frame(frames.CLOSE, bytes([frames.STDIN])))
+                await writer.drain()
+                if fin:
+                    return
+            writer.close()
+
+        up = asyncio.create_task(upstream())
+        try:
+            while True:
+                channel, length = frames.parse_header(await reader.readexactly(frames.HEADER.size))
+                data = await reader.readexactly(length)
+                if channel == frames.STDOUT:
+                    await self.send(lambda: self.codec.data(data_id, data))
+                elif channel == frames.ERROR:
+                    return json.loads(data).get("error")
+        except (asyncio.IncompleteReadError, OSError, ValueError):
+            return "the node's agent ended the stream"
+        finally:
+            up.cancel()
+            writer.close()
 
 
 async def spdy_refusal(server, request, namespace: str, name: str, mode: str) -> JSONResponse:

@@ -1,7 +1,7 @@
 """steps: what each srun step used on each node, from its cgroup (sacct's step lines)
 
 Revision ID: 0012
-Revises: 0015
+Revises: 0011
 """
 import sqlalchemy as sa
 from alembic import op

@@ -1,7 +1,7 @@
 """nodes: the container images their agents hold
 
 Revision ID: 0013
-Revises: 0015
+Revises: 0012
 """
 import sqlalchemy as sa
 from alembic import op

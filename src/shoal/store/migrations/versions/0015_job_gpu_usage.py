@@ -2,7 +2,7 @@
 gres/gpumem and energy), folded from the agents' heartbeats
 
 Revision ID: 0015
-Revises: 0011
+Revises: 0013
 """
 import sqlalchemy as sa
 from alembic import op
