@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from shoal.model import gpuusage
 from shoal.model.job import JobState
@@ -39,11 +39,23 @@ def record(s, node: str, samples: Iterable, now: float) -> int:
             continue
         usage = s.get(JobGPUUsageRow, (job_id, run, node))
         if usage is None:
-            s.add(JobGPUUsageRow(job_id=job_id, run=run, node=node, record=gpuusage.fold(None, now, gpus)))
-        else:
-            usage.record = gpuusage.fold(usage.record, now, gpus)  # a new dict: the JSON column sees it
+            usage = JobGPUUsageRow(job_id=job_id, run=run, node=node, record=None)
+            s.add(usage)
+        usage.record = gpuusage.fold(usage.record, now, gpus)  # a new dict: the JSON column sees it
+        usage.busy_s = sum(g["busy_s"] for g in usage.record["gpus"].values())
         kept += len(gpus)
     return kept
+
+
+def busy_hours(s, own=None) -> dict[tuple[str, str], float]:
+    """Utilisation-weighted GPU-hours of every run, by (account, user), of the jobs ``own``
+    (a condition on JobRow, or None for all) selects."""
+    account = JobRow.spec["account"].as_string()
+    q = (select(account, JobRow.user, func.sum(JobGPUUsageRow.busy_s))
+         .join(JobRow, JobRow.id == JobGPUUsageRow.job_id).group_by(account, JobRow.user))
+    if own is not None:
+        q = q.where(own)
+    return {(acct or "(default account)", user): (busy or 0.0) / 3600 for acct, user, busy in s.execute(q)}
 
 
 def _records(s, rows: Iterable[JobRow]) -> dict[int, list[tuple[str, dict]]]:

@@ -19,6 +19,7 @@ from sqlalchemy import select
 
 from shoal.model.job import JobState
 from shoal.server.auth import AuthError, Principal
+from shoal.server import gpuacct
 from shoal.server.console import views
 from shoal.store.models import CleanupRow, JobRow, NodeRow
 
@@ -163,14 +164,18 @@ def router(server, *, nodes_json, private_jobs) -> APIRouter:
 
     @r.get("/api/usage")
     def usage(p: Principal = Depends(viewer)):
-        """GPU-hours per account and user of the jobs the caller may see (all that started)."""
+        """GPU-hours per account and user of the jobs the caller may see (all that started), in
+        total and over time, and how busy those GPUs were (the agents' samples)."""
         own = private_jobs(p)
+        now = server.clock()
         with server.sessions() as s:
             q = select(JobRow.user, JobRow.spec["account"].as_string(), JobRow.start_time, JobRow.end_time,
                        JobRow.allocation).where(JobRow.start_time.is_not(None))
             if own is not None:
                 q = q.where(own)
-            return JSONResponse(views.gpu_hours(s.execute(q), server.clock()))
+            rows = s.execute(q).all()
+            busy = gpuacct.busy_hours(s, own)
+        return JSONResponse({**views.gpu_hours(rows, now, busy), "over_time": views.gpu_hours_over_time(rows, now)})
 
     @r.get("/api/pod-load")
     def pod_load(p: Principal = Depends(viewer)):
