@@ -47,15 +47,15 @@ def record(s, node: str, samples: Iterable, now: float) -> int:
     return kept
 
 
-def busy_hours(s, own=None) -> dict[tuple[str, str], float]:
-    """Utilisation-weighted GPU-hours of every run, by (account, user), of the jobs ``own``
-    (a condition on JobRow, or None for all) selects."""
+def busy_hours(s, own=None) -> list[tuple[str | None, str, float]]:
+    """Utilisation-weighted GPU-hours of every run, as (account the job named or None, user,
+    hours), of the jobs ``own`` (a condition on JobRow, or None for all) selects."""
     account = JobRow.spec["account"].as_string()
     q = (select(account, JobRow.user, func.sum(JobGPUUsageRow.busy_s))
          .join(JobRow, JobRow.id == JobGPUUsageRow.job_id).group_by(account, JobRow.user))
     if own is not None:
         q = q.where(own)
-    return {(acct or "(default account)", user): (busy or 0.0) / 3600 for acct, user, busy in s.execute(q)}
+    return [(acct, user, (busy or 0.0) / 3600) for acct, user, busy in s.execute(q)]
 
 
 def _records(s, rows: Iterable[JobRow]) -> dict[int, list[tuple[str, dict]]]:

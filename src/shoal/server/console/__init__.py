@@ -173,8 +173,19 @@ def router(server, *, nodes_json, private_jobs) -> APIRouter:
                        JobRow.allocation).where(JobRow.start_time.is_not(None))
             if own is not None:
                 q = q.where(own)
-            rows = s.execute(q).all()
-            busy = gpuacct.busy_hours(s, own)
+            found = s.execute(q).all()
+            busy_rows = gpuacct.busy_hours(s, own)
+        tree = server.account_tree
+
+        def charged(user: str, account: str | None) -> str | None:
+            """The account a job charges: its own, else its user's default (as sshare counts it)."""
+            return account or (None if tree.empty else tree.default_account.get(user))
+
+        rows = [(user, charged(user, acct), *rest) for user, acct, *rest in found]
+        busy: dict[tuple[str, str], float] = {}
+        for acct, user, hours in busy_rows:
+            key = (charged(user, acct) or views.DEFAULT_ACCOUNT, user)
+            busy[key] = busy.get(key, 0.0) + hours
         return JSONResponse({**views.gpu_hours(rows, now, busy), "over_time": views.gpu_hours_over_time(rows, now)})
 
     @r.get("/api/pod-load")

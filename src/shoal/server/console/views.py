@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+DEFAULT_ACCOUNT = "(default account)"  # a job that named none, on a cluster without an account tree
+
 # A GPU's holder as the grid colours it (docs/CONSOLE.md).
 TRAINING, SERVING, COMPLETING, IDLE, DRAINED, DOWN = "training", "serving", "completing", "idle", "drained", "down"
 
@@ -94,7 +96,7 @@ def gpu_hours(rows: Iterable[tuple[str, str | None, float | None, float | None, 
         hours = gpus * max(0.0, (end if end is not None else now) - start) / 3600
         if not hours:
             continue
-        acct = account or "(default account)"
+        acct = account or DEFAULT_ACCOUNT
         accounts[acct] = accounts.get(acct, 0.0) + hours
         users[(acct, user)] = users.get((acct, user), 0.0) + hours
     busy = busy or {}
@@ -124,7 +126,7 @@ def gpu_hours_over_time(rows: Iterable[tuple[str, str | None, float | None, floa
             continue
         gpus = sum(len(n["gpus"]) for n in allocation["nodes"])
         if gpus:
-            runs.append((user, account or "(default account)", start, end if end is not None else now, gpus))
+            runs.append((user, account or DEFAULT_ACCOUNT, start, end if end is not None else now, gpus))
     if not runs:
         return {"bucket_s": BUCKETS_S[0], "start": now, "buckets": 0, "accounts": {}, "users": {}}
     first = min(r[2] for r in runs)

@@ -69,7 +69,7 @@ function niceMax(v) {
   const p = 10 ** Math.floor(Math.log10(v)), m = v / p;
   return (m <= 1 ? 1 : m <= 2 ? 2 : m <= 5 ? 5 : 10) * p;
 }
-const fmt = (v) => v >= 100 ? v.toFixed(0) : v >= 10 ? v.toFixed(1) : String(Number(v.toPrecision(2)));
+const fmt = (v) => String(v >= 100 ? Math.round(v) : Number(v >= 10 ? v.toFixed(1) : v.toPrecision(2)));
 const chartLegend = (names) => `<div class="legend">${names.map((n, i) => `<span><i class="swatch" style="background:${colour(i)}"></i>${esc(n)}</span>`).join("")}</div>`;
 
 // The frame both charts share: y grid lines with labels, the plot area, x labels under it.
@@ -79,7 +79,9 @@ function frame(yMax, unit, xLabels, body, title) {
     const y = T + (H - T - B) * (1 - f);
     return `<line x1="${L}" x2="${W - R}" y1="${y}" y2="${y}" class="gridline"/><text x="${L - 6}" y="${y + 4}" text-anchor="end">${fmt(yMax * f)}</text>`;
   }).join("");
-  const xs = xLabels.map(([x, label]) => `<text x="${x}" y="${H - 6}" text-anchor="middle">${esc(label)}</text>`).join("");
+  // The labels at the edges are anchored inwards, so none is cut by the frame.
+  const anchor = (x) => x <= L + 40 ? "start" : x >= W - R - 40 ? "end" : "middle";
+  const xs = xLabels.map(([x, label]) => `<text x="${x}" y="${H - 6}" text-anchor="${anchor(x)}">${esc(label)}</text>`).join("");
   return `<figure class="chart"><figcaption>${esc(title)} <span class="muted">(${esc(unit)})</span></figcaption>` +
     `<svg viewBox="0 0 ${W} ${H}" role="img" aria-label="${esc(title)}">${grid}${body}${xs}</svg></figure>`;
 }
