@@ -23,7 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.bench_foundation import load_average  # noqa: E402
+from bench.bench_foundation import load_average, machine_facts  # noqa: E402
 from benchmarks_md import write_section  # noqa: E402  (bench/ is on sys.path as the script's folder)
 from tests.integration.cluster import LocalCluster, free_port, wait_until  # noqa: E402
 from tests.integration.test_console import log_in, open_browser, rendered  # noqa: E402
@@ -190,12 +190,16 @@ def load(jobs: int = 1000, runs: int = 7) -> dict:
         submit_s = time.perf_counter() - t0
         wait_until(lambda: len(c.jobs()) >= jobs, 60, "the jobs listed")
         log_in(driver, c, c.admin_token)
-        out = {"jobs": jobs, "submit_s": round(submit_s, 1), "pages": {}, "load": load_average()}
-        for page in ("overview", "queue", "accounting", "nodes"):
+        out = {"jobs": jobs, "submit_s": round(submit_s, 1), "pages": {}, "load": load_average(),
+               "facts": machine_facts()}
+        running = next(j["job_id"] for j in c.jobs() if j["state"] == "RUNNING")
+        time.sleep(10)  # GPU samples for the job page's plot
+        for page, path in (("overview", "overview"), ("queue", "queue"), ("job (GPU plot)", f"jobs/{running}"),
+                           ("accounting", "accounting"), ("nodes", "nodes")):
             times = []
             for _ in range(runs):
                 t = time.perf_counter()
-                visit(driver, c, page)
+                visit(driver, c, path)
                 times.append(time.perf_counter() - t)
             out["pages"][page] = {"median_ms": round(1000 * statistics.median(times)),
                                   "max_ms": round(1000 * max(times))}
@@ -220,15 +224,21 @@ def main() -> int:
     r = load(args.jobs)
     print(json.dumps(r, indent=2))
     rows = "\n".join(f"| {page} | {v['median_ms']} | {v['max_ms']} |" for page, v in r["pages"].items())
+    facts = "\n".join(f"| {k} | {v} |" for k, v in r["facts"].items())
     heading = "## Web console: page load with many jobs"
     write_section(heading, f"""{heading}
 
-`bench/bench_console.py load`: a 4-node local cluster with {r['jobs']:,} pending jobs; headless
+`.venv/bin/python bench/bench_console.py load`: a 4-node local cluster with {r['jobs']:,} pending jobs; headless
 Chromium (Debian's) navigates to each page and waits for its first render (the page's HTML, its
 script and style, `whoami`, and the page's API reads, rendered). Seven loads per page; the queue
-page showed {r['rows']:,} rows. Load average {r['load']} (1/5/15 min) on this shared machine
+page showed {r['rows']:,} rows; the job page is a running job's, with its GPU plot (its
+`/gpu-usage` read and drawn). Load average {r['load']} (1/5/15 min) on this shared machine
 when the loads began: other work inflates these figures. The queue page reads whole Job
 objects (for start estimates and GPU counts), most of its time with a thousand rows.
+
+| Machine | |
+|---|---|
+{facts}
 
 | page | median (ms) | max (ms) |
 |---|---|---|

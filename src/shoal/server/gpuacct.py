@@ -27,13 +27,16 @@ def record(s, node: str, samples: Iterable, now: float) -> int:
         by_run.setdefault((x.job_id, x.run), []).append(x)
     if not by_run:
         return 0
-    jobs = {r.id: r for r in s.scalars(select(JobRow).where(JobRow.id.in_({j for j, _ in by_run})))}
+    # The few columns that say who holds what: never the spec (a script can be megabytes).
+    q = select(JobRow.id, JobRow.restart_count, JobRow.state, JobRow.allocation).where(
+        JobRow.id.in_({j for j, _ in by_run}))
+    jobs = {job_id: (restarts, state, alloc) for job_id, restarts, state, alloc in s.execute(q)}
     kept = 0
     for (job_id, run), xs in by_run.items():
-        row = jobs.get(job_id)
-        if row is None or row.restart_count != run or row.state != JobState.RUNNING.value or not row.allocation:
+        restarts, state, alloc = jobs.get(job_id, (None, None, None))
+        if restarts != run or state != JobState.RUNNING.value or not alloc:
             continue
-        held = next((set(n["gpus"]) for n in row.allocation["nodes"] if n["name"] == node), set())
+        held = next((set(n["gpus"]) for n in alloc["nodes"] if n["name"] == node), set())
         gpus = [gpuusage.GPUSample(x.gpu, x.util, x.mem_mib, x.energy_mj, x.power_w) for x in xs if x.gpu in held]
         if not gpus:
             continue
