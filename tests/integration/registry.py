@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import tarfile
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -32,7 +33,7 @@ APPLETS = ("sh", "cat", "ls", "echo", "id", "env", "grep", "sleep", "touch", "te
 
 def missing_tools() -> list[str]:
     """The programs these tests need that this machine lacks (.ci/run installs them)."""
-    return [t for t in ("podman", "runc", "docker-registry", "catatonit") if shutil.which(t) is None] \
+    return [t for t in ("podman", "runc", "docker-registry", "catatonit", "htpasswd") if shutil.which(t) is None] \
         + ([] if os.path.exists(BUSYBOX) else ["busybox"])
 
 
@@ -51,17 +52,35 @@ def podman(env: dict[str, str], *args: str, check: bool = True, timeout: float =
 
 
 class Registry:
-    """Distribution's registry serving plain HTTP on 127.0.0.1 from a temporary directory."""
+    """Distribution's registry serving plain HTTP on 127.0.0.1 from a temporary directory;
+    with ``login`` (user, password), only to that user (htpasswd, bcrypt as it requires)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, login: tuple[str, str] | None = None) -> None:
         self.root = root
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
+        self.login = login
         root.mkdir(parents=True, exist_ok=True)
+        auth = ""
+        if login is not None:
+            line = subprocess.run(["htpasswd", "-niB", login[0]], input=login[1], capture_output=True, text=True,
+                                  check=True).stdout
+            (root / "htpasswd").write_text(line)
+            auth = f"auth:\n  htpasswd:\n    realm: shoal-test\n    path: {root / 'htpasswd'}\n"
         (root / "config.yml").write_text(
             f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {root / 'data'}\n"
-            f"  delete:\n    enabled: true\nhttp:\n  addr: {self.address}\n")
+            f"  delete:\n    enabled: true\nhttp:\n  addr: {self.address}\n{auth}")
         self.proc: subprocess.Popen | None = None
+
+    def authfile(self) -> Path:
+        """podman's auth.json of this registry's login (for pushing to it; not on a command line)."""
+        import base64
+        import json
+
+        token = base64.b64encode(f"{self.login[0]}:{self.login[1]}".encode()).decode()
+        path = self.root / "auth.json"
+        path.write_text(json.dumps({"auths": {self.address: {"auth": token}}}))
+        return path
 
     def start(self) -> Registry:
         log = open(self.root / "registry.log", "w")
@@ -72,6 +91,9 @@ class Registry:
             try:
                 urllib.request.urlopen(f"http://{self.address}/v2/", timeout=1).read()
                 return self
+            except urllib.error.HTTPError as e:
+                if e.code == 401:  # up, and asking for its login
+                    return self
             except OSError:
                 time.sleep(0.1)
         raise AssertionError(f"the registry did not start: {(self.root / 'registry.log').read_text()}")
@@ -105,5 +127,6 @@ def build_image(env: dict[str, str], root: Path, tag: str, pretty_name: str, fil
     return tag
 
 
-def push(env: dict[str, str], local: str, remote: str) -> None:
-    podman(env, "push", "--quiet", "--tls-verify=false", local, remote)
+def push(env: dict[str, str], local: str, remote: str, authfile: Path | None = None) -> None:
+    podman(env, "push", "--quiet", "--tls-verify=false", *(["--authfile", str(authfile)] if authfile else []),
+           local, remote)

@@ -6,6 +6,7 @@ One cluster serves every story here (module fixture): podman's start-up is the s
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import threading
@@ -35,6 +36,11 @@ def env(tmp_path_factory):
     root = tmp_path_factory.mktemp("containers")
     penv = podman_env(root)
     registry = Registry(root / "registry").start()
+    private = Registry(root / "private-registry", login=("alice", "s3cret-pw-4711")).start()
+    local = f"localhost/shoal-private-{private.port}:1"
+    build_image(penv, root, local, "private image")
+    push(penv, local, f"{private.address}/team/private:1", authfile=private.authfile())
+    podman(penv, "rmi", local)
     local = f"localhost/shoal-test-{registry.port}:1"
     build_image(penv, root, local, PRETTY, files={"/opt/image-marker": "inside\n"})
     push(penv, local, f"{registry.address}/nvidia/pytorch:24.10-py3")
@@ -44,7 +50,7 @@ def env(tmp_path_factory):
         "cluster_name": "containers", "partitions": [{"name": "gpu", "nodes": f"node[01-{NODES:02d}]", "default": True}],
         "nodes": {"heartbeat_interval_s": 1.0, "kill_wait_s": 2.0},
         "containers": {"registry_mirrors": {"nvcr.io": registry.address},
-                       "insecure_registries": [registry.address]}}))
+                       "insecure_registries": [registry.address, private.address]}}))
     gateway = free_port()
     cluster = LocalCluster(root / "cluster", nodes=NODES, gpus_per_node=GPUS, config=str(config),
                            extra=("--runtime", "podman", "--gateway", str(gateway)))
@@ -55,11 +61,13 @@ def env(tmp_path_factory):
     data.mkdir()
     checkpoints.mkdir()
     (data / "shard-0").write_text("tokens\n")
-    yield {"cluster": cluster, "registry": registry, "data": data, "checkpoints": checkpoints, "podman": penv,
+    yield {"cluster": cluster, "registry": registry, "private": private, "data": data, "checkpoints": checkpoints, "podman": penv,
            "root": root}
     cluster.down()
     registry.stop()
-    podman(penv, "rmi", "--force", f"{registry.address}/nvidia/pytorch:24.10-py3", check=False)
+    private.stop()
+    podman(penv, "rmi", "--force", f"{registry.address}/nvidia/pytorch:24.10-py3",
+           f"{private.address}/team/private:1", check=False)
 
 
 def output(cluster: LocalCluster, job_id: int) -> str:
@@ -192,6 +200,48 @@ def test_one_pull_for_concurrent_tasks_then_the_cache(env):
     c.run(["srun", "-N1", "-n4", "-w", "node01", f"--container-image={IMAGE}", "true"], timeout=90)
     assert manifest_gets() == before + 1
     assert list(json.loads(index_file.read_text())) == [image]
+
+
+def test_container_save_keeps_what_a_step_wrote_for_the_next(env):
+    """--container-save as Pyxis' own test takes it: each step saves its container to the
+    same relative path, the next starts from that file and adds to it; the file is the job
+    user's, and a save where the user cannot write fails the step's node with Pyxis' words."""
+    c = env["cluster"]
+    saved = c.workdir / "modified.sqsh"
+    saved.unlink(missing_ok=True)
+    first = c.run(["srun", "-N1", f"--container-image={IMAGE}", "--container-save=./modified.sqsh",
+                   "sh", "-c", "echo pyxis > /test"], timeout=120)
+    assert "pyxis: exported container" in first.stderr and str(saved) in first.stderr, first.stderr
+    assert saved.stat().st_size > 0
+    c.run(["srun", "-N1", "--container-image=./modified.sqsh", "--container-save=./modified.sqsh",
+           "sh", "-c", "echo slurm > /test2"], timeout=120)
+    out = c.run(["srun", "-N1", "--container-image=./modified.sqsh", "sh", "-c",
+                 "cat /test /test2; grep PRETTY /etc/os-release"], timeout=120)
+    assert out.stdout.splitlines() == ["pyxis", "slurm", f'PRETTY_NAME="{PRETTY}"'], out.stdout + out.stderr
+    failed = c.run(["srun", "-N1", f"--container-image={IMAGE}", "--container-save=/proc/no-such/x.sqsh", "true"],
+                   check=False, timeout=120)
+    assert "pyxis: failed to export container" in failed.stderr and "/proc/no-such/x.sqsh" in failed.stderr, \
+        failed.stderr
+
+
+def test_enroot_credentials_let_a_step_pull_from_a_registry_that_needs_a_login(env):
+    """A registry that serves its image only to alice: refused without a login, pulled with
+    the password in her Enroot credentials file ($ENROOT_CONFIG_PATH/.credentials, netrc's
+    format), which no log or file left on the node shows."""
+    c, registry = env["cluster"], env["private"]
+    config = env["root"] / "enroot-config"
+    config.mkdir(exist_ok=True)
+    image = f"--container-image={registry.address}#team/private:1"
+    refused = c.run(["srun", "-N1", image, "true"], check=False, timeout=90, env={"ENROOT_CONFIG_PATH": str(config)})
+    assert refused.returncode != 0, refused.stdout
+    assert "unauthorized" in refused.stderr or "authentication required" in refused.stderr, refused.stderr
+    (config / ".credentials").write_text(f"# enroot\nmachine {registry.address} login alice password s3cret-pw-4711\n")
+    out = c.run(["srun", "-N1", image, "grep", "PRETTY", "/etc/os-release"], timeout=90,
+                env={"ENROOT_CONFIG_PATH": str(config)})
+    assert out.stdout.strip() == 'PRETTY_NAME="private image"', out.stdout + out.stderr
+    logs = "".join(p.read_text(errors="replace") for p in c.root.rglob("*.log"))
+    assert "s3cret-pw-4711" not in logs
+    assert not list((c.root / "state" / "nodes").rglob("auth.json"))  # the login's file went with the pull
 
 
 def test_a_container_sees_exactly_its_gpus(env):
@@ -400,6 +450,52 @@ def test_a_deployment_of_an_image_serves_through_the_gateway_and_rolls_to_a_new_
         c.run(["shoal", "delete", "service", "web-image"], check=False)
         wait_until(lambda: not pods(c, "app=web-image"), 30, "the web pods gone")
         podman(penv, "rmi", "--force", *(f"{registry.address}/shoal/web:{t}" for t in ("v1", "v2")), check=False)
+
+
+def test_a_pod_pulls_with_its_image_pull_secret_and_reads_a_secret_key(env):
+    """A docker-registry Secret lets a pod pull from the registry that needs a login; the same
+    pod without it backs off with the registry's refusal; an env secretKeyRef's value reaches
+    the container, and neither the password nor the value is in a log or on a command line."""
+    c, registry = env["cluster"], env["private"]
+    config = {"auths": {registry.address: {"auth": base64.b64encode(b"alice:s3cret-pw-4711").decode()}}}
+    docs = [{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "regcred"},
+             "type": "kubernetes.io/dockerconfigjson", "stringData": {".dockerconfigjson": json.dumps(config)}},
+            {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "hf"}, "stringData": {"token": "hf_v4lue_9"}}]
+    with_login = deployment("private", f"{registry.address}/team/private:1",
+                            ["sh", "-c", "grep PRETTY /etc/os-release; echo token=$HF_TOKEN; sleep 600"])
+    spec = with_login["spec"]["template"]["spec"]
+    spec["imagePullSecrets"] = [{"name": "regcred"}]
+    spec["containers"][0]["env"] = [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}]
+    without = deployment("private-nologin", f"{registry.address}/team/private:1", ["true"])
+    c.run(["shoal", "apply", "-f", "-"], input="\n---\n".join(json.dumps(d) for d in [*docs, with_login, without]))
+    try:
+        def said():
+            items = json.loads(c.run(["shoal", "get", "pods", "-l", "app=private", "-o", "json"]).stdout)["items"]
+            if not items:
+                return None
+            log = c.run(["shoal", "logs", items[0]["metadata"]["name"]], check=False).stdout
+            return log if "token=" in log else None
+
+        log = wait_until(said, 90, "the private image's pod output")
+        assert 'PRETTY_NAME="private image"' in log and "token=hf_v4lue_9" in log, log
+
+        def refused():
+            items = json.loads(c.run(["shoal", "get", "pods", "-l", "app=private-nologin", "-o", "json"]).stdout)["items"]
+            for cs in (items[0] if items else {}).get("status", {}).get("containerStatuses") or ():
+                w = cs.get("state", {}).get("waiting") or {}
+                if w.get("reason") in ("ErrImagePull", "ImagePullBackOff"):
+                    return w
+            return None
+
+        waiting = wait_until(refused, 60, "the pull without a login refused")
+        assert "unauthorized" in waiting["message"] or "authentication required" in waiting["message"], waiting
+        ps = __import__("subprocess").run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+        assert "hf_v4lue_9" not in ps and "s3cret-pw-4711" not in ps
+        logs = "".join(p.read_text(errors="replace") for p in c.root.rglob("*.log"))
+        assert "s3cret-pw-4711" not in logs
+    finally:
+        c.run(["shoal", "delete", "deployment", "private", "private-nologin"], check=False)
+        c.run(["shoal", "delete", "secret", "regcred", "hf"], check=False)
 
 
 def test_a_pod_runs_as_its_security_contexts_user(env):

@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from shoal.agent import supervise
+from shoal.agent import supervise, wire
 from shoal.agent.certs import AgentCertificate
 from shoal.agent.cgroups import CgroupError, Containment, Usage, detect, fake_device_nodes, instance_name
 from shoal.agent.gpus import (
@@ -165,25 +165,18 @@ class Agent:
 
     def register(self) -> None:
         inv, host = self.cfg.inventory, self.cfg.host
-        body = {
-            "name": self.name, "address": self.cfg.address, "port": self.step_server.server_address[1],
-            "cpus": host.cpus, "memory_mb": host.memory_mb,
-            "gpus": [g.__dict__ for g in inv.gpus], "labels": self.cfg.labels, "features": self.cfg.features,
-            "boot_time": host.boot_time, "alive": self.alive_keys(), "taints": self.cfg.taints,
-        }
         fenced = self._unannounced
-        if fenced:
-            body["fenced"] = fenced
         with self._events_lock:
             self._drain_events()
             sending = list(self._pending)
-            if sending:
-                body["events"] = sending
-        if self.certificate is not None:
-            body["csr"] = self.certificate.request()
+        body = wire.register_body(
+            name=self.name, address=self.cfg.address, port=self.step_server.server_address[1], cpus=host.cpus,
+            memory_mb=host.memory_mb, gpus=[g.__dict__ for g in inv.gpus], labels=self.cfg.labels,
+            features=self.cfg.features, boot_time=host.boot_time, alive=self.alive_keys(), taints=self.cfg.taints,
+            fenced=fenced, events=sending, csr=self.certificate.request() if self.certificate is not None else None)
         self._server.token = self.cfg.join_token
         sent = supervise.boottime()
-        reply = self._server.post("/shoal/v1/agents/register", body)
+        reply = self._server.post(wire.REGISTER, body)
         if self.certificate is not None:
             if not reply.get("certificate"):
                 raise ClientError("the server issued no certificate for this agent's HTTPS (is it older than "
@@ -255,8 +248,8 @@ class Agent:
         failures = 0
         while not self.stop.is_set():
             try:
-                params = {"wait": 25, "epoch": epoch, "gen": gen} if epoch is not None else {"wait": 0}
-                work = self._server.get(f"/shoal/v1/agents/{self.name}/work", params, timeout=40)
+                work = self._server.get(wire.work_path(self.name), wire.work_params(epoch, gen),
+                                        timeout=wire.WORK_TIMEOUT_S)
                 failures = 0
             except ClientError as e:
                 failures += 1
@@ -366,8 +359,7 @@ class Agent:
             if ended is not None and key not in self._pod_exits_sent:
                 self._pod_exits_sent.add(key)
                 code, sig = ended
-                self.events.put({"type": "exit", "key": key, "job_id": job_id, "run": run,
-                                 "exit_code": code, "signal": sig, "time": time.time()})
+                self.events.put(wire.exit_event(key, job_id, run, code, sig, time.time()))
         return out
 
     def metrics_text(self) -> str:
@@ -378,8 +370,7 @@ class Agent:
                  fenced: bool = False, usage: Usage | None = None) -> None:
         if run.key in self._fenced:
             return  # killed by this agent's fence: named at its next registration instead
-        event = {"type": "exit", "key": run.key, "job_id": run.job_id, "run": run.run,
-                 "exit_code": exit_code, "signal": sig, "time": when}
+        event = wire.exit_event(run.key, run.job_id, run.run, exit_code, sig, when)
         if reason:
             event["reason"] = reason  # why it never ran (squeue's and sacct's REASON)
         if usage is not None:  # from the job's cgroup
@@ -453,9 +444,9 @@ class Agent:
                 gpu_health = xids + self._gpu_problems  # the event first: it says what happened
             sent = supervise.boottime()
             try:
-                self._server.post(f"/shoal/v1/agents/{self.name}/report",
-                                  {"events": pending, "alive": self.alive_keys(),
-                                   "pods": list(unsent.values()), "gpu_health": gpu_health, **usage}, timeout=10)
+                self._server.post(wire.report_path(self.name),
+                                  wire.report_body(pending, self.alive_keys(), list(unsent.values()), gpu_health,
+                                                   usage), timeout=wire.REPORT_TIMEOUT_S)
                 self._accepted(pending)
                 unsent = {}
                 with self._fence_lock:

@@ -10,7 +10,8 @@ hands each change to ``on_change`` at once, so readiness reaches the gateway qui
 The container process runs under a per-run supervisor (``agent/supervise.py``, as a batch
 script does; conmon's role), in ``run.N`` beside the container's ``N.log``, and the pod's
 run entry is kept in ``entry.json``: an agent that starts again re-adopts the pods it finds
-there (``adopt``) instead of starting their containers again.
+there (``adopt``) instead of starting their containers again. The supervisor fences the
+container by the node's lease, agent or no agent (docs/FENCING.md).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from pathlib import Path
 import psutil
 
 from shoal.agent import supervise
-from shoal.agent.cgroups import Cgroup, Containment, procs_files
+from shoal.agent.cgroups import Cgroup, Containment, procs_files, write_cgroup_list
 from shoal.agent.containers import (ContainerError, ContainerPaths, ContainerRuntime,
                                     CreateContainerConfigError, Launch, RegistrySettings, Step, container_env,
                                     get_runtime)
@@ -317,6 +318,21 @@ class PodManager:
         with self.lock:
             return [k for k, pod in self.pods.items() if not self._finished(pod)]
 
+    def is_running(self, key: str, container: str) -> bool:
+        """The container's current run has not ended (``kubectl attach`` follows it while so)."""
+        with self.lock:
+            pod = self.pods.get(key)
+            c = next((c for c in pod.containers if c.name == container), None) if pod is not None else None
+            return c is not None and c.running() and not pod.stopping
+
+    def address_of(self, key: str) -> str:
+        """Where the pod's ports are reached from this node (``kubectl port-forward``)."""
+        with self.lock:
+            pod = self.pods.get(key)
+            if pod is None or self._finished(pod):
+                raise LogNotFound(f"no pod run {key} on node {self.node}")
+            return pod.pod.get("env", {}).get("POD_IP") or "127.0.0.1"
+
     def container_pids(self) -> dict[str, list[int]]:
         """The main process of each running container, by run key (for CPU accounting)."""
         with self.lock:
@@ -427,6 +443,9 @@ class PodManager:
                     if now < wake_at:
                         pod.wake.wait(wake_at - now)
                         continue
+                    if self._lease_ran_out():  # the server may run it elsewhere now: the agent's fence stops the pod
+                        pod.wake.wait(0.2)
+                        continue
                     outcome, launch = self._attempt(pod, c)
                 with self.lock:
                     if outcome == "stopped" or pod.stopping:
@@ -533,13 +552,19 @@ class PodManager:
         try:
             jobdir.mkdir()
             inside = pod.cgroup.child(f"container_{c.name}") if pod.cgroup is not None else None
+            if inside is not None and pod.cgroup is not None:
+                # The container's own directories (v1: not the pod's cpuset and devices, which
+                # other containers' supervisors share): its fence kills what it left, detached or not.
+                write_cgroup_list(jobdir, [d for k, d in inside.dirs.items() if d != pod.cgroup.dirs[k]])
             spec = supervise.Launch(
                 key=f"{pod.key}/{c.name}/{number}", job_id=int(pod.entry.get("job_id", 0)),
                 run=int(pod.entry.get("run", 0)), user=pod.entry.get("user", ""), argv=list(launch.argv),
                 env=_as(ident, launch.env), cwd=launch.cwd or os.getcwd(), cwd_fallback=None,
                 files=[OpenAs(1, str(log_file), output_flags(append=True)), OpenAs(2, same_as=1)], identity=ident,
                 cgroups=procs_files(inside))
-            return Supervised(jobdir, supervise.start(jobdir, spec)), None
+            # Fenced by the node's lease as a batch script is: with the agent dead, the pod stops
+            # before the server replaces it elsewhere (docs/FENCING.md).
+            return Supervised(jobdir, supervise.start(jobdir, spec, self.workdir / supervise.LEASE)), None
         except (OSError, ValueError) as e:
             shutil.rmtree(jobdir, ignore_errors=True)
             return None, f"cannot start the container's supervisor: {getattr(e, 'strerror', None) or e}"
@@ -632,6 +657,12 @@ class PodManager:
             else:
                 self._event(pod, "Warning", "Failed", f"Error: {message}")
             self._changed(pod)
+
+    def _lease_ran_out(self) -> bool:
+        """Whether the node's lease (as its supervisors read it) has run out: no container
+        starts then, not even a restart of one its supervisor has just fenced."""
+        lease = supervise.read_lease(self.workdir / supervise.LEASE)
+        return lease is not None and supervise.boottime() >= lease.expires
 
     def _pull_backoff(self, pod: _Pod, c: _Container) -> None:
         message = f'Back-off pulling image "{c.spec.get("image", "")}"'

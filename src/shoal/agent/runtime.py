@@ -87,6 +87,7 @@ class Proc:
     kind: str  # "batch" | "step"
     step_id: int | None = None
     fences_itself: bool = False  # under a supervisor that reads the node's lease
+    termed: bool = False  # has had its SIGTERM (srun's abort, or the run's kill): never a second
 
     @property
     def alive(self) -> bool:
@@ -382,7 +383,8 @@ class Runtime:
             if run.killing_since is None:
                 run.killing_since = now
                 for p in run.procs:
-                    if p.alive and not (fence and p.fences_itself):
+                    if p.alive and not p.termed and not (fence and p.fences_itself):
+                        p.termed = True
                         p.send(signal.SIGCONT)
                         p.send(signal.SIGTERM)
                 if run.cgroup is not None and not fence:  # and every process it tracks, detached ones too
@@ -395,6 +397,35 @@ class Runtime:
                         p.send(signal.SIGKILL)
                 if run.cgroup is not None:
                     self._signal_cgroup(run, signal.SIGKILL)
+
+    def terminate_step(self, run: Run, step_id: int, kill_wait: float) -> None:
+        """End one srun step as srun asks when it is itself signalled: SIGCONT and SIGTERM to
+        its tasks' groups, SIGKILL after ``kill_wait``. Nothing when the whole run is being
+        killed already: that kill TERMs and KILLs them, and a task gets one TERM."""
+        with self.lock:
+            if run.killing_since is not None:
+                return
+            procs = [p for p in run.procs if p.kind == "step" and p.step_id == step_id and p.alive and not p.termed]
+            for p in procs:
+                p.termed = True
+                p.send(signal.SIGCONT)
+                p.send(signal.SIGTERM)
+
+        def hard() -> None:
+            for p in procs:
+                if p.alive:
+                    p.send(signal.SIGKILL)
+
+        timer = threading.Timer(kill_wait, hard)
+        timer.daemon = True
+        timer.start()
+
+    def signal_step(self, run: Run, step_id: int, signum: int) -> None:
+        """Pass a signal srun got (a Ctrl-C) on to one step's tasks."""
+        with self.lock:
+            procs = [p for p in run.procs if p.kind == "step" and p.step_id == step_id and p.alive]
+        for p in procs:
+            p.send(signum)
 
     def _signal_cgroup(self, run: Run, sig: int) -> None:
         """Signal the processes in the run's cgroup that its process groups' signals missed

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from shoal.api_client import Client, ClientError, config_path, write_config, write_private_json
+from shoal.model.hostlist import numbered
 
 HOSTS_FILE = "/etc/hosts"
 
@@ -53,11 +54,6 @@ def _read_state(sdir: Path) -> dict | None:
         return None
 
 
-def node_names(prefix: str, count: int) -> list[str]:
-    width = max(2, len(str(count)))
-    return [f"{prefix}{i:0{width}d}" for i in range(1, count + 1)]
-
-
 def default_config(names: list[str], partition: str, args) -> dict:
     from shoal.model.hostlist import compress
 
@@ -82,6 +78,12 @@ def up(args) -> int:
               f"{len(current['pids']['agents'])} nodes, state in {sdir}); run 'shoal down' first",
               file=sys.stderr)
         return 1
+    hollow = getattr(args, "hollow", None)
+    if hollow is not None:
+        if hollow < 1:
+            print("shoal up: --hollow must be at least 1", file=sys.stderr)
+            return 2
+        args.nodes = hollow
     if args.nodes < 1:
         print("shoal up: --nodes must be at least 1", file=sys.stderr)
         return 2
@@ -99,7 +101,7 @@ def up(args) -> int:
     except OSError as e:
         print(f"shoal up: error: cannot use the state dir {sdir}: {e.strerror}", file=sys.stderr)
         return 1
-    names = node_names(args.name_prefix, args.nodes)
+    names = numbered(args.name_prefix, args.nodes)
     addresses = [str(base + i) for i in range(args.nodes)]
     if not all(ipaddress.IPv4Address(a).is_loopback for a in addresses):
         print("shoal up: node addresses must stay in 127.0.0.0/8", file=sys.stderr)
@@ -145,7 +147,19 @@ def up(args) -> int:
     use_uts = os.geteuid() == 0 and shutil.which("unshare") is not None
     if os.geteuid() == 0:
         state["hosts"] = _hosts_add(sdir, names, addresses)
-    for name, address in zip(names, addresses):
+    if hollow is not None:
+        cmd = [py, "-m", "shoal", "agent", "--hollow", str(hollow), "--name", args.name_prefix,
+               "--server", server_url, "--join-token-file", str(join_file), "--address", addresses[0],
+               "--port", str(args.agent_port), "--cpus", str(args.cpus_per_node), "--memory", args.memory_per_node]
+        if ca_file:
+            cmd += ["--ca-file", ca_file]
+        if args.gpus_per_node:
+            cmd += ["--fake-gpus", str(args.gpus_per_node), "--gpu-model", args.gpu_model]
+        for label in args.label:
+            cmd += ["--label", label]
+        cmd += ["--hollow-stats", str(sdir / "hollow-stats.json")]
+        pids["hollow"] = _spawn(cmd, sdir / "logs" / "hollow.log")
+    for name, address in zip(names, addresses) if hollow is None else ():
         cmd = [py, "-m", "shoal", "agent", "--server", server_url, "--join-token-file", str(join_file),
                "--name", name, "--address", address, "--port", str(args.agent_port),
                "--workdir", str(sdir / "nodes" / name), "--cpus", str(args.cpus_per_node),
@@ -175,6 +189,8 @@ def up(args) -> int:
         dead = [n for n, pid in pids["agents"].items() if not _alive(pid)]
         if dead:
             return _failed(sdir, f"agent {dead[0]} exited during start-up", f"{dead[0]}.log")
+        if pids.get("hollow") and not _alive(pids["hollow"]):
+            return _failed(sdir, "the hollow agents exited during start-up", "hollow.log")
         try:
             nodes = client.get("/shoal/v1/nodes")["nodes"]
         except ClientError:
@@ -182,7 +198,7 @@ def up(args) -> int:
         ready = {n["name"] for n in nodes if n["state"] == "UP"}
         if set(names) <= ready:
             break
-        time.sleep(0.05)
+        time.sleep(0.05 if args.nodes < 100 else 0.5)  # listing a thousand nodes is not free
     else:
         return _failed(sdir, f"not every node registered within {args.timeout:g}s", None)
     write_config(config_path(), server_url, token, client.ca_pem())
@@ -215,7 +231,8 @@ def up(args) -> int:
             return _failed(sdir, str(e), "prometheus.log")
         _write_state(sdir, state)
     gpus = f"{args.gpus_per_node} x {model.product}" if model else "no GPUs"
-    print(f"Shoal local cluster is up: {args.nodes} nodes ({names[0]}..{names[-1]}), {gpus} each, "
+    print(f"Shoal local cluster is up: {args.nodes} {'hollow ' if hollow else ''}nodes ({names[0]}..{names[-1]}), "
+          f"{gpus} each, "
           f"{args.cpus_per_node} CPUs, {args.memory_per_node} memory")
     print(f"  server   {server_url}  (logs and state in {sdir})")
     print(f"  config   {config_path()}  (sbatch, squeue, sinfo... use it)")
@@ -327,7 +344,7 @@ def _stop(sdir: Path, quiet: bool) -> None:
     if state is None:
         return
     pids = state["pids"]
-    agents = [p for p in pids["agents"].values() if p]
+    agents = [p for p in [*pids["agents"].values(), pids.get("hollow")] if p]
     _terminate([pids[p] for p in ("gateway", "prometheus") if pids.get(p)])
     _terminate(agents)
     _terminate([pids["server"]] if pids["server"] else [])

@@ -137,7 +137,7 @@ class InProcessApi:
         raise RunLocally(f"POST {path}")
 
     def _call(self, route: Callable[[Principal], dict]):
-        # The same exception handlers as the HTTP app's (app.py), as ClientErrors.
+        # The same exception handlers as the HTTP app's (errors.py), as ClientErrors.
         try:
             if self._principal is None:
                 self._principal = self._resolve()
