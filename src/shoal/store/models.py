@@ -154,6 +154,8 @@ class JobGPUUsageRow(Base):
     run: Mapped[int] = mapped_column(Integer, primary_key=True)
     node: Mapped[str] = mapped_column(String(64), primary_key=True)
     record: Mapped[dict] = mapped_column(JSON)
+    # The record's utilisation-weighted GPU-seconds, as a column: the console sums it per account.
+    busy_s: Mapped[float] = mapped_column(Float, default=0.0)
 
 
 class CleanupRow(Base):

@@ -20,6 +20,7 @@ def upgrade() -> None:
         sa.Column("run", sa.Integer(), primary_key=True),
         sa.Column("node", sa.String(64), primary_key=True),
         sa.Column("record", sa.JSON(), nullable=False),
+        sa.Column("busy_s", sa.Float(), nullable=False, server_default="0"),
     )
 
 
