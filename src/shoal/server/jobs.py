@@ -22,6 +22,7 @@ from shoal.model.accounting import DEFAULT_QOS, QOS
 from shoal.model.job import MAX_SCRIPT_BYTES, JobState, check_transition, script_sha256, script_too_large
 from shoal.model.resources import Allocation, ResourceRequest
 from shoal.model.snapshot import NodeInfo, Partition
+from shoal.sched import cycle
 from shoal.sched.fairshare import AccountTree
 from shoal.sched.preempt import outcome as preempt_outcome
 from shoal.sched.qos import max_submit_error
@@ -415,7 +416,7 @@ def preemption_grace_s(row: JobRow, cap_s: float) -> float:
     """How long a preempted job runs on after its --signal: the signal's @secs, at most
     ``cap_s`` (GraceTime); 0 when it asked for no signal (SIGTERM, then SIGKILL after KillWait)."""
     sig = row.spec.get("signal")
-    return min(float(sig["time"]), cap_s) if sig else 0.0
+    return cycle.preemption_grace_s(sig["time"] if sig else None, cap_s)
 
 
 def end_preempted(session: Session, row: JobRow, now: float, qos: Mapping[str, QOS], *,
