@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import fcntl
+import http.client
 import json
 import os
 import pty
@@ -363,6 +364,20 @@ def test_port_forward_reaches_the_pods_port(cluster):
     finally:
         p.terminate()
         p.wait(10)
+
+    # The Python client's port-forward (the WebSocket channel protocol): a socket to the pod's port.
+    from kubernetes import client, config
+    from kubernetes.stream import portforward
+
+    config.load_kube_config(c.kubeconfig)
+    pf = portforward(client.CoreV1Api().connect_get_namespaced_pod_portforward, "web", "default", ports=str(port))
+    conn = http.client.HTTPConnection("web", port, timeout=20)
+    conn.sock = pf.socket(port)
+    conn.sock.settimeout(30)
+    conn.request("GET", "/big.bin")
+    assert conn.getresponse().read() == big
+    conn.close()
+    assert pf.error(port) is None
 
     # Nothing listens there: kubectl says why, and (as against a real cluster) gives up.
     closed, local = free_port(), free_port()
