@@ -82,7 +82,7 @@ def router(server, principal, admin, retry_on_conflict) -> APIRouter:
             else:
                 rows = objs.list_rows(s, kind.kind, ns)
                 items = [objs.to_json(row) for row in rows if (name is None or row.name == name)
-                         and a.may_read(row.namespace, svc.owner_of(row))]
+                         and a.may_read(row.namespace, svc.owner_of(row), kind.kind)]
                 if kind.kind == "Namespace":
                     have = {i["metadata"]["name"] for i in items}
                     items = [_builtin_namespace(n) for n in objs.BUILTIN_NAMESPACES if n not in have] + items

@@ -89,6 +89,9 @@ RESOURCES: tuple[Resource, ...] = (
     Resource("", "v1", "nodes", "Node", namespaced=False, short_names=("no",), verbs=READ, source="nodes",
              notes="read-only: nodes join with `shoal agent`; drain with scontrol"),
     Resource("", "v1", "events", "Event", short_names=("ev",), verbs=READ, source="events"),
+    Resource("", "v1", "secrets", "Secret",
+             notes="read by the view ClusterRole's holders only where they own the Secret, as Kubernetes' view "
+                   "has no secrets"),
     Resource("apps", "v1", "deployments", "Deployment", short_names=("deploy",), categories=ALL,
              subresources=(SCALE, Subresource("status", "Deployment", STATUS_VERBS))),
     Resource("apps", "v1", "replicasets", "ReplicaSet", short_names=("rs",), categories=ALL,

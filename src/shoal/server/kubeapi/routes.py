@@ -18,7 +18,8 @@ from shoal.kube.jobs import seconds
 from shoal.server.auth import Principal
 from shoal.server.kube import api as shoal_kube_api
 from shoal.server.kube.objects import ObjectError
-from shoal.server.kubeapi import openapi, printing, streams
+from shoal.server.kubeapi import openapi, printing, protobuf, streams
+from shoal.server.kubeapi.protobuf import ProtobufError
 from shoal.server.kubeapi.cache import POLL_S, Entry, with_rv
 from shoal.server.kubeapi.registry import (
     RESOURCES, Resource, api_group, api_group_list, api_versions, resource_list, version_info,
@@ -65,6 +66,11 @@ async def call(fn, *args, code: int = 200):
 async def body_of(request: Request):
     raw = await request.body()
     ctype = request.headers.get("content-type", "")
+    if "protobuf" in ctype:  # kubectl create namespace/secret: client-go's typed clients
+        try:
+            return protobuf.decode(raw)
+        except ProtobufError:
+            pass
     if "protobuf" in ctype or "cbor" in ctype:
         raise ObjectError("the body of the request was in an unknown format - accepted media types include: "
                           "application/json, application/yaml", 415, "UnsupportedMediaType")

@@ -114,7 +114,7 @@ class KubeService:
     def visible(self, a: Access, res: Resource, entries: list[Entry], sel: Selection) -> Iterator[Entry]:
         for e in entries:
             ns = (e.obj.get("metadata") or {}).get("namespace") or ""
-            if a.may_read(ns, e.owner) and sel.matches(res, e.obj):
+            if a.may_read(ns, e.owner, res.kind) and sel.matches(res, e.obj):
                 yield e
 
     def changed(self) -> None:
@@ -150,7 +150,7 @@ class KubeService:
         if entry is None:
             raise objs.not_found(res.shoal_kind, name)
         a = self.access(p)
-        if not a.may_read(key_namespace(res, namespace), entry.owner):
+        if not a.may_read(key_namespace(res, namespace), entry.owner, res.kind):
             raise a.forbidden("get", res.shoal_kind, key_namespace(res, namespace), name)
         return with_rv(entry)
 
@@ -209,7 +209,7 @@ class KubeService:
                 return self.write(res, p, namespace, patch, None, dry_run)
             raise objs.not_found(res.shoal_kind, name)
         a = self.access(p)
-        if not a.may_read(key_namespace(res, namespace), current.owner):
+        if not a.may_read(key_namespace(res, namespace), current.owner, res.kind):
             raise a.forbidden("patch", res.shoal_kind, key_namespace(res, namespace), name)
         doc, rv = patched(with_rv(current), patch_type, patch)
         return self.write(res, p, namespace, doc, name, dry_run, expect_rv=rv or "")

@@ -187,13 +187,13 @@ class PortForward:
         elif f.control and f.type == spdy.PING:
             await self.send(lambda: self.codec.ping(f.ping_id))
         elif f.control and f.type == spdy.RST_STREAM:
-            pair = self.by_stream.pop(f.stream, None)
-            if pair is not None and "queue" in pair:
-                pair["queue"].put_nowait(None)
+            reset = self.by_stream.pop(f.stream, None)
+            if reset is not None and "queue" in reset:
+                reset["queue"].put_nowait(None)
         elif not f.control:
-            pair = self.by_stream.get(f.stream)
-            if pair is not None and pair.get("data") == f.stream and "queue" in pair:
-                pair["queue"].put_nowait((f.data, bool(f.flags & spdy.FLAG_FIN)))
+            target = self.by_stream.get(f.stream)
+            if target is not None and target.get("data") == f.stream and "queue" in target:
+                target["queue"].put_nowait((f.data, bool(f.flags & spdy.FLAG_FIN)))
 
     async def forward(self, pair: dict) -> None:
         data_id, error_id, queue = pair["data"], pair["error"], pair["queue"]
