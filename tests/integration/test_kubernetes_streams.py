@@ -129,6 +129,12 @@ def test_exec_with_a_terminal_follows_its_size(cluster):
         time.sleep(1)
         os.write(fd, b"stty size\n")
         read_until(b"\n20 70")
+        # ^C reaches the terminal's foreground job (the terminal is the session's controlling one).
+        os.write(fd, b"sleep 60; echo slept\n")
+        time.sleep(1)
+        os.write(fd, b"\x03")
+        os.write(fd, b"echo after-$((1+1))\n")
+        read_until(b"after-2", timeout=20)
         os.write(fd, b"exit 7\n")
         _, status = os.waitpid(pid, 0)
         pid = 0
