@@ -90,6 +90,7 @@ class Agent:
             self.runtime.device_dir = fake_device_nodes(cfg.workdir / "dev", (g.index for g in cfg.inventory.gpus))
         self.containers = StepContainers(cfg.runtime, cfg.name, cfg.workdir)
         self.runtime.before_empty = self._remove_containers
+        self._images_sent: list[dict] | None = None  # what the server last heard of the image cache
         self.pods = PodManager(cfg.name, cfg.workdir, cfg.address, self._on_pod_change, images=cfg.images,
                                default_runtime=cfg.runtime, users=users, containment=containment)
         self._pod_ids: dict[str, tuple[int, int]] = {}  # run key -> (job id, run)
@@ -193,6 +194,8 @@ class Agent:
         self.containers.configure(settings)
         self.pods.registry = RegistrySettings(settings.registry_mirrors, settings.insecure_registries,
                                               self.containers.cdi_kind or "nvidia.com/gpu")
+        if self.containers.runtime is not None and self.containers.runtime.name == "podman":
+            self.pods.image_cache = self.containers.cache  # pods' podman pulls through the steps' cache
         self._server.token = self.credential
         log.info("registered %s with %s (%d CPUs, %d MiB, %d GPUs)", self.name, self.cfg.server,
                  host.cpus, host.memory_mb, len(inv.gpus))
@@ -455,10 +458,13 @@ class Agent:
                 xids = list(self._xids)
                 gpu_health = xids + self._gpu_problems  # the event first: it says what happened
             sent = supervise.boottime()
+            images = self._images()
             try:
                 self._server.post(wire.report_path(self.name),
                                   wire.report_body(pending, self.alive_keys(), list(unsent.values()), gpu_health,
-                                                   usage), timeout=wire.REPORT_TIMEOUT_S)
+                                                   usage, images if images != self._images_sent else None),
+                                  timeout=wire.REPORT_TIMEOUT_S)
+                self._images_sent = images
                 self._accepted(pending)
                 unsent = {}
                 with self._fence_lock:
@@ -476,6 +482,14 @@ class Agent:
                 log.exception("report failed unexpectedly (will retry)")
                 self.stop.wait(0.5)
                 self._report_now.set()
+
+    def _images(self) -> list[dict] | None:
+        """The node's cached images as the report carries them (None: no cache to tell of)."""
+        try:
+            return self.containers.image_list()
+        except Exception:  # a cache that cannot be read must never stop the heartbeats
+            log.exception("reading the image cache's index failed")
+            return self._images_sent
 
     def _renew_certificate(self) -> None:
         """Register again for a new serving certificate when this one has a month left."""

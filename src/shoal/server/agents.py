@@ -115,6 +115,8 @@ def report(server: Server, s: Session, node: str, body: AgentReport, authorizati
         touched |= _exits(server, s, node, body.events, now)
         touched |= nodesvc.apply_gpu_health(s, server.controller, row,
                                             [g.model_dump() for g in body.gpu_health], now)
+        if body.images is not None:
+            nodesvc.apply_images(row, [i.model_dump(exclude_none=True) for i in body.images])
         routes_changed = kubesvc.pod_reports(s, node, body.pods, now)
         gpuacct.record(s, node, body.gpu_usage, now)
         alive = set(body.alive)

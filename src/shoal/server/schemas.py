@@ -336,6 +336,16 @@ class PodReport(BaseModel):
     events: list[dict] = Field(default_factory=list, max_length=256)
 
 
+class NodeImage(BaseModel):
+    """One image a node holds, as Kubernetes' node.status.images lists them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    names: list[str] = Field(max_length=8)
+    sizeBytes: int = Field(ge=0)
+    lastUsed: float | None = None
+
+
 class GPUProblem(BaseModel):
     """One GPU health problem the agent's NVML watch found (shoal.agent.gpus.GPUHealthEvent)."""
 
@@ -374,6 +384,8 @@ class AgentReport(BaseModel):
     gpu_usage: list[GPUUsageSample] = Field(default_factory=list, max_length=1024)
     # What is wrong with the node's GPUs now, and XIDs since the last report; [] when healthy.
     gpu_health: list[GPUProblem] = Field(default_factory=list, max_length=256)
+    # The images in the node's cache; None: unchanged since the agent's last report.
+    images: list[NodeImage] | None = Field(default=None, max_length=1024)
 
 
 class ApplyRequest(BaseModel):

@@ -47,6 +47,9 @@ class NodeRow(Base):
     # The lasting GPU problems the agent last reported (lost GPUs, uncorrected ECC), as
     # schemas.GPUProblem dicts: while any is left the node is not resumed.
     gpu_health: Mapped[list] = mapped_column(JSON, default=list)
+    # The container images in the node's cache, as its agent last reported them:
+    # [{names: [reference, id], sizeBytes, lastUsed}], most recently used first.
+    images: Mapped[list] = mapped_column(JSON, default=list, server_default="[]")
     registered_at: Mapped[float] = mapped_column(Float)
     last_heartbeat: Mapped[float] = mapped_column(Float)
     boot_time: Mapped[float | None] = mapped_column(Float, nullable=True)
@@ -151,6 +154,8 @@ class JobGPUUsageRow(Base):
     run: Mapped[int] = mapped_column(Integer, primary_key=True)
     node: Mapped[str] = mapped_column(String(64), primary_key=True)
     record: Mapped[dict] = mapped_column(JSON)
+    # The record's utilisation-weighted GPU-seconds, as a column: the console sums it per account.
+    busy_s: Mapped[float] = mapped_column(Float, default=0.0)
 
 
 class CleanupRow(Base):

@@ -1,13 +1,13 @@
 """steps: what each srun step used on each node, from its cgroup (sacct's step lines)
 
 Revision ID: 0012
-Revises: 0015
+Revises: 0011
 """
 import sqlalchemy as sa
 from alembic import op
 
 revision = "0012"
-down_revision = "0015"
+down_revision = "0011"
 branch_labels = None
 depends_on = None
 
