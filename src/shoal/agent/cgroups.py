@@ -371,6 +371,35 @@ class Cgroup:
                         log.warning("cannot remove cgroup %s: %s", root, e.strerror)
 
 
+_ENGINE_INFO = {"podman": "{{.Host.CgroupManager}} {{.Host.CgroupsVersion}}",
+                "docker": "{{.CgroupDriver}} {{.CgroupVersion}}"}
+_engines: dict[str, tuple[str, int] | None] = {}  # engine binary -> (cgroup manager, version), once asked
+
+
+def engine_parent(engine: str, cg: Cgroup | None) -> str | None:
+    """``cg`` as container engine ``engine`` (podman, docker)'s ``--cgroup-parent``, so its
+    container is inside it; None (and a warning, once) where the engine cannot make it there:
+    another cgroup manager (systemd takes slices, not paths) or version than the agent's."""
+    import subprocess
+
+    if cg is None or engine not in _ENGINE_INFO:
+        return None
+    if engine not in _engines:
+        try:
+            out = subprocess.run([engine, "info", "--format", _ENGINE_INFO[engine]], capture_output=True, text=True,
+                                 timeout=60)
+            manager, _, version = out.stdout.strip().partition(" ")
+            found = (manager, int(version.lstrip("v"))) if out.returncode == 0 and version.lstrip("v").isdigit() \
+                else None
+        except (OSError, subprocess.SubprocessError):
+            found = None
+        _engines[engine] = found
+        if found != ("cgroupfs", cg.version):
+            log.warning("%s's cgroups (%s) are not the agent's (cgroupfs, v%d): its containers run outside their "
+                        "jobs' and pods' cgroups", engine, found or "unknown", cg.version)
+    return cg.engine_parent() if _engines[engine] == ("cgroupfs", cg.version) else None
+
+
 def write_cgroup_list(jobdir: Path, paths: Iterable[Path]) -> None:
     """``JOBDIR/cgroups``: the run's cgroup directories, one a line (atomically), so whatever
     fences the run without the agent can kill every process in them."""

@@ -17,7 +17,6 @@ import fcntl
 import hashlib
 import itertools
 import json
-import logging
 import os
 import shutil
 import stat
@@ -28,10 +27,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from shoal.agent.cgroups import Cgroup
+from shoal.agent.cgroups import Cgroup, engine_parent
 from shoal.model.container import ImageRef, Mount, image_ref, parse_credentials, registry_of, rewrite
-
-log = logging.getLogger("shoal.agent")
 
 PAUSE = "/.shoal/pause"  # where the keeper's pause process (catatonit -P) is mounted in a podman container
 PULL_TIMEOUT_S = 600.0
@@ -73,11 +70,6 @@ class StepRuntime:
 
     def available(self) -> bool:
         return shutil.which(self.binary) is not None
-
-    def cgroups(self) -> tuple[str, int] | None:
-        """The engine's cgroup manager and cgroup version (``("cgroupfs", 1)``), when its
-        containers can be made in a cgroup of ours; None for engines that make none."""
-        return None
 
     def pull(self, ref: str, insecure: bool, dest: Path, auth: Path | None = None) -> list[str]:
         """The argv that pulls ``ref``; ``auth`` is a folder of login files (write_auth) for it."""
@@ -132,14 +124,6 @@ class PodmanSteps(StepRuntime):
     def save_cleanup(self, c):
         return [self.binary, "rmi", "--force", f"localhost/pyxis-save/{c.name.lower()}:latest"]
 
-    _INFO = "{{.Host.CgroupManager}} {{.Host.CgroupsVersion}}"
-
-    def cgroups(self):
-        out = subprocess.run([self.binary, "info", "--format", self._INFO], capture_output=True, text=True,
-                             timeout=60)
-        manager, _, version = out.stdout.strip().partition(" ")
-        return (manager, int(version.lstrip("v"))) if out.returncode == 0 and version.lstrip("v").isdigit() else None
-
     def create(self, c):
         argv = [self.binary, "run", "--detach", "--name", c.name, "--network", "host", "--pull", "never"]
         if c.cgroup_parent:
@@ -192,7 +176,6 @@ class DockerSteps(PodmanSteps):
 
     name = "docker"
     binary = "docker"
-    _INFO = "{{.CgroupDriver}} {{.CgroupVersion}}"
 
     def pull(self, ref, insecure, dest, auth=None):
         # Insecure registries are the daemon's setting; the login is config.json in --config's folder.
@@ -608,7 +591,6 @@ class StepContainers:
         # Names unique on the host: test clusters share one podman store, and number jobs alike.
         self.tag = hashlib.sha256(str(workdir.resolve()).encode()).hexdigest()[:8]
         self.cdi_kind: str | None = None  # set once the node's GPUs have a CDI specification (cdi.py)
-        self._engine_cgroups: tuple[str, int] | None | bool = False  # the engine's, once asked (False: not yet)
         self._lock = threading.Lock()
         self._unnamed: dict[int, set[str]] = {}  # job id -> its steps' containers not yet removed
 
@@ -660,7 +642,7 @@ class StepContainers:
                 gpus=tuple(gpus) if self.cdi_kind else (), cdi_kind=self.cdi_kind or "",
                 writable=request.get("writable", True) is not False,
                 entrypoint=entry, labels={"shoal.job": str(job_id)},
-                cgroup_parent=self._parent(cgroups[0] if name else cgroups[1] or cgroups[0]),
+                cgroup_parent=engine_parent(rt.binary, cgroups[0] if name else cgroups[1] or cgroups[0]),
             )
             if not (name and self._running(cname)):
                 self._create(c)
@@ -672,26 +654,6 @@ class StepContainers:
         files = self.root / f"{cname}.{step_id}.tasks"
         return StepContainer(c, rt, image_env, tuple(request.get("env") or ()), bool(name),
                              self._oci(cname, files), image=image)
-
-    def _parent(self, cg: Cgroup | None) -> str | None:
-        """``cg`` as the engine's --cgroup-parent; None (with a warning, once) when the engine
-        cannot make its containers there: another cgroup manager (systemd takes slices, not
-        paths) or version than the agent's."""
-        if cg is None or self.runtime is None:
-            return None
-        if self._engine_cgroups is False:
-            try:
-                self._engine_cgroups = self.runtime.cgroups()
-            except (OSError, subprocess.SubprocessError):
-                self._engine_cgroups = None
-            engine = self._engine_cgroups
-            if self.runtime.name in ("podman", "docker") and (not isinstance(engine, tuple) or engine != (
-                    "cgroupfs", cg.version)):
-                log.warning("%s's cgroups (%s) are not the agent's (cgroupfs, v%d): container steps run outside "
-                            "their job's cgroup", self.runtime.binary, engine or "unknown", cg.version)
-        if self._engine_cgroups != ("cgroupfs", cg.version):
-            return None
-        return cg.engine_parent()
 
     def _image(self, request: dict, credentials: dict[str, tuple[str, str]], uid: int, cwd: str):
         ref = image_ref(request["image"])
