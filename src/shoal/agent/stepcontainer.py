@@ -768,11 +768,16 @@ class StepContainers:
                 if (cleanup := self.runtime.save_cleanup(sc.container)) is not None:
                     subprocess.run(cleanup, capture_output=True, timeout=120)
             switch = os.geteuid() == 0 and user != (0, 0)
-            with open(made, "rb") as image:  # the user's shell gets the file itself, not its path
-                put = subprocess.run(["sh", "-c", 'cat > "$1.pyxis-save" && mv -f -- "$1.pyxis-save" "$1"', "sh",
-                                      target], stdin=image, capture_output=True, timeout=PULL_TIMEOUT_S, cwd="/",
-                                     user=user[0] if switch else None, group=user[1] if switch else None,
-                                     extra_groups=[] if switch else None)
+            uid, gid, groups = (user[0], user[1], []) if switch else (None, None, None)
+            partial = f"{target}.pyxis-save"
+            with open(made, "rb") as image:  # the user's process gets the file itself, not its path
+                put = subprocess.run(["tee", "--", partial], stdin=image, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE, timeout=PULL_TIMEOUT_S, cwd="/",
+                                     user=uid, group=gid, extra_groups=groups)
+            if put.returncode == 0:
+                put = subprocess.run(["mv", "-f", "--", partial, target], stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE, timeout=60, cwd="/", user=uid, group=gid,
+                                     extra_groups=groups)
             if put.returncode != 0:
                 raise ContainerStartError(_last_lines(put.stderr.decode(errors="replace")) or f"cannot write {target}")
         return target
