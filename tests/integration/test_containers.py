@@ -142,6 +142,23 @@ srun --container-image={IMAGE} sh -c 'test -e /opt/pip-package && echo leaked ||
         time.sleep(0.5)
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="cgroups are made by a root agent")
+def test_container_steps_run_inside_their_jobs_cgroup_and_its_memory_limit(env):
+    """The step's container is made below the step's cgroup (podman's --cgroup-parent): its
+    processes are the job's, and --mem holds for them (the job ends OUT_OF_MEMORY)."""
+    c = env["cluster"]
+    job = c.sbatch("--mem=100M", script=f"""#!/bin/bash
+#SBATCH --nodes=1
+srun --container-image={IMAGE} cat /proc/self/cgroup
+srun --container-image={IMAGE} sh -c 'x=$(head -c 300000000 /dev/zero | tr "\\0" x); echo survived ${{#x}}'
+""")
+    done = c.wait_for(job, states=("COMPLETED", "FAILED", "CANCELLED", "OUT_OF_MEMORY"), timeout=120)
+    text = output(c, job)
+    memory = [line for line in text.splitlines() if line.split(":")[1:2] == ["memory"]]
+    assert memory and f"/job_{job}.0/step_0/" in memory[0], text
+    assert done["state"] == "OUT_OF_MEMORY" and "survived" not in text, (done["state"], text)
+
+
 def test_readonly_mount_and_readonly_root(env):
     c, data = env["cluster"], env["data"]
     out = c.run(["srun", "-N1", f"--container-image={IMAGE}", f"--container-mounts={data}:/data:ro",

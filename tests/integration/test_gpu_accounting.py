@@ -98,3 +98,40 @@ def test_a_cpu_only_job_has_no_gpu_figures(cluster: LocalCluster):
     for line in out.split():
         jid, tres, energy = line.split("|")
         assert "gres/" not in tres and energy == "", out
+
+
+def test_an_agent_accounts_only_for_gpus_its_node_gives_the_jobs_current_run(tmp_path):
+    from shoal.server import gpuacct
+    from shoal.server.config import parse_cluster_config
+    from shoal.server.core import Server
+    from shoal.server.schemas import GPUUsageSample
+    from shoal.store.models import JobGPUUsageRow, JobRow
+
+    server = Server(f"sqlite:///{tmp_path}/shoal.db", parse_cluster_config(
+        {"partitions": [{"name": "gpu", "nodes": "node[01-02]", "default": True}]}), tmp_path)
+    try:
+        alloc = {"exclusive": False, "nodes": [{"name": "node01", "cpus": 1, "memory_mb": 1, "gpus": [2, 3]}]}
+        with server.sessions() as s, s.begin():
+            for job_id, state in ((1, "RUNNING"), (2, "COMPLETED")):
+                s.add(JobRow(id=job_id, name="train", user="ada", partition="gpu", state=state, submit_time=0.0,
+                             start_time=1.0, restart_count=1, request={}, spec={}, workdir="/", allocation=alloc))
+
+        def report(node, job_id, run, gpu, now):
+            with server.sessions() as s, s.begin():
+                return gpuacct.record(s, node, [GPUUsageSample(job_id=job_id, run=run, gpu=gpu, util=90.0, mem_mib=10)],
+                                      now)
+
+        assert report("node01", 1, 1, 2, 10.0) == 1
+        assert report("node01", 1, 1, 3, 11.0) == 1
+        assert report("node01", 1, 1, 0, 12.0) == 0, "a GPU the job does not hold there"
+        assert report("node02", 1, 1, 2, 12.0) == 0, "a node the job is not on"
+        assert report("node01", 1, 0, 2, 12.0) == 0, "a run before a requeue"
+        assert report("node01", 2, 1, 2, 12.0) == 0, "a job no longer running"
+        assert report("node01", 9, 0, 2, 12.0) == 0, "no such job"
+        with server.sessions() as s:
+            rows = s.query(JobGPUUsageRow).all()
+            assert [(r.job_id, r.run, r.node, sorted(r.record["gpus"])) for r in rows] == [(1, 1, "node01", ["2", "3"])]
+            summary = gpuacct.summaries(s, s.query(JobRow).all())
+        assert list(summary) == [1] and summary[1]["gpus"] == 2 and summary[1]["gpuutil"]["max"] == 90.0
+    finally:
+        server.engine.dispose()

@@ -170,6 +170,9 @@ def test_podman_and_docker_remove_a_stale_container_first_and_exec_probes_inside
     assert not podman.steps[0].check
     rt = get_runtime("podman", "node1", base_env={})
     assert rt.exec_argv(podman, ["cat", "/tmp/healthy"], 1234) == ["podman", "exec", NAME, "cat", "/tmp/healthy"]
+    # kubectl exec -i / -it: podman passes standard input on, and makes a terminal, only when told.
+    assert rt.exec_argv(podman, ["sh"], 1234, stdin=True, tty=True) == ["podman", "exec", "-i", "-t", NAME, "sh"]
+    assert rt.exec_argv(podman, ["cat"], 1234, stdin=True) == ["podman", "exec", "-i", NAME, "cat"]
     docker = _launch("docker", tmp_path)
     assert docker.steps[0].argv == ["docker", "rm", "--force", NAME] and docker.cleanup == ["docker", "rm", "--force", NAME]
 

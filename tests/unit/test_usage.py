@@ -187,12 +187,17 @@ def test_a_busy_fake_gpu_holds_its_holders_memory_and_draws_more_power(spawn):
     info = nvml.nvmlDeviceGetMemoryInfo(busy)
     assert info.used + info.free == info.total
     assert nvml.nvmlDeviceGetPowerUsage(idle) == 40_000  # mW: a tenth of the A100's 400 W
-    assert nvml.nvmlDeviceGetPowerUsage(busy) > 200_000
+
+    def util_and_power():  # read in one sample period (the fake keeps its figures for 0.5 s)
+        return nvml.nvmlDeviceGetUtilizationRates(busy).gpu, nvml.nvmlDeviceGetPowerUsage(busy)
+
+    util, power = _settle(util_and_power, lambda up: up[0] >= 30)
+    assert power == 40_000 + 3_600 * util, (util, power)  # the rest of the 400 W in step with the load
     e0 = [nvml.nvmlDeviceGetTotalEnergyConsumption(h) for h in (idle, busy)]
     time.sleep(1.0)
     e1 = [nvml.nvmlDeviceGetTotalEnergyConsumption(h) for h in (idle, busy)]
     assert 35_000 <= e1[0] - e0[0] <= 60_000, (e0, e1)  # ~40 J a second, in mJ
-    assert e1[1] - e0[1] > 2 * (e1[0] - e0[0]), (e0, e1)
+    assert e1[1] - e0[1] > e1[0] - e0[0], (e0, e1)
     usage = read_gpus(nvml, [0, 1])
     assert usage[1].fb_used_mb >= 120 and usage[0].power_w == 40.0 and usage[1].energy_mj >= e1[1]
 

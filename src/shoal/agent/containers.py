@@ -283,8 +283,10 @@ class ContainerRuntime:
                paths: ContainerPaths) -> Launch:
         raise NotImplementedError
 
-    def exec_argv(self, launch: Launch, argv: list[str], pid: int) -> list[str]:
-        """The argv that runs an exec probe's command inside the running container."""
+    def exec_argv(self, launch: Launch, argv: list[str], pid: int, *, stdin: bool = False,
+                  tty: bool = False) -> list[str]:
+        """The argv that runs an exec probe's (or ``kubectl exec``'s) command inside the running
+        container; ``stdin``/``tty``: kubectl's ``-i``/``-t``, for runtimes that must be told."""
         return [*launch.exec_prefix, *argv]
 
     def pull_failure(self, exit_code: int, output: str) -> str | None:
@@ -335,6 +337,11 @@ class PodmanRuntime(ContainerRuntime):
     binary = "podman"
     _PULL_ERRORS = ("initializing source", "image not known", "unable to pull", "pull access denied",
                     "manifest unknown", "reading manifest", "short-name", "access to the resource is denied")
+
+    def exec_argv(self, launch, argv, pid, *, stdin=False, tty=False):
+        """``podman exec [-i] [-t] NAME CMD``: without -i the command gets no standard input."""
+        prefix = launch.exec_prefix
+        return [*prefix[:2], *(["-i"] if stdin else []), *(["-t"] if tty else []), *prefix[2:], *argv]
 
     def launch(self, pod, container, gpus, env, paths):
         name = container_name(pod, container)
@@ -499,7 +506,7 @@ class EnrootRuntime(ContainerRuntime):
         return Launch(self.name, name, argv, dict(self.base_env), cenv, steps=steps,
                       cleanup=[self.binary, "remove", "--force", name], exec_prefix=[self.binary, "exec"])
 
-    def exec_argv(self, launch, argv, pid):
+    def exec_argv(self, launch, argv, pid, *, stdin=False, tty=False):
         return [*launch.exec_prefix, str(pid), *argv]
 
     @staticmethod

@@ -89,6 +89,7 @@ class Agent:
         if cfg.fake_nvml is not None and self.runtime.containment.hierarchy is not None:
             self.runtime.device_dir = fake_device_nodes(cfg.workdir / "dev", (g.index for g in cfg.inventory.gpus))
         self.containers = StepContainers(cfg.runtime, cfg.name, cfg.workdir)
+        self.runtime.before_empty = self._remove_containers
         self._images_sent: list[dict] | None = None  # what the server last heard of the image cache
         self.pods = PodManager(cfg.name, cfg.workdir, cfg.address, self._on_pod_change, images=cfg.images,
                                default_runtime=cfg.runtime, users=users, containment=containment)
@@ -334,6 +335,10 @@ class Agent:
         if kill or strays:
             self._report_now.set()
 
+    def _remove_containers(self, job_id: int) -> None:
+        if self.containers.has_job(job_id):
+            self.containers.remove_job(job_id)
+
     # ---------------------------------------------------------------- reports
 
     def _on_pod_change(self, key: str, status: dict, events: list[dict]) -> None:
@@ -376,10 +381,8 @@ class Agent:
         event = wire.exit_event(run.key, run.job_id, run.run, exit_code, sig, when)
         if reason:
             event["reason"] = reason  # why it never ran (squeue's and sacct's REASON)
-        if usage is not None:  # from the job's cgroup
-            event.update(oom_kills=usage.oom_kills, max_rss_kb=usage.max_rss_bytes // 1024,
-                         cpu_s=round(usage.cpu_seconds, 3), user_cpu_s=round(usage.user_seconds, 3),
-                         system_cpu_s=round(usage.system_seconds, 3))
+        if usage is not None:  # from the batch step's cgroup (OOM kills: the job's)
+            event.update(oom_kills=usage.oom_kills, **usage.report())
             if usage.oom_kills:
                 log.warning("job %s: %d OOM kill(s) in its cgroup: it ends OUT_OF_MEMORY", run.key, usage.oom_kills)
         # Whether it ended by itself: the server corrects a run it gave up only with such an end.
@@ -388,6 +391,15 @@ class Agent:
         elif run.killing_since is not None:
             event["killed"] = True
         self.events.put(event)
+        self._report_now.set()
+
+    def step_ended(self, run: Run, step_id: int, usage: Usage) -> None:
+        """An srun step's tasks have ended here: what its cgroup says they used goes to the
+        server with the next report (sacct's step line, summed over the step's nodes there)."""
+        if run.key in self._fenced:
+            return
+        self.events.put({"type": "step", "key": run.key, "job_id": run.job_id, "run": run.run, "step_id": step_id,
+                         "time": time.time(), **usage.report()})
         self._report_now.set()
 
     def _drain_events(self) -> None:

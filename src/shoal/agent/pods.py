@@ -331,13 +331,15 @@ class PodManager:
             c = next((c for c in pod.containers if c.name == container), None) if pod is not None else None
             return c is not None and c.running() and not pod.stopping
 
-    def address_of(self, key: str) -> str:
-        """Where the pod's ports are reached from this node (``kubectl port-forward``)."""
+    def addresses_of(self, key: str) -> list[str]:
+        """Where the pod's ports are reached from this node (``kubectl port-forward``), to try
+        in turn: its IP, then the loopback (the kubelet dials localhost in the pod's network;
+        a process pod's is the node's)."""
         with self.lock:
             pod = self.pods.get(key)
             if pod is None or self._finished(pod):
                 raise LogNotFound(f"no pod run {key} on node {self.node}")
-            return pod.pod.get("env", {}).get("POD_IP") or "127.0.0.1"
+            return list(dict.fromkeys([pod.pod.get("env", {}).get("POD_IP") or "127.0.0.1", "127.0.0.1"]))
 
     def container_pids(self) -> dict[str, list[int]]:
         """The main process of each running container, by run key (for CPU accounting)."""
@@ -795,7 +797,8 @@ class PodManager:
         return run_command(full, timeout_s, env=_as(run.identity, run.launch.env), cwd=run.launch.cwd,
                            procs=run.probe_procs, identity=run.identity)
 
-    def exec_target(self, key: str, container: str, argv: list[str]) -> ExecTarget:
+    def exec_target(self, key: str, container: str, argv: list[str], *, stdin: bool = False,
+                    tty: bool = False) -> ExecTarget:
         """How to run ``argv`` inside a running container (``shoal exec``): the same command
         line as an exec probe. Raises LogNotFound (no such pod or container) or
         ContainerNotRunning."""
@@ -809,7 +812,7 @@ class PodManager:
             run = c.run
             if run is None or run.popen is None or run.popen.pid is None or not c.running() or pod.stopping:
                 raise ContainerNotRunning(f'container "{container}" in pod "{pod.pod["name"]}" is not running')
-        full = self._runtime(pod).exec_argv(run.launch, argv, run.popen.pid)
+        full = self._runtime(pod).exec_argv(run.launch, argv, run.popen.pid, stdin=stdin, tty=tty)
         return ExecTarget(full, _as(run.identity, run.launch.env), run.launch.cwd, run.probe_procs, run.identity)
 
     # ---------------------------------------------------------------- killing

@@ -17,6 +17,7 @@ import fcntl
 import hashlib
 import itertools
 import json
+import logging
 import os
 import shutil
 import stat
@@ -27,7 +28,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from shoal.agent.cgroups import Cgroup
 from shoal.model.container import ImageRef, Mount, image_ref, parse_credentials, registry_of, rewrite
+
+log = logging.getLogger("shoal.agent")
 
 PAUSE = "/.shoal/pause"  # where the keeper's pause process (catatonit -P) is mounted in a podman container
 PULL_TIMEOUT_S = 600.0
@@ -58,6 +62,7 @@ class Container:
     entrypoint: tuple[str, ...] = ()  # the image's ENTRYPOINT, run before a task's command (--container-entrypoint)
     labels: dict[str, str] = field(default_factory=dict)
     insecure: bool = False  # the registry speaks plain HTTP
+    cgroup_parent: str | None = None  # the job's (or step's) cgroup, so the container is inside it
 
 
 class StepRuntime:
@@ -68,6 +73,11 @@ class StepRuntime:
 
     def available(self) -> bool:
         return shutil.which(self.binary) is not None
+
+    def cgroups(self) -> tuple[str, int] | None:
+        """The engine's cgroup manager and cgroup version (``("cgroupfs", 1)``), when its
+        containers can be made in a cgroup of ours; None for engines that make none."""
+        return None
 
     def pull(self, ref: str, insecure: bool, dest: Path, auth: Path | None = None) -> list[str]:
         """The argv that pulls ``ref``; ``auth`` is a folder of login files (write_auth) for it."""
@@ -122,8 +132,18 @@ class PodmanSteps(StepRuntime):
     def save_cleanup(self, c):
         return [self.binary, "rmi", "--force", f"localhost/pyxis-save/{c.name.lower()}:latest"]
 
+    _INFO = "{{.Host.CgroupManager}} {{.Host.CgroupsVersion}}"
+
+    def cgroups(self):
+        out = subprocess.run([self.binary, "info", "--format", self._INFO], capture_output=True, text=True,
+                             timeout=60)
+        manager, _, version = out.stdout.strip().partition(" ")
+        return (manager, int(version.lstrip("v"))) if out.returncode == 0 and version.lstrip("v").isdigit() else None
+
     def create(self, c):
         argv = [self.binary, "run", "--detach", "--name", c.name, "--network", "host", "--pull", "never"]
+        if c.cgroup_parent:
+            argv += ["--cgroup-parent", c.cgroup_parent]
         for k, v in sorted(c.labels.items()):
             argv += ["--label", f"{k}={v}"]
         if c.host_user is not None:
@@ -172,6 +192,7 @@ class DockerSteps(PodmanSteps):
 
     name = "docker"
     binary = "docker"
+    _INFO = "{{.CgroupDriver}} {{.CgroupVersion}}"
 
     def pull(self, ref, insecure, dest, auth=None):
         # Insecure registries are the daemon's setting; the login is config.json in --config's folder.
@@ -587,6 +608,9 @@ class StepContainers:
         # Names unique on the host: test clusters share one podman store, and number jobs alike.
         self.tag = hashlib.sha256(str(workdir.resolve()).encode()).hexdigest()[:8]
         self.cdi_kind: str | None = None  # set once the node's GPUs have a CDI specification (cdi.py)
+        self._engine_cgroups: tuple[str, int] | None | bool = False  # the engine's, once asked (False: not yet)
+        self._lock = threading.Lock()
+        self._unnamed: dict[int, set[str]] = {}  # job id -> its steps' containers not yet removed
 
     def image_list(self) -> list[dict] | None:
         """The node's cached images as Kubernetes' node.status.images names them (reference,
@@ -606,9 +630,12 @@ class StepContainers:
             self.cache.limit = settings.image_cache_mb * 1024 * 1024
 
     def start(self, request: dict, *, job_id: int, step_id: int, user: tuple[int, int], home: str | None,
-              cwd: str, gpus: list[int], env: dict[str, str] | None = None) -> StepContainer:
+              cwd: str, gpus: list[int], env: dict[str, str] | None = None,
+              cgroups: tuple[Cgroup | None, Cgroup | None] = (None, None)) -> StepContainer:
         """The step's container on this node, created (or, named, found) and running;
-        ``env`` is the step's environment (where the user's Enroot credentials are)."""
+        ``env`` is the step's environment (where the user's Enroot credentials are). It is
+        made inside the step's cgroup (a named one, kept for the job: the job's) of
+        ``cgroups`` (job, step), so the job's memory limit and its end's kill hold for it too."""
         rt = self.runtime
         if rt is None:
             raise ContainerStartError(f"no container runtime on node {self.node} (its agent runs with --runtime "
@@ -633,14 +660,38 @@ class StepContainers:
                 gpus=tuple(gpus) if self.cdi_kind else (), cdi_kind=self.cdi_kind or "",
                 writable=request.get("writable", True) is not False,
                 entrypoint=entry, labels={"shoal.job": str(job_id)},
+                cgroup_parent=self._parent(cgroups[0] if name else cgroups[1] or cgroups[0]),
             )
             if not (name and self._running(cname)):
                 self._create(c)
                 if name:
                     (self.root / f"{cname}.json").write_text(json.dumps({"image": image.__dict__}))
+        if not name:
+            with self._lock:
+                self._unnamed.setdefault(job_id, set()).add(cname)
         files = self.root / f"{cname}.{step_id}.tasks"
         return StepContainer(c, rt, image_env, tuple(request.get("env") or ()), bool(name),
                              self._oci(cname, files), image=image)
+
+    def _parent(self, cg: Cgroup | None) -> str | None:
+        """``cg`` as the engine's --cgroup-parent; None (with a warning, once) when the engine
+        cannot make its containers there: another cgroup manager (systemd takes slices, not
+        paths) or version than the agent's."""
+        if cg is None or self.runtime is None:
+            return None
+        if self._engine_cgroups is False:
+            try:
+                self._engine_cgroups = self.runtime.cgroups()
+            except (OSError, subprocess.SubprocessError):
+                self._engine_cgroups = None
+            engine = self._engine_cgroups
+            if self.runtime.name in ("podman", "docker") and (not isinstance(engine, tuple) or engine != (
+                    "cgroupfs", cg.version)):
+                log.warning("%s's cgroups (%s) are not the agent's (cgroupfs, v%d): container steps run outside "
+                            "their job's cgroup", self.runtime.binary, engine or "unknown", cg.version)
+        if self._engine_cgroups != ("cgroupfs", cg.version):
+            return None
+        return cg.engine_parent()
 
     def _image(self, request: dict, credentials: dict[str, tuple[str, str]], uid: int, cwd: str):
         ref = image_ref(request["image"])
@@ -768,18 +819,15 @@ class StepContainers:
                 if (cleanup := self.runtime.save_cleanup(sc.container)) is not None:
                     subprocess.run(cleanup, capture_output=True, timeout=120)
             switch = os.geteuid() == 0 and user != (0, 0)
-            uid, gid, groups = (user[0], user[1], []) if switch else (None, None, None)
             partial = f"{target}.pyxis-save"
             with open(made, "rb") as image:  # the user's process gets the file itself, not its path
-                put = subprocess.run(["tee", "--", partial], stdin=image, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE, timeout=PULL_TIMEOUT_S, cwd="/",
-                                     user=uid, group=gid, extra_groups=groups)
-            if put.returncode == 0:
-                put = subprocess.run(["mv", "-f", "--", partial, target], stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE, timeout=60, cwd="/", user=uid, group=gid,
-                                     extra_groups=groups)
-            if put.returncode != 0:
-                raise ContainerStartError(_last_lines(put.stderr.decode(errors="replace")) or f"cannot write {target}")
+                for argv, stdin in ((["cp", "/dev/stdin", partial], image), (["mv", "-f", "--", partial, target], None)):
+                    put = subprocess.run(argv, stdin=stdin, capture_output=True, timeout=PULL_TIMEOUT_S, cwd="/",
+                                         user=user[0] if switch else None, group=user[1] if switch else None,
+                                         extra_groups=[] if switch else None)
+                    if put.returncode != 0:
+                        raise ContainerStartError(_last_lines(put.stderr.decode(errors="replace"))
+                                                  or f"cannot write {target}")
         return target
 
     def finish(self, sc: StepContainer) -> None:
@@ -789,6 +837,9 @@ class StepContainers:
         if not sc.named:
             self.remove(sc.container)
             (self.root / f"{sc.container.name}.lock").unlink(missing_ok=True)
+            with self._lock:
+                for names in self._unnamed.values():
+                    names.discard(sc.container.name)
 
     def remove(self, c: Container) -> None:
         argv = self.runtime.remove(c) if self.runtime is not None else None
@@ -798,10 +849,24 @@ class StepContainers:
     def has_named(self, job_id: int) -> bool:
         return any(self.root.glob(f"pyxis_{job_id}_*.json"))
 
+    def has_job(self, job_id: int) -> bool:
+        """Whether the job has a container here: named, or a step's not yet removed."""
+        with self._lock:
+            if self._unnamed.get(job_id):
+                return True
+        return self.has_named(job_id)
+
     def remove_job(self, job_id: int) -> None:
-        """The job ended: its named containers go (Pyxis' container_scope=job)."""
+        """The job ended: its named containers go (Pyxis' container_scope=job), and any step's
+        not yet removed. Before the job's cgroup is emptied: a container killed from under
+        its engine (made inside the job's cgroup) can be left half-stopped."""
         if self.runtime is None:
             return
+        with self._lock:
+            unnamed = self._unnamed.pop(job_id, set())
+        for cname in unnamed:
+            self.remove(Container(cname, ""))
+            (self.root / f"{cname}.lock").unlink(missing_ok=True)
         for meta in self.root.glob(f"pyxis_{job_id}_*.json"):
             cname = meta.name[:-len(".json")]
             self.remove(Container(cname, ""))

@@ -11,6 +11,7 @@ a shared filesystem does.
 from __future__ import annotations
 
 import errno
+import fcntl
 import ipaddress
 import json
 import os
@@ -299,10 +300,25 @@ def _marker(sdir: Path) -> tuple[str, str]:
     return f"# BEGIN shoal local cluster {sdir}", f"# END shoal local cluster {sdir}"
 
 
+def edit_hosts(change) -> None:
+    """Rewrite /etc/hosts as ``change(text)`` says, holding an exclusive lock on it meanwhile:
+    clusters started and stopped at once (tests in parallel) each read what the last wrote.
+    Without the lock a reader could find the file truncated by another's write and write back
+    what it read, the ``localhost`` line lost. Written in place (not renamed over): in a
+    container /etc/hosts is a bind mount, which a rename cannot replace."""
+    with open(HOSTS_FILE, "r+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        text = change(f.read())
+        f.seek(0)
+        f.write(text)
+        f.truncate()
+
+
 def _hosts_add(sdir: Path, names: list[str], addresses: list[str]) -> bool:
     begin, end = _marker(sdir)
-    try:
-        text = _hosts_strip(Path(HOSTS_FILE).read_text(), begin, end)
+
+    def add(text: str) -> str:
+        text = _hosts_strip(text, begin, end)
         # Names resolve to the first match: drop blocks left by clusters that are gone
         # (killed without `shoal down`), or they would shadow this cluster's nodes.
         for line in text.splitlines():
@@ -312,7 +328,10 @@ def _hosts_add(sdir: Path, names: list[str], addresses: list[str]) -> bool:
                 if state is None or not _alive(state["pids"]["server"]):
                     text = _hosts_strip(text, *_marker(other))
         block = [begin] + [f"{a}\t{n}" for n, a in zip(names, addresses)] + [end]
-        Path(HOSTS_FILE).write_text(text.rstrip("\n") + "\n" + "\n".join(block) + "\n")
+        return text.rstrip("\n") + "\n" + "\n".join(block) + "\n"
+
+    try:
+        edit_hosts(add)
         return True
     except OSError:
         return False
@@ -351,7 +370,7 @@ def _stop(sdir: Path, quiet: bool) -> None:
     if state.get("hosts"):
         begin, end = _marker(sdir)
         try:
-            Path(HOSTS_FILE).write_text(_hosts_strip(Path(HOSTS_FILE).read_text(), begin, end))
+            edit_hosts(lambda text: _hosts_strip(text, begin, end))
         except OSError:
             pass
     try:

@@ -115,7 +115,7 @@ def summarise(records: Iterable[tuple[str, Mapping[str, Any]]]) -> dict | None:
             samples += g["n"]
             util.append((g["util_sum"] / n, node))
             util_peaks.append((g["util_max"], node))
-            mem.append((g["mem_sum"] / n * _MiB, node))
+            mem.append((round(g["mem_sum"] / n) * _MiB, node))  # whole MiB, as the samples are
             mem_peaks.append((g["mem_max"] * _MiB, node))
             node_energy += g["energy_j"]
             busy += g["busy_s"]

@@ -151,6 +151,9 @@ def _exits(server: Server, s: Session, node: str, events, now: float) -> set[str
 def _exit(server: Server, s: Session, row: JobRow | None, node: str, ev, now: float) -> set[str]:
     if row is None:
         return set()
+    if ev.type == "step":  # not an end of the run: what one of its steps used on this node
+        jobsvc.record_step_usage(s, row, node, ev)
+        return set()
     if row.lost_run is not None:  # its node fell silent and came back: how did the run end?
         outcome = nodesvc.late_exit_of_lost_run(row, node, ev.run, ev.exit_code or 0, ev.signal or 0,
                                                 ev.time or now, not (ev.fenced or ev.killed))

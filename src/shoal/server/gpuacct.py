@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from shoal.model import gpuusage
 from shoal.model.job import JobState
@@ -27,23 +27,38 @@ def record(s, node: str, samples: Iterable, now: float) -> int:
         by_run.setdefault((x.job_id, x.run), []).append(x)
     if not by_run:
         return 0
-    jobs = {r.id: r for r in s.scalars(select(JobRow).where(JobRow.id.in_({j for j, _ in by_run})))}
+    # The few columns that say who holds what: never the spec (a script can be megabytes).
+    q = select(JobRow.id, JobRow.restart_count, JobRow.state, JobRow.allocation).where(
+        JobRow.id.in_({j for j, _ in by_run}))
+    jobs = {job_id: (restarts, state, alloc) for job_id, restarts, state, alloc in s.execute(q)}
     kept = 0
     for (job_id, run), xs in by_run.items():
-        row = jobs.get(job_id)
-        if row is None or row.restart_count != run or row.state != JobState.RUNNING.value or not row.allocation:
+        restarts, state, alloc = jobs.get(job_id, (None, None, None))
+        if restarts != run or state != JobState.RUNNING.value or not alloc:
             continue
-        held = next((set(n["gpus"]) for n in row.allocation["nodes"] if n["name"] == node), set())
+        held = next((set(n["gpus"]) for n in alloc["nodes"] if n["name"] == node), set())
         gpus = [gpuusage.GPUSample(x.gpu, x.util, x.mem_mib, x.energy_mj, x.power_w) for x in xs if x.gpu in held]
         if not gpus:
             continue
         usage = s.get(JobGPUUsageRow, (job_id, run, node))
         if usage is None:
-            s.add(JobGPUUsageRow(job_id=job_id, run=run, node=node, record=gpuusage.fold(None, now, gpus)))
-        else:
-            usage.record = gpuusage.fold(usage.record, now, gpus)  # a new dict: the JSON column sees it
+            usage = JobGPUUsageRow(job_id=job_id, run=run, node=node, record=None)
+            s.add(usage)
+        usage.record = gpuusage.fold(usage.record, now, gpus)  # a new dict: the JSON column sees it
+        usage.busy_s = sum(g["busy_s"] for g in usage.record["gpus"].values())
         kept += len(gpus)
     return kept
+
+
+def busy_hours(s, own=None) -> list[tuple[str | None, str, float]]:
+    """Utilisation-weighted GPU-hours of every run, as (account the job named or None, user,
+    hours), of the jobs ``own`` (a condition on JobRow, or None for all) selects."""
+    account = JobRow.spec["account"].as_string()
+    q = (select(account, JobRow.user, func.sum(JobGPUUsageRow.busy_s))
+         .join(JobRow, JobRow.id == JobGPUUsageRow.job_id).group_by(account, JobRow.user))
+    if own is not None:
+        q = q.where(own)
+    return [(acct, user, (busy or 0.0) / 3600) for acct, user, busy in s.execute(q)]
 
 
 def _records(s, rows: Iterable[JobRow]) -> dict[int, list[tuple[str, dict]]]:

@@ -305,10 +305,11 @@ class AgentRegister(StoredText):
 
 
 class AgentEvent(BaseModel):
-    type: str  # "exit"
+    type: str  # "exit"; "step": an srun step's end on the node, with what it used there
     key: str
     job_id: int
     run: int
+    step_id: int | None = None  # a "step" event's step
     exit_code: int | None = None
     signal: int | None = None
     time: float | None = None

@@ -137,6 +137,9 @@ class StepRow(Base):
     end_time: Mapped[float | None] = mapped_column(Float, nullable=True)
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     signal: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # What the step used on each of its nodes, from its cgroup there, as each agent reported at
+    # the step's end: {node: {max_rss_kb, cpu_s, user_cpu_s, system_cpu_s}}.
+    usage: Mapped[dict | None] = mapped_column(JSON, nullable=True)
 
 
 class JobGPUUsageRow(Base):
@@ -151,6 +154,8 @@ class JobGPUUsageRow(Base):
     run: Mapped[int] = mapped_column(Integer, primary_key=True)
     node: Mapped[str] = mapped_column(String(64), primary_key=True)
     record: Mapped[dict] = mapped_column(JSON)
+    # The record's utilisation-weighted GPU-seconds, as a column: the console sums it per account.
+    busy_s: Mapped[float] = mapped_column(Float, default=0.0)
 
 
 class CleanupRow(Base):

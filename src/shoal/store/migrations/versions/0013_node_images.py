@@ -1,13 +1,13 @@
 """nodes: the container images their agents hold
 
 Revision ID: 0013
-Revises: 0015
+Revises: 0012
 """
 import sqlalchemy as sa
 from alembic import op
 
 revision = "0013"
-down_revision = "0015"
+down_revision = "0012"
 branch_labels = None
 depends_on = None
 

@@ -2,13 +2,13 @@
 gres/gpumem and energy), folded from the agents' heartbeats
 
 Revision ID: 0015
-Revises: 0011
+Revises: 0013
 """
 import sqlalchemy as sa
 from alembic import op
 
 revision = "0015"
-down_revision = "0011"
+down_revision = "0013"
 branch_labels = None
 depends_on = None
 
@@ -20,6 +20,7 @@ def upgrade() -> None:
         sa.Column("run", sa.Integer(), primary_key=True),
         sa.Column("node", sa.String(64), primary_key=True),
         sa.Column("record", sa.JSON(), nullable=False),
+        sa.Column("busy_s", sa.Float(), nullable=False, server_default="0"),
     )
 
 
