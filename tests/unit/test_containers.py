@@ -325,3 +325,15 @@ def test_secret_env_and_pull_secrets_stay_off_the_command_line(tmp_path):
     missing["env"][0]["valueFrom"]["secretKeyRef"]["name"] = "empty"
     with pytest.raises(CreateContainerConfigError, match="couldn't find key k in Secret default/empty"):
         container_env(pod, missing)
+
+
+def test_docker_takes_the_pull_secrets_in_its_config_folder(tmp_path):
+    from shoal.agent.containers import DockerRuntime
+
+    pod = {**POD, "registry_auths": {"r:5000": {"auth": "YTpi"}}}
+    c = {"name": "x", "image": "r:5000/i:1"}
+    launch = DockerRuntime("n1").launch(pod, c, [], {}, ContainerPaths(tmp_path / "c", tmp_path / "images"))
+    assert launch.argv[:4] == ["docker", "--config", str(tmp_path / "c" / "docker-config"), "run"]
+    assert json.loads((tmp_path / "c" / "docker-config" / "config.json").read_text()) == {
+        "auths": {"r:5000": {"auth": "YTpi"}}}
+    assert DockerRuntime("n1").launch(POD, c, [], {}, ContainerPaths(tmp_path / "d", tmp_path / "images")).argv[1] == "run"

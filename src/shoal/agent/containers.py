@@ -19,7 +19,7 @@ import os
 import re
 import shutil
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from shoal.agent.runtime import set_gpu_env
@@ -443,7 +443,16 @@ class DockerRuntime(PodmanRuntime):
         return super()._image(image)[0], False  # plain-HTTP registries are the docker daemon's setting
 
     def _auth_flags(self, pod, paths):
-        return []  # docker run takes no login: the pod's pull goes without (docs/CONTAINERS.md)
+        return []  # docker run takes no login file: the client's --config folder does (launch)
+
+    def launch(self, pod, container, gpus, env, paths):
+        """As podman's; the pod's imagePullSecrets as the config.json of docker's ``--config``."""
+        launch = super().launch(pod, container, gpus, env, paths)
+        auths = pod.get("registry_auths")
+        if not auths:
+            return launch
+        folder = write_authfile(paths.dir / "docker-config" / "config.json", auths).parent
+        return replace(launch, argv=[launch.argv[0], "--config", str(folder), *launch.argv[1:]])
 
     def _gpu_flags(self, gpus):
         return ["--gpus", '"device=' + ",".join(str(g) for g in gpus) + '"'] if gpus else []
