@@ -20,3 +20,11 @@ def write_section(section: str, text: str, path: Path = PATH) -> None:
         rest = [""] + lines[end:] if end < len(lines) else []
         new = "\n".join(lines[:start] + text.rstrip("\n").splitlines() + rest) + "\n"
     path.write_text(new, encoding="utf-8")
+
+
+def publish(section: str, lines: list[str], write: bool) -> None:
+    """Print a benchmark's section, and write it into BENCHMARKS.md when ``write``."""
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if write:
+        write_section(section, text)

@@ -87,6 +87,16 @@ def test_exec_runs_in_the_pod_and_returns_its_exit_code(cluster):
     out = kubectl(c, "exec", "nosuch", "--", "true", check=False)
     assert out.stderr.strip() == 'Error from server (NotFound): pods "nosuch" not found'
 
+    # kubectl stopped: the command it ran in the pod is killed.
+    p = subprocess.Popen(["kubectl", "exec", "shell", "--", "sh", "-c", "sleep $((300 + 7)); echo never"],
+                         env={**os.environ, **c.env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    wait_until(lambda: subprocess.run(["pgrep", "-f", "sleep 307"], capture_output=True).returncode == 0, 30,
+               "the command to start")
+    p.kill()
+    p.wait()
+    wait_until(lambda: subprocess.run(["pgrep", "-f", "sleep 307"], capture_output=True).returncode == 1, 30,
+               "the command to be killed")
+
     # The Python client's exec (v4.channel.k8s.io).
     from kubernetes import client, config
     from kubernetes.stream import stream

@@ -107,7 +107,8 @@ async def relay(ws: WebSocket, reader: asyncio.StreamReader, writer: asyncio.Str
     async def upstream() -> None:
         while True:
             msg = await ws.receive()
-            if msg["type"] == "websocket.disconnect":
+            if msg["type"] == "websocket.disconnect":  # kubectl went away: the agent kills the command
+                writer.close()
                 return
             data = msg.get("bytes") or (msg.get("text") or "").encode()
             if data and data[0] in (frames.STDIN, frames.RESIZE, frames.CLOSE):
