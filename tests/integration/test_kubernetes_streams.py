@@ -6,7 +6,9 @@ subresources. The pods run on the process runtime: a container is a process on t
 
 from __future__ import annotations
 
+import concurrent.futures
 import fcntl
+import http.client
 import json
 import os
 import pty
@@ -16,10 +18,11 @@ import struct
 import subprocess
 import termios
 import time
+import urllib.request
 
 import pytest
 
-from tests.integration.cluster import LocalCluster, wait_until
+from tests.integration.cluster import LocalCluster, free_port, wait_until
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")]
@@ -126,6 +129,12 @@ def test_exec_with_a_terminal_follows_its_size(cluster):
         time.sleep(1)
         os.write(fd, b"stty size\n")
         read_until(b"\n20 70")
+        # ^C reaches the terminal's foreground job (the terminal is the session's controlling one).
+        os.write(fd, b"sleep 60; echo slept\n")
+        time.sleep(1)
+        os.write(fd, b"\x03")
+        os.write(fd, b"echo after-$((1+1))\n")
+        read_until(b"after-2", timeout=20)
         os.write(fd, b"exit 7\n")
         _, status = os.waitpid(pid, 0)
         pid = 0
@@ -322,3 +331,103 @@ def test_status_subresources(cluster):
                   "-p", '{"spec":{"suspend":true},"status":{"ready":0}}')
     assert out.stdout.strip() == "job.batch/quick patched"
     assert not batch.read_namespaced_job("quick", "default").spec.suspend
+
+
+def test_port_forward_reaches_the_pods_port(cluster):
+    """``kubectl port-forward`` (SPDY tunnelled in a WebSocket): HTTP requests through the
+    local port reach the pod's server, one after another and several at once, and a large
+    answer arrives whole."""
+    c = cluster
+    port, local = free_port(), free_port()
+    site = c.root / "site"
+    site.mkdir()
+    (site / "hello.txt").write_text("hello through the tunnel\n")
+    big = os.urandom(3 * 1024 * 1024)
+    (site / "big.bin").write_bytes(big)
+    web = pod("web", f"cd {site} && exec python3 -m http.server {port} --bind 127.0.0.1")
+    web["spec"]["containers"][0]["ports"] = [{"containerPort": port}]
+    create(c, web)
+    running(c, "web")
+    wait_until(lambda: "Serving HTTP" in kubectl(c, "logs", "web").stdout + kubectl(c, "logs", "web").stderr, 30,
+               "the pod's server")
+    p = subprocess.Popen(["kubectl", "port-forward", "pod/web", f"{local}:{port}"], env={**os.environ, **c.env},
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = p.stdout.readline()
+        assert first.startswith(f"Forwarding from 127.0.0.1:{local} -> {port}"), (first, p.communicate(timeout=10))
+        for _ in range(3):  # a connection each
+            with urllib.request.urlopen(f"http://127.0.0.1:{local}/hello.txt", timeout=20) as r:
+                assert r.read() == b"hello through the tunnel\n"
+        with urllib.request.urlopen(f"http://127.0.0.1:{local}/big.bin", timeout=60) as r:
+            assert r.read() == big
+        out = subprocess.run(["curl", "-sS", "--max-time", "20", f"http://127.0.0.1:{local}/hello.txt",
+                              f"http://127.0.0.1:{local}/hello.txt"], capture_output=True, text=True, timeout=30)
+        assert out.stdout == "hello through the tunnel\n" * 2, out.stderr
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            got = list(pool.map(lambda _: urllib.request.urlopen(f"http://127.0.0.1:{local}/hello.txt",
+                                                                 timeout=20).read(), range(8)))
+        assert got == [b"hello through the tunnel\n"] * 8
+    finally:
+        p.terminate()
+        p.wait(10)
+
+    # The Python client's port-forward (the WebSocket channel protocol): a socket to the pod's port.
+    from kubernetes import client, config
+    from kubernetes.stream import portforward
+
+    config.load_kube_config(c.kubeconfig)
+    pf = portforward(client.CoreV1Api().connect_get_namespaced_pod_portforward, "web", "default", ports=str(port))
+    conn = http.client.HTTPConnection("web", port, timeout=20)
+    conn.sock = pf.socket(port)
+    conn.sock.settimeout(30)
+    conn.request("GET", "/big.bin")
+    assert conn.getresponse().read() == big
+    conn.close()
+    assert pf.error(port) is None
+
+    # Nothing listens there: kubectl says why, and (as against a real cluster) gives up.
+    closed, local = free_port(), free_port()
+    p = subprocess.Popen(["kubectl", "port-forward", "pod/web", f"{local}:{closed}"], env={**os.environ, **c.env},
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().startswith(f"Forwarding from 127.0.0.1:{local} -> {closed}")
+        with pytest.raises(OSError):
+            urllib.request.urlopen(f"http://127.0.0.1:{local}/hello.txt", timeout=20).read()
+        _, err = p.communicate(timeout=30)
+        assert f"error forwarding port {closed} to pod" in err and "connection refused" in err, err
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def test_exec_and_port_forward_need_edit_rights(cluster):
+    """A user who may only view a namespace reads its pods and logs, but kubectl exec and
+    port-forward get the API server's Forbidden for pods/exec and pods/portforward."""
+    c = cluster
+    viewer = str(c.root / "viewer.kubeconfig")
+    c.run(["shoal", "kubeconfig", "--user", "viewer", "-o", viewer])
+    docs = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "watched"}},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+             "metadata": {"name": "viewer-view", "namespace": "watched"},
+             "subjects": [{"kind": "User", "name": "viewer"}],
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"}}]
+    path = c.root / "viewer-rbac.json"
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}))
+    kubectl(c, "apply", "-f", str(path))
+    manifest = pod("private", "echo private; sleep 3600")
+    manifest["metadata"]["namespace"] = "watched"
+    create(c, manifest)
+    kubectl(c, "wait", "-n", "watched", "--for=condition=Ready", "pod/private", "--timeout=60s", timeout=70)
+
+    def as_viewer(*args):
+        return c.run(["kubectl", "-n", "watched", *args], check=False, env={"KUBECONFIG": viewer})
+
+    wait_until(lambda: as_viewer("logs", "private").stdout == "private\n", 30, "the viewer reads the log")
+    out = as_viewer("exec", "private", "--", "true")
+    assert out.returncode == 1
+    assert out.stderr.startswith('Error from server (Forbidden): pods "private" is forbidden: User "viewer" cannot '
+                                 'create resource "pods/exec" in API group "" in the namespace "watched"'), out.stderr
+    out = as_viewer("port-forward", "pod/private", f"{free_port()}:80")
+    assert out.returncode == 1 and 'cannot create resource "pods/portforward"' in out.stderr, out.stderr
+    assert kubectl(c, "exec", "-n", "watched", "private", "--", "echo", "admin may").stdout == "admin may\n"

@@ -283,12 +283,13 @@ def test_container_save_command_lines():
     from shoal.agent.stepcontainer import CachedImage
 
     image = CachedImage("r/x:1", "sha256:abc", 1, {}, ["/init"], 0.0)
-    commit, save, rmi = PodmanSteps().save(C, image, "/out/x.sqsh")
+    commit, save = PodmanSteps().save(C, image, "/out/x.sqsh")
+    rmi = PodmanSteps().save_cleanup(C)
     assert commit == ["podman", "commit", "--quiet", "--change", 'ENTRYPOINT ["/init"]', "pyxis_7_work",
                       "localhost/pyxis-save/pyxis_7_work:latest"]
     assert save == ["podman", "save", "--quiet", "--format", "oci-archive", "--output", "/out/x.sqsh",
                     "localhost/pyxis-save/pyxis_7_work:latest"]
-    assert rmi == ["podman", "rmi", "localhost/pyxis-save/pyxis_7_work:latest"]
+    assert rmi == ["podman", "rmi", "--force", "localhost/pyxis-save/pyxis_7_work:latest"]
     assert EnrootSteps().save(C, None, "/out/x.sqsh") == [
         ["enroot", "export", "--force", "--output", "/out/x.sqsh", "pyxis_7_work"]]
     with pytest.raises(ContainerStartError, match="apptainer cannot save"):
@@ -321,3 +322,22 @@ def test_a_save_is_written_as_the_jobs_user_where_they_may_write(tmp_path):
         containers.save(sc, str(tmp_path / "out.sqsh"), "/", (65534, 65534))  # root's folder: not theirs
     assert not list((tmp_path / "agent" / "containers").glob("save-*"))
     __import__("shutil").rmtree(theirs)
+
+
+def test_an_image_loaded_from_a_file_is_kept_in_the_cache_and_evicted_like_a_pulled_one(tmp_path):
+    from shoal.agent.stepcontainer import CachedImage
+
+    source = tmp_path / "registry"
+    source.mkdir()
+    (source / "a").write_bytes(b"x" * 600_000)
+    now = [1.0]
+    cache = ImageCache(CopySteps(source), tmp_path / "images", limit_mb=1, clock=lambda: now[0])
+    loaded = tmp_path / "saved.img"
+    loaded.write_bytes(b"y" * 600_000)
+    image = cache.adopt(f"file:{loaded}", CachedImage("x", str(loaded), 600_000, {"A": "1"}, [], 0.0), "1:600000")
+    assert image.ref == f"file:{loaded}" and image.env == {"A": "1"}
+    assert cache.lookup(f"file:{loaded}")["source"] == "1:600000"
+    now[0] = 2.0
+    cache.get("a", False)  # over the limit: the file's image, least recently used, goes
+    assert [i.ref for i in cache.images()] == ["a"]
+    assert loaded.exists()  # out of the index; a user's file is never the cache's to delete

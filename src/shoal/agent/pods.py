@@ -16,6 +16,7 @@ container by the node's lease, agent or no agent (docs/FENCING.md).
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import math
@@ -34,12 +35,16 @@ import psutil
 from shoal.agent import supervise
 from shoal.agent.cgroups import Cgroup, Containment, procs_files, write_cgroup_list
 from shoal.agent.containers import (ContainerError, ContainerPaths, ContainerRuntime,
-                                    CreateContainerConfigError, Launch, RegistrySettings, Step, container_env,
-                                    get_runtime)
+                                    CreateContainerConfigError, ImagePullError, Launch, RegistrySettings, Step,
+                                    container_env, get_runtime, pull_policy)
 from shoal.agent.identity import Identity, JobUsers, OpenAs, UnknownUser, output_flags
 from shoal.agent.probes import (KINDS, Probe, ProbeConfigError, ProbeState, ProbeTarget, run_command,
                                 run_probe)
 from shoal.agent.runtime import Supervised, _killpg
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from shoal.agent.stepcontainer import ImageCache
 
 log = logging.getLogger("shoal.agent")
 
@@ -226,6 +231,7 @@ class PodManager:
         self.pods: dict[str, _Pod] = {}
         self._runtimes: dict[str, ContainerRuntime] = {}
         self.registry = RegistrySettings()  # the cluster's mirrors, plain-HTTP registries, the GPUs' CDI kind
+        self.image_cache: ImageCache | None = None  # the node's (stepcontainer.py) when its engine is podman's
         self._dirty: set[str] = set()
         self._notify = threading.Event()
         self._closed = False
@@ -325,13 +331,15 @@ class PodManager:
             c = next((c for c in pod.containers if c.name == container), None) if pod is not None else None
             return c is not None and c.running() and not pod.stopping
 
-    def address_of(self, key: str) -> str:
-        """Where the pod's ports are reached from this node (``kubectl port-forward``)."""
+    def addresses_of(self, key: str) -> list[str]:
+        """Where the pod's ports are reached from this node (``kubectl port-forward``), to try
+        in turn: its IP, then the loopback (the kubelet dials localhost in the pod's network;
+        a process pod's is the node's)."""
         with self.lock:
             pod = self.pods.get(key)
             if pod is None or self._finished(pod):
                 raise LogNotFound(f"no pod run {key} on node {self.node}")
-            return pod.pod.get("env", {}).get("POD_IP") or "127.0.0.1"
+            return list(dict.fromkeys([pod.pod.get("env", {}).get("POD_IP") or "127.0.0.1", "127.0.0.1"]))
 
     def container_pids(self) -> dict[str, list[int]]:
         """The main process of each running container, by run key (for CPU accounting)."""
@@ -487,7 +495,9 @@ class PodManager:
             ident = self._owner(pod)
             rt.check_available()
             probes = {k: Probe.from_spec(c.spec[f"{k}Probe"]) for k in KINDS if c.spec.get(f"{k}Probe")}
-            launch = rt.launch(pod.pod, c.spec, list(pod.entry.get("gpus", [])), container_env(pod.pod, c.spec),
+            env = container_env(pod.pod, c.spec)  # a missing Secret fails before any pull, as kubelet
+            spec = self._pull_through_cache(pod, c, rt, ident)
+            launch = rt.launch(pod.pod, spec, list(pod.entry.get("gpus", [])), env,
                                ContainerPaths(cdir, self.workdir / "images"))
         except ContainerError as e:
             self._start_failed(pod, c, e.reason, str(e))
@@ -648,6 +658,42 @@ class PodManager:
         self._start_failed(pod, c, "ErrImagePull" if step.kind == "pull" else "CreateContainerError", message)
         return "start-failed"
 
+    def _pull_through_cache(self, pod: _Pod, c: _Container, rt: ContainerRuntime, ident: Identity | None) -> dict:
+        """Under podman, the image comes through the node's cache, as batch steps' do (one
+        pull per node for both, one LRU size limit), by the container's imagePullPolicy, with
+        kubelet's events; the container then starts with ``--pull=never``. Returns the spec
+        to launch (the container's own where the cache is not used)."""
+        from shoal.agent.stepcontainer import ContainerStartError
+
+        if self.image_cache is None or rt.name != "podman" or not c.spec.get("image"):
+            return c.spec
+        image = c.spec["image"]
+        ref, insecure = rt.registry.resolve(image) if (rt.registry.mirrors or rt.registry.insecure) \
+            else (image, False)
+        policy = pull_policy(c.spec)
+        known = self.image_cache.lookup(ref)
+        present = known is not None and self.image_cache.present(known)
+        if policy == "Never" or (policy == "IfNotPresent" and present):
+            if not present:
+                raise ImagePullError(f'Container image "{image}" is not present with pull policy of Never')
+            with self.lock:
+                self._event(pod, "Normal", "Pulled", f'Container image "{image}" already present on machine')
+        else:
+            with self.lock:
+                self._event(pod, "Normal", "Pulling", f'Pulling image "{image}"')
+            login = _login_for(pod.pod.get("registry_auths") or {}, ref)
+            t0 = time.monotonic()
+            try:
+                got = self.image_cache.get(ref, insecure, login=login, user=ident.uid if ident else None,
+                                           refresh=policy == "Always")
+            except ContainerStartError as e:
+                raise ImagePullError(str(e).strip().splitlines()[-1] if str(e).strip() else "pull failed") from None
+            took = time.monotonic() - t0
+            with self.lock:
+                self._event(pod, "Normal", "Pulled", f'Successfully pulled image "{image}" in {took:.3f}s '
+                                                     f"({took:.3f}s including waiting). Image size: {got.size} bytes.")
+        return {**c.spec, "imagePullPolicy": "Never"}
+
     def _start_failed(self, pod: _Pod, c: _Container, reason: str, message: str) -> None:
         with self.lock:
             c.waiting = (reason, message)
@@ -751,7 +797,8 @@ class PodManager:
         return run_command(full, timeout_s, env=_as(run.identity, run.launch.env), cwd=run.launch.cwd,
                            procs=run.probe_procs, identity=run.identity)
 
-    def exec_target(self, key: str, container: str, argv: list[str]) -> ExecTarget:
+    def exec_target(self, key: str, container: str, argv: list[str], *, stdin: bool = False,
+                    tty: bool = False) -> ExecTarget:
         """How to run ``argv`` inside a running container (``shoal exec``): the same command
         line as an exec probe. Raises LogNotFound (no such pod or container) or
         ContainerNotRunning."""
@@ -765,7 +812,7 @@ class PodManager:
             run = c.run
             if run is None or run.popen is None or run.popen.pid is None or not c.running() or pod.stopping:
                 raise ContainerNotRunning(f'container "{container}" in pod "{pod.pod["name"]}" is not running')
-        full = self._runtime(pod).exec_argv(run.launch, argv, run.popen.pid)
+        full = self._runtime(pod).exec_argv(run.launch, argv, run.popen.pid, stdin=stdin, tty=tty)
         return ExecTarget(full, _as(run.identity, run.launch.env), run.launch.cwd, run.probe_procs, run.identity)
 
     # ---------------------------------------------------------------- killing
@@ -1002,6 +1049,18 @@ class PodManager:
                 pod.held.discard(container)
             if not pod.held:
                 self._changed(pod)
+
+
+def _login_for(auths: dict, ref: str) -> tuple[str, str] | None:
+    """The imagePullSecrets' login for the registry ``ref`` is pulled from."""
+    entry = auths.get(ref.partition("/")[0]) if "/" in ref else None
+    if not entry or not entry.get("auth"):
+        return None
+    try:
+        user, colon, password = base64.b64decode(entry["auth"], validate=True).decode().partition(":")
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return (user, password) if colon else None
 
 
 def _as(ident: Identity | None, env: dict) -> dict:

@@ -22,6 +22,7 @@ import signal
 import socket
 import struct
 import subprocess
+import sys
 import termios
 import threading
 import time
@@ -32,6 +33,9 @@ from shoal.model import frames
 
 log = logging.getLogger("shoal.agent.streams")
 CHUNK = 32 * 1024
+# Run in the new session spawn makes: its standard input (the pseudo-terminal) becomes the
+# session's controlling terminal, then the command replaces this process.
+TAKE_TERMINAL = "import fcntl, os, sys, termios; fcntl.ioctl(0, termios.TIOCSCTTY, 0); os.execvp(sys.argv[1], sys.argv[1:])"
 
 
 class StreamRefused(Exception):
@@ -77,8 +81,8 @@ def prepare(agent, req: dict):
     try:
         mode, key, container = str(req["mode"]), str(req["key"]), str(req.get("container") or "")
         if mode == "exec":
-            target = agent.pods.exec_target(key, container, [str(a) for a in req["argv"]])
             tty, stdin = bool(req.get("tty")), bool(req.get("stdin"))
+            target = agent.pods.exec_target(key, container, [str(a) for a in req["argv"]], stdin=stdin, tty=tty)
             command = str(req["argv"][0])
             return lambda ch: run_exec(target, command, ch, tty=tty, stdin=stdin, size=req.get("size"))
         if mode == "attach":
@@ -87,8 +91,8 @@ def prepare(agent, req: dict):
                 raise ContainerNotRunning(f'container "{container}" is not running')
             return lambda ch: run_attach(agent, key, container, path, ch)
         if mode == "portforward":
-            host, port = agent.pods.address_of(key), int(req["port"])
-            return lambda ch: run_forward(host, port, ch)
+            hosts, port = agent.pods.addresses_of(key), int(req["port"])
+            return lambda ch: run_forward(hosts, port, ch)
     except (KeyError, TypeError, ValueError):
         raise StreamRefused(400, "malformed stream request") from None
     except LogNotFound as e:
@@ -108,8 +112,9 @@ def run_exec(target: ExecTarget, command: str, ch: Channel, *, tty: bool, stdin:
             master, slave = pty.openpty()
             if size:
                 set_size(master, size)
-            p = spawn(target.argv, identity=target.identity, cwd=target.cwd, env={**target.env, "TERM": "xterm"},
-                      stdin=slave, stdout=slave, stderr=slave)
+            # The terminal becomes the session's controlling one, so ^C and ^Z reach its foreground job.
+            p = spawn([sys.executable, "-c", TAKE_TERMINAL, *target.argv], identity=target.identity, cwd=target.cwd,
+                      env={**target.env, "TERM": "xterm"}, stdin=slave, stdout=slave, stderr=slave)
         else:
             p = spawn(target.argv, identity=target.identity, cwd=target.cwd, env=target.env,
                       stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
@@ -248,14 +253,18 @@ def run_attach(agent, key: str, container: str, path, ch: Channel) -> None:
 # ---------------------------------------------------------------- port-forward
 
 
-def run_forward(host: str, port: int, ch: Channel) -> None:
+def run_forward(hosts: list[str], port: int, ch: Channel) -> None:
     """Bytes both ways between the stream and the pod's port (as the kubelet's port-forward
     does inside the pod's network namespace; a process pod's is the node's)."""
-    try:
-        conn = socket.create_connection((host, port), timeout=5)
-    except OSError as e:
-        ch.finish(None, f"error forwarding port {port} to pod: dial tcp {host}:{port}: connect: "
-                        f"{(e.strerror or str(e)).lower()}")
+    conn = None
+    for host in hosts:
+        try:
+            conn = socket.create_connection((host, port), timeout=5)
+            break
+        except OSError as e:
+            why = f"dial tcp {host}:{port}: connect: {(e.strerror or str(e)).lower()}"
+    if conn is None:
+        ch.finish(None, f"error forwarding port {port} to pod: {why}")
         return
     conn.settimeout(None)
 

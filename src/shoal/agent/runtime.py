@@ -18,7 +18,8 @@ import signal
 import subprocess
 import threading
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from shoal.agent import supervise
@@ -129,6 +130,17 @@ def _kill(pid: int, sig: int) -> None:
         pass
 
 
+def batch_usage(cg: Cgroup) -> Usage:
+    """What the batch step used (sacct's ID.batch line): the script's own cgroup, not the
+    job's, where srun steps count too (Slurm's batch step is the script alone); the OOM kills
+    are the job's, any step's making the job OUT_OF_MEMORY."""
+    job = cg.usage()
+    step = cg.sub("step_batch")
+    if not step.made_below(cg):
+        return job  # no step directory (a run adopted from an agent that made none)
+    return replace(step.usage(), oom_kills=job.oom_kills)
+
+
 def set_gpu_env(env: dict[str, str], gpus: list[int]) -> None:
     """CUDA_VISIBLE_DEVICES lists the GPUs' NVML indices (no device cgroup renumbers them here)."""
     if gpus:
@@ -152,6 +164,9 @@ class Runtime:
         self.device_dir: Path | None = None  # fake GPUs' stand-in device nodes, named to jobs
         self.runs: dict[str, Run] = {}
         self.lock = threading.RLock()
+        # Called with a job id before its run's cgroup is emptied: the step containers made
+        # inside it are removed through their engine first (daemon: StepContainers.remove_job).
+        self.before_empty: Callable[[int], None] | None = None
 
     def get(self, key: str) -> Run | None:
         with self.lock:
@@ -177,12 +192,30 @@ class Runtime:
             step = run.cgroup.child(name)
             if jobdir is not None:  # the batch step: the list starts with the job's directories
                 write_cgroup_list(jobdir, [*run.cgroup.paths, *step.paths])
-            elif (listed := self.workdir / "jobs" / run.key / CGROUPS_FILE).exists():
-                write_cgroup_list(listed.parent, [*read_cgroup_list(listed.parent), *step.paths])
+            else:
+                self._list_cgroups(run, step.paths)
             return step
         except (CgroupError, OSError) as e:
             log.error("run %s: cannot make step %s's cgroup, it runs uncontained: %s", run.key, name, e)
             return None
+
+    def _list_cgroups(self, run: Run, paths: list[Path]) -> None:
+        """Add ``paths`` to the run's cgroups file (the batch node's), for its supervisor's fence."""
+        listed = self.workdir / "jobs" / run.key / CGROUPS_FILE
+        with self.lock:
+            if listed.exists():
+                known = read_cgroup_list(listed.parent)
+                write_cgroup_list(listed.parent, [*known, *(p for p in paths if p not in known)])
+
+    def list_engine_cgroups(self, run: Run, cg: Cgroup) -> None:
+        """A container engine has made its container's cgroups below ``cg`` (a step's, or the
+        job's): list them too, so a fence with no agent kills what runs in the container."""
+        try:
+            found = [d for top in [*cg.paths, *cg.engine_dirs()] if top.is_dir() for d in top.iterdir()
+                     if d.is_dir() and not d.name.startswith("step_")]
+            self._list_cgroups(run, found)
+        except OSError as e:
+            log.warning("run %s: cannot list its containers' cgroups for the fence: %s", run.key, e)
 
     def alive_keys(self) -> list[str]:
         with self.lock:
@@ -344,13 +377,14 @@ class Runtime:
             if status.reason:
                 log.error("job %s: %s (supervisor's log: %s)", run.key, status.reason, task.jobdir / supervise.LOG)
             cg = run.cgroup
-            usage = cg.usage() if cg is not None else None  # before the kill: what the job used
+            usage = batch_usage(cg) if cg is not None else None  # before the kill
             self.on_exit(run, status.exit_code, status.signal, status.end_time, status.reason, fenced=status.fenced,
                          usage=usage)
             # The batch script's end is the job's (proctrack/cgroup): what it left, detached or not, is
             # killed, after the exit is queued (not on the report's path). The run stays alive (watched,
             # then its cgroup populated) and so its cleanup row held until the cgroup is empty.
             if cg is not None:
+                self._before_empty(run)
                 self.containment.empty(run.key, cg)
                 run.cgroup = None
         finally:
@@ -361,9 +395,17 @@ class Runtime:
         cg = run.cgroup
         if cg is None:
             return None
+        self._before_empty(run)
         usage = self.containment.release(run.key, cg)
         run.cgroup = None
         return usage
+
+    def _before_empty(self, run: Run) -> None:
+        if self.before_empty is not None:
+            try:
+                self.before_empty(run.job_id)
+            except Exception:  # a container left: the cgroup's kill still ends it
+                log.exception("run %s: removing its containers failed", run.key)
 
     # ---------------------------------------------------------------- steps
 

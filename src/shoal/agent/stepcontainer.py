@@ -17,6 +17,7 @@ import fcntl
 import hashlib
 import itertools
 import json
+import logging
 import os
 import shutil
 import stat
@@ -27,7 +28,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from shoal.agent.cgroups import Cgroup
 from shoal.model.container import ImageRef, Mount, image_ref, parse_credentials, registry_of, rewrite
+
+log = logging.getLogger("shoal.agent")
 
 PAUSE = "/.shoal/pause"  # where the keeper's pause process (catatonit -P) is mounted in a podman container
 PULL_TIMEOUT_S = 600.0
@@ -58,6 +62,7 @@ class Container:
     entrypoint: tuple[str, ...] = ()  # the image's ENTRYPOINT, run before a task's command (--container-entrypoint)
     labels: dict[str, str] = field(default_factory=dict)
     insecure: bool = False  # the registry speaks plain HTTP
+    cgroup_parent: str | None = None  # the job's (or step's) cgroup, so the container is inside it
 
 
 class StepRuntime:
@@ -68,6 +73,11 @@ class StepRuntime:
 
     def available(self) -> bool:
         return shutil.which(self.binary) is not None
+
+    def cgroups(self) -> tuple[str, int] | None:
+        """The engine's cgroup manager and cgroup version (``("cgroupfs", 1)``), when its
+        containers can be made in a cgroup of ours; None for engines that make none."""
+        return None
 
     def pull(self, ref: str, insecure: bool, dest: Path, auth: Path | None = None) -> list[str]:
         """The argv that pulls ``ref``; ``auth`` is a folder of login files (write_auth) for it."""
@@ -81,6 +91,10 @@ class StepRuntime:
         """The argvs that write the container's file system to the image file ``path``
         (``--container-save``), in order."""
         raise ContainerStartError(f"{self.name} cannot save a container (--container-save)")
+
+    def save_cleanup(self, c: Container) -> list[str] | None:
+        """The argv that removes what ``save`` left behind, run whether it succeeded or not."""
+        return None
 
     def create(self, c: Container) -> list[str] | None:
         """The argv that starts the container for its tasks (None: each task starts its own)."""
@@ -113,11 +127,23 @@ class PodmanSteps(StepRuntime):
         tag = f"localhost/pyxis-save/{c.name.lower()}:latest"
         entry = json.dumps(image.entrypoint if image is not None else [])
         return [[self.binary, "commit", "--quiet", "--change", f"ENTRYPOINT {entry}", c.name, tag],
-                [self.binary, "save", "--quiet", "--format", "oci-archive", "--output", path, tag],
-                [self.binary, "rmi", tag]]
+                [self.binary, "save", "--quiet", "--format", "oci-archive", "--output", path, tag]]
+
+    def save_cleanup(self, c):
+        return [self.binary, "rmi", "--force", f"localhost/pyxis-save/{c.name.lower()}:latest"]
+
+    _INFO = "{{.Host.CgroupManager}} {{.Host.CgroupsVersion}}"
+
+    def cgroups(self):
+        out = subprocess.run([self.binary, "info", "--format", self._INFO], capture_output=True, text=True,
+                             timeout=60)
+        manager, _, version = out.stdout.strip().partition(" ")
+        return (manager, int(version.lstrip("v"))) if out.returncode == 0 and version.lstrip("v").isdigit() else None
 
     def create(self, c):
         argv = [self.binary, "run", "--detach", "--name", c.name, "--network", "host", "--pull", "never"]
+        if c.cgroup_parent:
+            argv += ["--cgroup-parent", c.cgroup_parent]
         for k, v in sorted(c.labels.items()):
             argv += ["--label", f"{k}={v}"]
         if c.host_user is not None:
@@ -166,6 +192,7 @@ class DockerSteps(PodmanSteps):
 
     name = "docker"
     binary = "docker"
+    _INFO = "{{.CgroupDriver}} {{.CgroupVersion}}"
 
     def pull(self, ref, insecure, dest, auth=None):
         # Insecure registries are the daemon's setting; the login is config.json in --config's folder.
@@ -282,6 +309,11 @@ class CachedImage:
     last_used: float
 
 
+def _image_of(doc: dict) -> CachedImage:
+    """An index entry as a CachedImage (less the entry's own keys: private, users, source)."""
+    return CachedImage(**{k: v for k, v in doc.items() if k in CachedImage.__dataclass_fields__})
+
+
 class ImageCache:
     """The node's images, pulled once each: ``index.json`` keeps, per reference, its id,
     size, environment, entrypoint and last use; ``locks/`` holds one lock per image, so
@@ -308,11 +340,10 @@ class ImageCache:
 
     def images(self) -> list[CachedImage]:
         """What the node holds, most recently used first."""
-        return sorted((CachedImage(**{k: v for k, v in doc.items() if k not in ("private", "users")})
-                       for doc in self._index().values()), key=lambda i: -i.last_used)
+        return sorted((_image_of(doc) for doc in self._index().values()), key=lambda i: -i.last_used)
 
     def get(self, ref: str, insecure: bool, login: tuple[str, str] | None = None,
-            user: int | None = None) -> CachedImage:
+            user: int | None = None, refresh: bool = False) -> CachedImage:
         """The image, pulled now unless the node has it; ContainerStartError with the
         runtime's message when it cannot be pulled.
 
@@ -320,6 +351,7 @@ class ImageCache:
         that needed one is private: a user it was not pulled or checked for pulls it again
         with their own login (layers the node has are not fetched again), so the shared
         cache never hands one user's private image to another whom the registry refuses.
+        ``refresh`` pulls even what the node has (imagePullPolicy Always: a moved tag).
         """
         key = hashlib.sha256(ref.encode()).hexdigest()[:32]
         with open(self.root / "locks" / key, "w") as lock:
@@ -327,7 +359,7 @@ class ImageCache:
             with self._lock:
                 doc = self._index().get(ref)
             private = doc is not None and doc.get("private")
-            if doc is None or not self._present(doc) or (private and user not in doc.get("users", [])):
+            if refresh or doc is None or not self._present(doc) or (private and user not in doc.get("users", [])):
                 users = doc.get("users", []) if doc is not None else []
                 doc = self._pull(ref, insecure, key, login).__dict__
                 if login is not None:
@@ -338,7 +370,25 @@ class ImageCache:
                 index[ref] = doc
                 self._save(index)
         self.evict(keep=ref)
-        return CachedImage(**{k: v for k, v in doc.items() if k not in ("private", "users")})
+        return _image_of(doc)
+
+    def lookup(self, key: str) -> dict | None:
+        with self._lock:
+            return self._index().get(key)
+
+    def adopt(self, key: str, image: CachedImage, source: str) -> CachedImage:
+        """An image that came from elsewhere (a file loaded into the engine) kept in the index
+        under ``key`` like a pulled one, so the size limit evicts it too."""
+        with self._lock:
+            index = self._index()
+            doc = {**image.__dict__, "ref": key, "last_used": self.clock(), "source": source}
+            index[key] = doc
+            self._save(index)
+        self.evict(keep=key)
+        return _image_of(doc)
+
+    def present(self, doc: dict) -> bool:
+        return self._present(doc)
 
     def _present(self, doc: dict) -> bool:
         if self.runtime.name in ("podman", "docker"):
@@ -383,7 +433,8 @@ class ImageCache:
                 if self.runtime.name in ("podman", "docker"):
                     gone = subprocess.run([self.runtime.binary, "rmi", doc["id"]], capture_output=True).returncode == 0
                 else:
-                    Path(doc["id"]).unlink(missing_ok=True)
+                    if not ref.startswith("file:"):  # the cache's own file, never a user's image file
+                        Path(doc["id"]).unlink(missing_ok=True)
                     gone = True
                 if gone:
                     total -= doc["size"]
@@ -522,6 +573,12 @@ class StepContainer:
         those the image sets itself (Pyxis: the image's values win) unless --container-env
         names them."""
         mine = {k: v for k, v in env.items() if k not in self.image_env or k in self.keep_env}
+        if "PYTORCH_VERSION" in self.image_env:
+            # Pyxis' PyTorch set-up for images that say they hold PyTorch (NGC's do):
+            # torch.distributed's env:// ranks from Slurm's.
+            for theirs, torchs in (("SLURM_PROCID", "RANK"), ("SLURM_LOCALID", "LOCAL_RANK")):
+                if theirs in env:
+                    mine[torchs] = env[theirs]
         if self.container.gpus and mine.get("CUDA_VISIBLE_DEVICES"):
             # CDI hands the container only these GPUs, which CUDA numbers from 0 there.
             where = {str(g): str(i) for i, g in enumerate(self.container.gpus)}
@@ -551,6 +608,21 @@ class StepContainers:
         # Names unique on the host: test clusters share one podman store, and number jobs alike.
         self.tag = hashlib.sha256(str(workdir.resolve()).encode()).hexdigest()[:8]
         self.cdi_kind: str | None = None  # set once the node's GPUs have a CDI specification (cdi.py)
+        self._engine_cgroups: tuple[str, int] | None | bool = False  # the engine's, once asked (False: not yet)
+        self._lock = threading.Lock()
+        self._unnamed: dict[int, set[str]] = {}  # job id -> its steps' containers not yet removed
+
+    def image_list(self) -> list[dict] | None:
+        """The node's cached images as Kubernetes' node.status.images names them (reference,
+        then the engine's id), most recently used first; None on a node with no runtime."""
+        if self.cache is None:
+            return None
+        def digest(i: CachedImage) -> list[str]:
+            hexid = i.id.removeprefix("sha256:")
+            return [f"sha256:{hexid}"] if len(hexid) == 64 and all(c in "0123456789abcdef" for c in hexid) else []
+
+        return [{"names": [i.ref, *digest(i)], "sizeBytes": i.size, "lastUsed": round(i.last_used, 3)}
+                for i in self.cache.images()]
 
     def configure(self, settings: Settings) -> None:
         self.settings = settings
@@ -558,9 +630,12 @@ class StepContainers:
             self.cache.limit = settings.image_cache_mb * 1024 * 1024
 
     def start(self, request: dict, *, job_id: int, step_id: int, user: tuple[int, int], home: str | None,
-              cwd: str, gpus: list[int], env: dict[str, str] | None = None) -> StepContainer:
+              cwd: str, gpus: list[int], env: dict[str, str] | None = None,
+              cgroups: tuple[Cgroup | None, Cgroup | None] = (None, None)) -> StepContainer:
         """The step's container on this node, created (or, named, found) and running;
-        ``env`` is the step's environment (where the user's Enroot credentials are)."""
+        ``env`` is the step's environment (where the user's Enroot credentials are). It is
+        made inside the step's cgroup (a named one, kept for the job: the job's) of
+        ``cgroups`` (job, step), so the job's memory limit and its end's kill hold for it too."""
         rt = self.runtime
         if rt is None:
             raise ContainerStartError(f"no container runtime on node {self.node} (its agent runs with --runtime "
@@ -585,14 +660,38 @@ class StepContainers:
                 gpus=tuple(gpus) if self.cdi_kind else (), cdi_kind=self.cdi_kind or "",
                 writable=request.get("writable", True) is not False,
                 entrypoint=entry, labels={"shoal.job": str(job_id)},
+                cgroup_parent=self._parent(cgroups[0] if name else cgroups[1] or cgroups[0]),
             )
             if not (name and self._running(cname)):
                 self._create(c)
                 if name:
                     (self.root / f"{cname}.json").write_text(json.dumps({"image": image.__dict__}))
+        if not name:
+            with self._lock:
+                self._unnamed.setdefault(job_id, set()).add(cname)
         files = self.root / f"{cname}.{step_id}.tasks"
         return StepContainer(c, rt, image_env, tuple(request.get("env") or ()), bool(name),
                              self._oci(cname, files), image=image)
+
+    def _parent(self, cg: Cgroup | None) -> str | None:
+        """``cg`` as the engine's --cgroup-parent; None (with a warning, once) when the engine
+        cannot make its containers there: another cgroup manager (systemd takes slices, not
+        paths) or version than the agent's."""
+        if cg is None or self.runtime is None:
+            return None
+        if self._engine_cgroups is False:
+            try:
+                self._engine_cgroups = self.runtime.cgroups()
+            except (OSError, subprocess.SubprocessError):
+                self._engine_cgroups = None
+            engine = self._engine_cgroups
+            if self.runtime.name in ("podman", "docker") and (not isinstance(engine, tuple) or engine != (
+                    "cgroupfs", cg.version)):
+                log.warning("%s's cgroups (%s) are not the agent's (cgroupfs, v%d): container steps run outside "
+                            "their job's cgroup", self.runtime.binary, engine or "unknown", cg.version)
+        if self._engine_cgroups != ("cgroupfs", cg.version):
+            return None
+        return cg.engine_parent()
 
     def _image(self, request: dict, credentials: dict[str, tuple[str, str]], uid: int, cwd: str):
         ref = image_ref(request["image"])
@@ -618,11 +717,22 @@ class StepContainers:
             if _is_squashfs_or_sif(ref.ref):
                 raise ContainerStartError(f"{ref.ref}: {self.runtime.name} cannot run a squashfs or SIF image "
                                           f"(an OCI or Docker archive, .tar, can)")
+            st = os.stat(ref.ref)
+            key, source = f"file:{ref.ref}", f"{st.st_mtime_ns}:{st.st_size}"
+            known = self.cache.lookup(key)
+            if known is not None and known.get("source") == source and self.cache.present(known):
+                return self.cache.adopt(key, _image_of(known), source)  # loaded before, unchanged since
             out = subprocess.run([self.runtime.binary, "load", "--quiet", "--input", ref.ref],
                                  capture_output=True, text=True, timeout=PULL_TIMEOUT_S)
             if out.returncode != 0:
                 raise ContainerStartError(_last_lines(out.stderr) or f"cannot load {ref.ref}")
             name = out.stdout.strip().rpartition("Loaded image: ")[2].split(",")[0].strip()
+            loaded = inspect_image(self.runtime.binary, name, time.time())
+            if loaded is None:
+                raise ContainerStartError(f"{ref.ref} was loaded but {self.runtime.binary} cannot inspect it")
+            # In the node's cache (its LRU eviction), by the file's path: the image's own name
+            # (a saved container's) would be taken again by the next file saved from it.
+            return self.cache.adopt(key, loaded, source)
         elif ref.kind != {"podman": "podman", "docker": "dockerd"}.get(self.runtime.name):
             raise ContainerStartError(f"{ref.kind}:// images are in another engine's store; "
                                       f"node {self.node} runs {self.runtime.name}")
@@ -699,19 +809,25 @@ class StepContainers:
         target = os.path.normpath(path if path.startswith("/") else os.path.join(cwd, path))
         with tempfile.TemporaryDirectory(prefix="save-", dir=self.root) as tmp:
             made = os.path.join(tmp, "image")
-            for argv in self.runtime.save(sc.container, sc.image, made):
-                out = subprocess.run(argv, capture_output=True, text=True, timeout=PULL_TIMEOUT_S)
-                if out.returncode != 0:
-                    raise ContainerStartError(_last_lines(out.stderr or out.stdout)
-                                              or f"{argv[0]} exited {out.returncode}")
+            try:
+                for argv in self.runtime.save(sc.container, sc.image, made):
+                    out = subprocess.run(argv, capture_output=True, text=True, timeout=PULL_TIMEOUT_S)
+                    if out.returncode != 0:
+                        raise ContainerStartError(_last_lines(out.stderr or out.stdout)
+                                                  or f"{argv[0]} exited {out.returncode}")
+            finally:
+                if (cleanup := self.runtime.save_cleanup(sc.container)) is not None:
+                    subprocess.run(cleanup, capture_output=True, timeout=120)
             switch = os.geteuid() == 0 and user != (0, 0)
-            with open(made, "rb") as image:  # the user's shell gets the file itself, not its path
-                put = subprocess.run(["sh", "-c", 'cat > "$1.pyxis-save" && mv -f -- "$1.pyxis-save" "$1"', "sh",
-                                      target], stdin=image, capture_output=True, timeout=PULL_TIMEOUT_S, cwd="/",
-                                     user=user[0] if switch else None, group=user[1] if switch else None,
-                                     extra_groups=[] if switch else None)
-            if put.returncode != 0:
-                raise ContainerStartError(_last_lines(put.stderr.decode(errors="replace")) or f"cannot write {target}")
+            partial = f"{target}.pyxis-save"
+            with open(made, "rb") as image:  # the user's process gets the file itself, not its path
+                for argv, stdin in ((["cp", "/dev/stdin", partial], image), (["mv", "-f", "--", partial, target], None)):
+                    put = subprocess.run(argv, stdin=stdin, capture_output=True, timeout=PULL_TIMEOUT_S, cwd="/",
+                                         user=user[0] if switch else None, group=user[1] if switch else None,
+                                         extra_groups=[] if switch else None)
+                    if put.returncode != 0:
+                        raise ContainerStartError(_last_lines(put.stderr.decode(errors="replace"))
+                                                  or f"cannot write {target}")
         return target
 
     def finish(self, sc: StepContainer) -> None:
@@ -721,6 +837,9 @@ class StepContainers:
         if not sc.named:
             self.remove(sc.container)
             (self.root / f"{sc.container.name}.lock").unlink(missing_ok=True)
+            with self._lock:
+                for names in self._unnamed.values():
+                    names.discard(sc.container.name)
 
     def remove(self, c: Container) -> None:
         argv = self.runtime.remove(c) if self.runtime is not None else None
@@ -730,10 +849,24 @@ class StepContainers:
     def has_named(self, job_id: int) -> bool:
         return any(self.root.glob(f"pyxis_{job_id}_*.json"))
 
+    def has_job(self, job_id: int) -> bool:
+        """Whether the job has a container here: named, or a step's not yet removed."""
+        with self._lock:
+            if self._unnamed.get(job_id):
+                return True
+        return self.has_named(job_id)
+
     def remove_job(self, job_id: int) -> None:
-        """The job ended: its named containers go (Pyxis' container_scope=job)."""
+        """The job ended: its named containers go (Pyxis' container_scope=job), and any step's
+        not yet removed. Before the job's cgroup is emptied: a container killed from under
+        its engine (made inside the job's cgroup) can be left half-stopped."""
         if self.runtime is None:
             return
+        with self._lock:
+            unnamed = self._unnamed.pop(job_id, set())
+        for cname in unnamed:
+            self.remove(Container(cname, ""))
+            (self.root / f"{cname}.lock").unlink(missing_ok=True)
         for meta in self.root.glob(f"pyxis_{job_id}_*.json"):
             cname = meta.name[:-len(".json")]
             self.remove(Container(cname, ""))

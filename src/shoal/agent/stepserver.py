@@ -213,7 +213,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/x-ndjson")
         self.end_headers()
         _run_step(agent.runtime, run, req, self.connection, self.wfile, agent.name, agent.containers,
-                  agent.kill_wait)
+                  agent.kill_wait, agent.step_ended)
 
     def _signed_body(self, req: dict, what: str) -> bool:
         """The request (less its ``sig``) was signed by the server; else False, the 403 answered."""
@@ -230,7 +230,8 @@ class _Handler(BaseHTTPRequestHandler):
         if not self._signed_body(req, "exec"):
             return
         try:
-            target = agent.pods.exec_target(str(req["key"]), str(req["container"]), [str(a) for a in req["argv"]])
+            target = agent.pods.exec_target(str(req["key"]), str(req["container"]), [str(a) for a in req["argv"]],
+                                            stdin=bool(req.get("stdin")))
         except (KeyError, TypeError):
             return self._json(400, {"detail": "malformed exec request"})
         except LogNotFound as e:
@@ -326,12 +327,10 @@ def step_usage(run) -> dict[str, dict]:
     out = {}
     for step in tasks:
         cg = run.cgroup.sub(f"step_{step}")
-        if not any(d.is_dir() for c, d in cg.dirs.items() if d != run.cgroup.dirs[c]):
-            continue  # uncontained, or a v1 node without memory and cpuacct
+        if not cg.made_below(run.cgroup):
+            continue
         u = cg.usage()
-        out[step] = {"max_rss_kb": u.max_rss_bytes // 1024, "cpu_s": round(u.cpu_seconds, 3),
-                     "user_cpu_s": round(u.user_seconds, 3), "system_cpu_s": round(u.system_seconds, 3),
-                     "tasks": tasks[step]}
+        out[step] = {**u.report(), "tasks": tasks[step]}
     return out
 
 
@@ -418,7 +417,9 @@ def _from_client(conn: socket.socket, partial: bytearray) -> list[dict] | None:
 
 
 def _run_step(runtime: Runtime, run, req: dict, conn: socket.socket, wfile, node: str, containers=None,
-              kill_wait: float = 30.0) -> None:
+              kill_wait: float = 30.0, on_end=None) -> None:
+    """Run one srun step's tasks on this node and stream them to srun; at their end, what the
+    step's cgroup here says they used goes to ``on_end(run, step_id, usage)``."""
     procs: dict[int, subprocess.Popen] = {}
     exits: dict[int, list[int]] = {}
     emit = _emitter(wfile)
@@ -434,13 +435,17 @@ def _run_step(runtime: Runtime, run, req: dict, conn: socket.socket, wfile, node
     # script's does, even with no agent alive (docs/FENCING.md); none when fencing is off.
     lease = runtime.workdir / supervise.LEASE
     prefix = supervise.step_command(lease) if lease.exists() else []
+    step = runtime.step_cgroup(run, f"step_{req['step_id']}") if req["tasks"] else None
     step_container = None
     if req.get("container") and req["tasks"]:
-        step_container = _start_container(containers, req, run, ident, emit, exits)
+        step_container = _start_container(containers, req, run, ident, emit, exits, step)
         if step_container is None:
             req = {**req, "tasks": []}
+        elif step_container.container.cgroup_parent:
+            cg = run.cgroup if step_container.named else step
+            if cg is not None:
+                runtime.list_engine_cgroups(run, cg)
     cwd = req.get("cwd") or "/"
-    step = runtime.step_cgroup(run, f"step_{req['step_id']}") if req["tasks"] else None
     fds = step.open_procs() if step is not None else []  # each task joins them between fork and exec
     for task in req["tasks"]:
         env = dict(req["env"])
@@ -483,6 +488,8 @@ def _run_step(runtime: Runtime, run, req: dict, conn: socket.socket, wfile, node
 
     try:
         _stream_tasks(procs, conn, emit, exits, on_request)
+        if step is not None and procs and on_end is not None:
+            on_end(run, req["step_id"], step.usage())
         if step_container is not None and req["container"].get("save"):
             _save_container(containers, step_container, req, ident, emit)
     finally:
@@ -491,7 +498,7 @@ def _run_step(runtime: Runtime, run, req: dict, conn: socket.socket, wfile, node
             threading.Thread(target=containers.finish, args=(step_container,), daemon=True).start()
 
 
-def _start_container(containers, req: dict, run, ident, emit, exits: dict[int, list[int]]):
+def _start_container(containers, req: dict, run, ident, emit, exits: dict[int, list[int]], step=None):
     """The step's container (pulled, created) or None, every task then failed with the
     runtime's message, as Pyxis fails the step's tasks (the job's error output has it)."""
     from shoal.agent.stepcontainer import ContainerStartError
@@ -504,7 +511,8 @@ def _start_container(containers, req: dict, run, ident, emit, exits: dict[int, l
         if containers is None:
             raise ContainerStartError("this agent runs no containers")
         return containers.start(req["container"], job_id=req["job_id"], step_id=req["step_id"], user=(uid, gid),
-                                home=home, cwd=req.get("cwd") or "/", gpus=gpus, env=req.get("env") or {})
+                                home=home, cwd=req.get("cwd") or "/", gpus=gpus, env=req.get("env") or {},
+                                cgroups=(run.cgroup, step))
     except (ContainerStartError, ContainerOptionError, OSError, subprocess.SubprocessError) as e:
         first = req["tasks"][0]["procid"]
         image = req["container"].get("image") or req["container"].get("name")

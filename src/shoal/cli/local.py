@@ -11,6 +11,7 @@ a shared filesystem does.
 from __future__ import annotations
 
 import errno
+import fcntl
 import ipaddress
 import json
 import os
@@ -305,8 +306,6 @@ def edit_hosts(change) -> None:
     Without the lock a reader could find the file truncated by another's write and write back
     what it read, the ``localhost`` line lost. Written in place (not renamed over): in a
     container /etc/hosts is a bind mount, which a rename cannot replace."""
-    import fcntl
-
     with open(HOSTS_FILE, "r+") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         text = change(f.read())

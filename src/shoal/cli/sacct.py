@@ -173,6 +173,7 @@ COLUMNS: dict[str, Column] = {c.name.lower(): c for c in (
     Column("JobIDRaw", -12, _either(lambda j, now: j["job_id"], lambda s, j, now: f"{j['job_id']}.{s['step_id']}")),
     Column("JobName", 10, _either(lambda j, now: j.get("name"), lambda s, j, now: s.get("name"))),
     Column("MaxRSS", 10, _either(lambda j, now: None, lambda s, j, now: size_text(s.get("max_rss_kb")))),
+    Column("MaxRSSNode", 10, _either(lambda j, now: None, lambda s, j, now: s.get("max_rss_node"))),
     Column("NCPUS", 10, _either(_alloc_cpus, _step_cpus)),
     Column("NNodes", 8, _either(lambda j, now: j.get("nodes"),
                                 lambda s, j, now: len(expand(s["nodelist"])) if s.get("nodelist") else 1)),

@@ -158,6 +158,7 @@ class Launcher:
         self.lock = threading.Lock()
         self.partial: dict[tuple[int, str], str] = {}
         self.socks: list[socket.socket] = []
+        self.launched: list[socket.socket] = []  # those whose launch request has been sent
         self.failed: list[str] = []
         self.reason: str | None = None
         self.kill_on_bad_exit = bool(opts.get("kill_on_bad_exit"))
@@ -242,8 +243,9 @@ class Launcher:
         if signum == signal.SIGQUIT:
             print("srun: Quit", file=sys.stderr)
         print("srun: forcing job termination", file=sys.stderr)
-        if not self.forcing:
-            self.forcing = True
+        with self.lock:
+            first, self.forcing = not self.forcing, True
+        if first:
             self._tell({"terminate": True})
 
     def _aborting(self, kill_wait: float) -> None:
@@ -258,7 +260,7 @@ class Launcher:
     def _tell(self, doc: dict) -> None:
         line = json.dumps(doc).encode() + b"\n"
         with self.lock:
-            socks = list(self.socks)
+            socks = list(self.launched)
         for s in socks:
             try:
                 s.sendall(line)
@@ -303,6 +305,11 @@ class Launcher:
                 f"Content-Length: {len(body)}\r\n\r\n").encode()
         try:
             sock.sendall(head + body)
+            with self.lock:  # from now on srun's requests may follow the launch
+                self.launched.append(sock)
+                forcing = self.forcing
+            if forcing:  # srun was signalled while this node's launch was on its way
+                sock.sendall(json.dumps({"terminate": True}).encode() + b"\n")
             f = sock.makefile("rb")
             status = f.readline().split()
             while f.readline() not in (b"\r\n", b"\n", b""):

@@ -115,6 +115,8 @@ def report(server: Server, s: Session, node: str, body: AgentReport, authorizati
         touched |= _exits(server, s, node, body.events, now)
         touched |= nodesvc.apply_gpu_health(s, server.controller, row,
                                             [g.model_dump() for g in body.gpu_health], now)
+        if body.images is not None:
+            nodesvc.apply_images(row, [i.model_dump(exclude_none=True) for i in body.images])
         routes_changed = kubesvc.pod_reports(s, node, body.pods, now)
         gpuacct.record(s, node, body.gpu_usage, now)
         alive = set(body.alive)
@@ -148,6 +150,9 @@ def _exits(server: Server, s: Session, node: str, events, now: float) -> set[str
 
 def _exit(server: Server, s: Session, row: JobRow | None, node: str, ev, now: float) -> set[str]:
     if row is None:
+        return set()
+    if ev.type == "step":  # not an end of the run: what one of its steps used on this node
+        jobsvc.record_step_usage(s, row, node, ev)
         return set()
     if row.lost_run is not None:  # its node fell silent and came back: how did the run end?
         outcome = nodesvc.late_exit_of_lost_run(row, node, ev.run, ev.exit_code or 0, ev.signal or 0,

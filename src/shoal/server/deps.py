@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Annotated
+from collections.abc import Callable, Iterator
+from typing import Annotated, Any
 
 from fastapi import Depends, Header, Request
 from sqlalchemy.orm import Session
@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from shoal.server import console
 from shoal.server.auth import AuthError, Principal
 from shoal.server.core import Server
+from shoal.server.endpoints import LocalApi
 from shoal.server.jobcontrol import Submissions
 
 
@@ -29,6 +30,13 @@ async def get_submissions(request: Request) -> Submissions:
 SubmissionsDep = Annotated[Submissions, Depends(get_submissions)]
 
 
+async def get_local(request: Request) -> LocalApi:
+    return request.app.state.local
+
+
+LocalDep = Annotated[LocalApi, Depends(get_local)]
+
+
 def session(server: ServerDep) -> Iterator[Session]:
     """A store session, closed before the answer is sent; the service it is given owns the
     transaction (``with s.begin()``)."""
@@ -37,6 +45,7 @@ def session(server: ServerDep) -> Iterator[Session]:
 
 
 SessionDep = Annotated[Session, Depends(session, scope="function")]
+SESSION = session
 
 
 # Async: a synchronous dependency costs a thread hand-off per request, and these only
@@ -55,16 +64,24 @@ async def principal(request: Request, server: ServerDep, authorization: Annotate
 Caller = Annotated[Principal, Depends(principal)]
 
 
-async def admin(p: Caller) -> Principal:
+def need_admin(p: Principal) -> Principal:
     if not p.is_admin:
         raise AuthError(403, "Access/permission denied: this needs an admin token")
     return p
 
 
-async def operator(p: Caller) -> Principal:
+def need_operator(p: Principal) -> Principal:
     if not p.is_operator:
         raise AuthError(403, "Access/permission denied: this needs an operator or admin token")
     return p
+
+
+async def admin(p: Caller) -> Principal:
+    return need_admin(p)
+
+
+async def operator(p: Caller) -> Principal:
+    return need_operator(p)
 
 
 def may_change(p: Principal) -> Principal:
@@ -83,3 +100,16 @@ Admin = Annotated[Principal, Depends(admin)]
 Operator = Annotated[Principal, Depends(operator)]
 Writer = Annotated[Principal, Depends(user_or_admin)]
 AgentAuth = Annotated[str | None, Header(alias="authorization")]
+
+
+# Each dependency as a direct call has it (server.endpoints.Context: the fast path and the
+# commands' in-process calls), without FastAPI; SESSION is opened around the call.
+DIRECT: dict[Callable, Callable[[Any], Any]] = {
+    get_server: lambda ctx: ctx.server,
+    get_submissions: lambda ctx: ctx.state.submissions,
+    get_local: lambda ctx: ctx.state.local,
+    principal: lambda ctx: ctx.caller(),
+    admin: lambda ctx: need_admin(ctx.caller()),
+    operator: lambda ctx: need_operator(ctx.caller()),
+    user_or_admin: lambda ctx: may_change(ctx.caller()),
+}

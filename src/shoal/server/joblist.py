@@ -1,15 +1,18 @@
 """Reading jobs: squeue's and scontrol's listings, one job, its script, output and usage.
 
 PrivateData=jobs limits who sees what (``private_jobs``); squeue's default call is
-answered from the queue view kept in memory (server/queueview.py), the rest from the store.
+answered from the queue view kept in memory (server/queueview.py), the rest from the store,
+both through one definition of squeue's filters (``JobFilter``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from fastapi.responses import JSONResponse, Response
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
@@ -19,11 +22,13 @@ from shoal.model.resources import Allocation
 from shoal.server import fastpath, gpuacct
 from shoal.server import jobs as jobsvc
 from shoal.server.auth import Principal
+from shoal.server.endpoints import Reply
 from shoal.server.kube.logs import AgentEndpoint
 from shoal.store.models import CleanupRow, JobRow, NodeRow, StepRow
 
 if TYPE_CHECKING:
     from shoal.server.core import Server
+    from shoal.server.queueview import QueueView
 
 
 def parse_job_ids(values: list[str]) -> tuple[list[int], list[tuple[int, int]]]:
@@ -58,11 +63,68 @@ def long_state(s: str) -> str:
     return short.get(s.upper(), s.upper())
 
 
+@dataclass(frozen=True)
+class JobFilter:
+    """squeue's filters, defined once: as SQL conditions for the store (``conditions``) and as
+    a test of the queue view's dicts kept in memory (``admits``). Each of ``sets`` keeps the
+    jobs whose column is one of its values; ``since`` those not ended before it; ``owner``
+    (PrivateData=jobs) a caller's own jobs, as (column, value)."""
+
+    sets: tuple[tuple[str, frozenset[str]], ...] = ()
+    since: float | None = None
+    owner: tuple[str, object] | None = None
+
+    @classmethod
+    def of(cls, user: str | None = None, partition: str | None = None, state: list[str] | tuple[str, ...] = (),
+           name: str | None = None, since: float | None = None, owner: Principal | None = None) -> JobFilter:
+        """From the API's parameters (comma-separated lists; states in either case)."""
+        sets = [(column, frozenset(values)) for column, values in (
+            ("user", user.split(",") if user else None), ("partition", partition.split(",") if partition else None),
+            ("state", [x.upper() for x in state] if state else None), ("name", name.split(",") if name else None))
+            if values is not None]
+        return cls(tuple(sets), since, None if owner is None else owner_key(owner))
+
+    def conditions(self) -> list:
+        out = [getattr(JobRow, column).in_(sorted(values)) for column, values in self.sets]
+        if self.since is not None:
+            out.append(JobRow.end_time.is_(None) | (JobRow.end_time >= self.since))
+        if self.owner is not None:
+            out.append(getattr(JobRow, self.owner[0]) == self.owner[1])
+        return out
+
+    def admits(self, job: dict) -> bool:
+        for column, values in self.sets:
+            if job[_KEYS[column]] not in values:
+                return False
+        return ((self.since is None or job["end_time"] is None or job["end_time"] >= self.since)
+                and (self.owner is None or job[_KEYS[self.owner[0]]] == self.owner[1]))
+
+    def select(self, jobs: list[dict]) -> list[dict]:
+        """The queue view's jobs this filter admits."""
+        if not self.sets and self.since is None and self.owner is None:
+            return jobs
+        return [j for j in jobs if self.admits(j)]
+
+
+_KEYS = {"id": "job_id", "user": "user", "partition": "partition", "state": "state", "name": "name"}
+"""JobRow's columns the filters read, by their keys in the queue view's dicts."""
+
+
+def owner_key(p: Principal) -> tuple[str, object]:
+    """What makes a job the caller's own: the job itself for a job's credential, else its user."""
+    return ("id", p.job_id) if p.role == "job" else ("user", p.user)
+
+
 def private_jobs(server: Server, p: Principal):
     """With PrivateData=jobs, the condition limiting a caller to its own jobs (None: sees all)."""
-    if "jobs" not in server.config.auth.private_data or p.is_operator:
+    if not _private(server, p):
         return None
-    return JobRow.id == p.job_id if p.role == "job" else JobRow.user == p.user
+    column, value = owner_key(p)
+    return getattr(JobRow, column) == value
+
+
+def _private(server: Server, p: Principal) -> bool:
+    return "jobs" in server.config.auth.private_data and not p.is_operator
 
 
 def from_queue_view(server: Server, job_id: list[str], all: bool, view: str | None) -> bool:
@@ -77,49 +139,38 @@ def list_jobs(server: Server, job_id: list[str], user: str | None = None, partit
     default table reads (jobsvc.QUEUE_VIEW), read from their columns alone."""
     if view not in (None, "queue"):
         raise jobsvc.JobError(f"unknown view {view!r} (expected queue)")
-    own = private_jobs(server, viewer)
+    wanted = JobFilter.of(user, partition, state, name, since, viewer if _private(server, viewer) else None)
     if from_queue_view(server, job_id, all, view):
         # squeue's default call, in users' loops: from the view kept in memory.
-        return queue_listing(server.queue.jobs(), user, partition, list(state), name, since,
-                             None if own is None else viewer)
+        return wanted.select(server.queue.jobs())
     with server.sessions() as s:
         q = select(JobRow) if view is None else select(*jobsvc.QUEUE_VIEW.values())
-        if own is not None:
-            q = q.where(own)
         ids, arrays = parse_job_ids(job_id)
         if ids or arrays:
             q = q.where(ids_condition(ids, arrays))
         elif not all:
             q = q.where(jobsvc.listed(s))
-        if user:
-            q = q.where(JobRow.user.in_(user.split(",")))
-        if partition:
-            q = q.where(JobRow.partition.in_(partition.split(",")))
-        if state:
-            q = q.where(JobRow.state.in_([x.upper() for x in state]))
-        if name:
-            q = q.where(JobRow.name.in_(name.split(",")))
-        if since is not None:
-            q = q.where((JobRow.end_time.is_(None)) | (JobRow.end_time >= since))
+        q = q.where(*wanted.conditions())
         if view == "queue":
             return jobsvc.queue_view(s, list(s.execute(q.order_by(JobRow.id)).all()))
         rows = list(s.scalars(q.order_by(JobRow.id)))
         return jobs_json(s, rows)
 
 
-def queue_listing(jobs: list[dict], user: str | None, partition: str | None, state: list[str],
-                  name: str | None, since: float | None, only: Principal | None) -> list[dict]:
-    """list_jobs' filters over queue-view dicts (``only``: PrivateData limits the caller to
-    its own jobs)."""
-    users = set(user.split(",")) if user else None
-    parts = set(partition.split(",")) if partition else None
-    states = {x.upper() for x in state} if state else None
-    names = set(name.split(",")) if name else None
-    return [j for j in jobs
-            if (users is None or j["user"] in users) and (parts is None or j["partition"] in parts)
-            and (states is None or j["state"] in states) and (names is None or j["name"] in names)
-            and (since is None or j["end_time"] is None or j["end_time"] >= since)
-            and (only is None or (j["job_id"] == only.job_id if only.role == "job" else j["user"] == only.user))]
+class Listing(Reply):
+    """A job listing: the commands in process take its dicts; HTTP gets its JSON, from the queue
+    view's kept encodings when it came from there (``queue``)."""
+
+    def __init__(self, jobs: list[dict], queue: QueueView | None) -> None:
+        self.jobs, self.queue = jobs, queue
+
+    def data(self) -> dict:
+        return {"jobs": self.jobs}
+
+    def response(self) -> Response:
+        if self.queue is not None:
+            return Response(self.queue.encoded(self.jobs), media_type="application/json")
+        return JSONResponse({"jobs": self.jobs})  # already plain JSON: skip re-encoding
 
 
 def job(s: Session, job_id: int) -> JobRow:

@@ -40,6 +40,12 @@ def gpu_health_reason(problems: list[dict]) -> str:
     return "; ".join(dict.fromkeys(p["reason"] for p in problems))[:_REASON_WIDTH]
 
 
+def apply_images(node: NodeRow, images: list[dict]) -> None:
+    """The node's cached images as its agent reports them (written only when they changed)."""
+    if (node.images or []) != images:
+        node.images = images
+
+
 def apply_gpu_health(session, controller, node: NodeRow, problems: list[dict], now: float) -> set[str]:
     """Record a report's GPU problems on ``node``; drain it if it is up and any is found,
     and fail the jobs holding a lost GPU. Returns the nodes whose work changed."""
@@ -161,6 +167,7 @@ def _node_json(r: NodeRow, cpus: int, mem: int, gpus: int, jobs: list[int], *, m
         "display_state": "maint" if maint and state is NodeState.UP
         else display_state(state, cpus, r.cpus, gpus, len(r.gpus), bool(jobs)),
         "reason": r.reason, "reason_time": r.reason_time, "gpu_health": r.gpu_health or [],
+        "images": r.images or [],
         "cpus": r.cpus, "cpus_alloc": cpus, "memory_mb": r.memory_mb, "memory_alloc_mb": mem,
         "gpus": r.gpus, "gpus_alloc": gpus, "gres": gpu_gres(tuple(GPU(**g) for g in r.gpus)),
         "labels": r.labels, "taints": r.taints or [], "features": r.features,

@@ -305,10 +305,11 @@ class AgentRegister(StoredText):
 
 
 class AgentEvent(BaseModel):
-    type: str  # "exit"
+    type: str  # "exit"; "step": an srun step's end on the node, with what it used there
     key: str
     job_id: int
     run: int
+    step_id: int | None = None  # a "step" event's step
     exit_code: int | None = None
     signal: int | None = None
     time: float | None = None
@@ -333,6 +334,16 @@ class PodReport(BaseModel):
     run: int
     status: dict = Field(default_factory=dict)
     events: list[dict] = Field(default_factory=list, max_length=256)
+
+
+class NodeImage(BaseModel):
+    """One image a node holds, as Kubernetes' node.status.images lists them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    names: list[str] = Field(max_length=8)
+    sizeBytes: int = Field(ge=0)
+    lastUsed: float | None = None
 
 
 class GPUProblem(BaseModel):
@@ -373,6 +384,8 @@ class AgentReport(BaseModel):
     gpu_usage: list[GPUUsageSample] = Field(default_factory=list, max_length=1024)
     # What is wrong with the node's GPUs now, and XIDs since the last report; [] when healthy.
     gpu_health: list[GPUProblem] = Field(default_factory=list, max_length=256)
+    # The images in the node's cache; None: unchanged since the agent's last report.
+    images: list[NodeImage] | None = Field(default=None, max_length=1024)
 
 
 class ApplyRequest(BaseModel):

@@ -47,6 +47,9 @@ class NodeRow(Base):
     # The lasting GPU problems the agent last reported (lost GPUs, uncorrected ECC), as
     # schemas.GPUProblem dicts: while any is left the node is not resumed.
     gpu_health: Mapped[list] = mapped_column(JSON, default=list)
+    # The container images in the node's cache, as its agent last reported them:
+    # [{names: [reference, id], sizeBytes, lastUsed}], most recently used first.
+    images: Mapped[list] = mapped_column(JSON, default=list, server_default="[]")
     registered_at: Mapped[float] = mapped_column(Float)
     last_heartbeat: Mapped[float] = mapped_column(Float)
     boot_time: Mapped[float | None] = mapped_column(Float, nullable=True)
@@ -134,6 +137,9 @@ class StepRow(Base):
     end_time: Mapped[float | None] = mapped_column(Float, nullable=True)
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     signal: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # What the step used on each of its nodes, from its cgroup there, as each agent reported at
+    # the step's end: {node: {max_rss_kb, cpu_s, user_cpu_s, system_cpu_s}}.
+    usage: Mapped[dict | None] = mapped_column(JSON, nullable=True)
 
 
 class JobGPUUsageRow(Base):

@@ -100,15 +100,18 @@ class Access:
         if not self.may_read(namespace, owner, kind.kind):
             raise self.forbidden("get", kind, namespace, name)
 
-    def check_change(self, verb: str, kind: objs.Kind, namespace: str, name: str, owner: str | None) -> None:
+    def check_change(self, verb: str, kind: objs.Kind, namespace: str, name: str, owner: str | None,
+                     resource: str | None = None) -> None:
+        """``resource``: what the refusal names when it is a subresource (``pods/exec``)."""
         if not self.may_change(kind.kind, namespace, owner):
-            raise self.forbidden(verb, kind, namespace, name)
+            raise self.forbidden(verb, kind, namespace, name, resource)
 
     def check_create(self, kind: objs.Kind, namespace: str, name: str) -> None:
         if not self.may_create(kind.kind, namespace):
             raise self.forbidden("create", kind, namespace, name)
 
-    def forbidden(self, verb: str, kind: objs.Kind, namespace: str, name: str) -> ObjectError:
+    def forbidden(self, verb: str, kind: objs.Kind, namespace: str, name: str,
+                  resource: str | None = None) -> ObjectError:
         p = self.principal
         group = kind.api_version.rpartition("/")[0]
         where = f' in the namespace "{namespace}"' if kind.namespaced and namespace else ""
@@ -118,4 +121,4 @@ class Access:
                     f"{'view' if verb == 'get' and kind.kind != 'Secret' else 'admin' if kind.kind == 'RoleBinding' else 'edit'})"
                if kind.namespaced else "cluster-scoped objects are the admins'")
         return ObjectError(f'{kind.group_plural} "{name}" is forbidden: User "{p.user}" cannot {verb} '
-                           f'resource "{kind.plural}" in API group "{group}"{where}: {why}', 403, "Forbidden")
+                           f'resource "{resource or kind.plural}" in API group "{group}"{where}: {why}', 403, "Forbidden")

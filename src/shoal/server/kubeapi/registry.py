@@ -82,6 +82,7 @@ RESOURCES: tuple[Resource, ...] = (
              verbs=("get", "list", "watch", "create", "update", "patch", "delete"),
              subresources=(Subresource("log", "Pod", ("get",)), Subresource("exec", "PodExecOptions", ("create", "get")),
                            Subresource("attach", "PodAttachOptions", ("create", "get")),
+                           Subresource("portforward", "PodPortForwardOptions", ("create", "get")),
                            Subresource("status", "Pod", STATUS_VERBS)),
              notes="a pod is a Shoal job of kind pod; updates may change nothing but what apply leaves alone"),
     Resource("", "v1", "services", "Service", short_names=("svc",), categories=ALL),

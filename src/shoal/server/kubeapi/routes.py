@@ -139,7 +139,7 @@ def router(server, principal, nodes_json, retry_on_conflict) -> APIRouter:
                 _log_route(r, res, server, principal)
             elif sub.name == "status":
                 _status_routes(r, res, svc, principal)
-            elif sub.name in ("exec", "attach"):
+            elif sub.name in ("exec", "attach", "portforward"):
                 _stream_routes(r, res, server, sub.name)
     return r
 

@@ -4,49 +4,49 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import Query
 from fastapi.responses import JSONResponse, Response
 
 from shoal.server import jobcontrol, joblist
+from shoal.server.endpoints import Table
 from shoal.server.deps import Caller, ServerDep, SessionDep, SubmissionsDep, Writer
 from shoal.server.schemas import BulkCancelRequest, CancelRequest, JobSubmit, JobUpdate
 
-router = APIRouter(prefix="/shoal/v1/jobs")
+table = Table(prefix="/shoal/v1/jobs")
+router = table.router
 
 
-@router.post("", status_code=201)
+@table.post("", status_code=201, local=True)
 def submit(body: JobSubmit, p: Writer, submissions: SubmissionsDep):
     return submissions.submit(body, p)
 
 
-@router.post("/test")
+@table.post("/test", local=True)
 def test_only(body: JobSubmit, p: Writer, submissions: SubmissionsDep):
     """sbatch --test-only: validate exactly as a submit would, plan it, and roll it back."""
     return submissions.test_only(body, p)
 
 
-@router.get("")
+@table.get("", local=True)
 def list_jobs(server: ServerDep, p: Caller, job_id: Annotated[list[str], Query()] = [],  # noqa: B006
               user: str | None = None, partition: str | None = None,
               state: Annotated[list[str], Query()] = [], name: str | None = None, all: bool = False,  # noqa: B006
               since: Annotated[float | None, Query(allow_inf_nan=False)] = None, view: str | None = None):
     jobs = joblist.list_jobs(server, job_id, user, partition, state, name, all, since, view, viewer=p)
-    if joblist.from_queue_view(server, job_id, all, view):
-        return Response(server.queue.encoded(jobs), media_type="application/json")
-    return JSONResponse({"jobs": jobs})  # already plain JSON: skip re-encoding
+    return joblist.Listing(jobs, server.queue if joblist.from_queue_view(server, job_id, all, view) else None)
 
 
-@router.post("/cancel")
+@table.post("/cancel", local=True)
 def bulk_cancel(body: BulkCancelRequest, p: Caller, server: ServerDep, s: SessionDep):
     return jobcontrol.bulk_cancel(server, s, body, p)
 
 
-@router.get("/{job_id}")
+@table.get("/{job_id}")
 def get_job(job_id: int, p: Caller, server: ServerDep, s: SessionDep):
     return JSONResponse(joblist.get_job(server, s, job_id, p))
 
 
-@router.get("/{job_id}/script")
+@table.get("/{job_id}/script")
 def get_job_script(job_id: int, p: Caller, s: SessionDep):
     """``scontrol write batch_script``: the script's bytes exactly as submitted, for its
     owner (or the job itself) and operators, as slurmctld gives it."""
@@ -55,7 +55,7 @@ def get_job_script(job_id: int, p: Caller, s: SessionDep):
                     headers={"X-Shoal-Script-SHA256": digest} if digest else None)
 
 
-@router.get("/{job_id}/output")
+@table.get("/{job_id}/output")
 async def get_output(job_id: int, p: Caller, server: ServerDep,
                      size: Annotated[int, Query(ge=0, le=65536)] = 16384):
     """The end of a batch job's standard output file, read by its batch host's agent."""
@@ -63,40 +63,40 @@ async def get_output(job_id: int, p: Caller, server: ServerDep,
     return Response(out, media_type="text/plain; charset=utf-8")
 
 
-@router.get("/{job_id}/gpu-usage")
+@table.get("/{job_id}/gpu-usage")
 def get_gpu_usage(job_id: int, p: Caller, server: ServerDep, s: SessionDep):
     """The job's GPU use (its current run's): the summary sacct reads, and each node's points."""
     return joblist.gpu_usage(server, s, job_id, p)
 
 
-@router.get("/{job_id}/usage")
+@table.get("/{job_id}/usage")
 async def get_usage(job_id: int, p: Caller, server: ServerDep):
     """What a running job's steps have used so far (sstat), read from their cgroups by the
     agents of the job's nodes; each step's figures are listed per node."""
     return await joblist.job_usage(server, job_id, p)
 
 
-@router.post("/{job_id}/cancel")
+@table.post("/{job_id}/cancel", local=True)
 def cancel(job_id: str, p: Caller, server: ServerDep, s: SessionDep, body: CancelRequest | None = None):
     """Cancel or signal a job: `12` (with all its array tasks) or `12_3` (one task)."""
     return jobcontrol.cancel(server, s, job_id, body, p)
 
 
-@router.post("/{job_id}/hold")
+@table.post("/{job_id}/hold")
 def hold(job_id: int, p: Caller, server: ServerDep, s: SessionDep):
     return jobcontrol.set_hold(server, s, job_id, p, True)
 
 
-@router.post("/{job_id}/release")
+@table.post("/{job_id}/release")
 def release(job_id: int, p: Caller, server: ServerDep, s: SessionDep):
     return jobcontrol.set_hold(server, s, job_id, p, False)
 
 
-@router.post("/{job_id}/requeue")
+@table.post("/{job_id}/requeue")
 def requeue(job_id: int, p: Caller, server: ServerDep, s: SessionDep):
     return jobcontrol.requeue(server, s, job_id, p)
 
 
-@router.patch("/{job_id}")
+@table.patch("/{job_id}")
 def update(job_id: int, body: JobUpdate, p: Caller, server: ServerDep, s: SessionDep):
     return jobcontrol.update(server, s, job_id, body, p)
