@@ -11,6 +11,7 @@ import pytest
 
 from tests.integration.cluster import LocalCluster, wait_until
 
+BUSY = 8  # %
 ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY")
 # One core busy and ~200 MB touched, for ``SECONDS``, under srun on each node.
 BURN = ("import time; b = bytearray(200 * 1024 * 1024); b[::4096] = b'x' * len(b[::4096]); "
@@ -39,23 +40,25 @@ def _bytes(text: str) -> float:
 
 
 def test_a_jobs_gpu_use_is_in_sstat_sacct_and_the_api_and_kept_after_it_ends(cluster: LocalCluster):
-    burn = BURN.format(seconds=12)
+    # Busy means at least BUSY %: the fake GPU is as busy as the machine lets the burner be (a
+    # shared 2-core machine under a load of 14 gave it a sixth of a core).
+    burn = BURN.format(seconds=25)
     job_id = cluster.sbatch("-N2", "--gres=gpu:1", "--wrap", f"srun python3 -c \"{burn}\"")
 
     def busy_in_sstat():
         out = cluster.run(["sstat", "-j", f"{job_id}.batch", "-n", "-P", "-o", "TRESUsageInMax,ConsumedEnergyRaw"],
                           check=False).stdout.strip()
         tres = _tres(out.split("|")[0]) if out else {}
-        return out if float(tres.get("gres/gpuutil", 0)) >= 20 else None
+        return out if float(tres.get("gres/gpuutil", 0)) >= BUSY else None
 
-    line = wait_until(busy_in_sstat, timeout=60, what=f"sstat -j {job_id}.batch never showed a busy GPU")
+    line = wait_until(busy_in_sstat, timeout=90, what=f"sstat -j {job_id}.batch never showed a busy GPU")
     assert int(line.split("|")[1]) > 0, line
 
     job = cluster.wait_for(job_id, states=ENDED, timeout=90)
     assert job["state"] == "COMPLETED", cluster.diagnostics(job)
     gpu = job["gpu_usage"]
     assert gpu["gpus"] == 2 and gpu["samples"] >= 4, gpu
-    assert gpu["gpuutil"]["max"] >= 20 and gpu["gpumem_bytes"]["max"] >= 150 * 1024 ** 2, gpu
+    assert gpu["gpuutil"]["max"] >= BUSY and gpu["gpumem_bytes"]["max"] >= 150 * 1024 ** 2, gpu
     assert gpu["gpuutil"]["max_node"] in ("node01", "node02") and gpu["energy_j"]["tot"] > 0, gpu
     assert gpu["busy_gpu_s"] > 0, gpu
 
@@ -68,7 +71,7 @@ def test_a_jobs_gpu_use_is_in_sstat_sacct_and_the_api_and_kept_after_it_ends(clu
     assert lines[str(job_id)][4] == energy and int(energy) > 0, out
     top, ave, tot = _tres(top), _tres(ave), _tres(tot)
     assert {"energy", "gres/gpumem", "gres/gpuutil"} <= set(top), out
-    assert float(top["gres/gpuutil"]) >= 20 and _bytes(top["gres/gpumem"]) >= 150 * 1024 ** 2, out
+    assert float(top["gres/gpuutil"]) >= BUSY and _bytes(top["gres/gpumem"]) >= 150 * 1024 ** 2, out
     assert float(ave["gres/gpuutil"]) <= float(top["gres/gpuutil"]), out
     # Two GPUs: the total is the sum of the two GPUs' averages.
     assert float(ave["gres/gpuutil"]) <= float(tot["gres/gpuutil"]) <= 2 * float(ave["gres/gpuutil"]) + 1, out
@@ -77,7 +80,7 @@ def test_a_jobs_gpu_use_is_in_sstat_sacct_and_the_api_and_kept_after_it_ends(clu
     detail = cluster.api("GET", f"/shoal/v1/jobs/{job_id}/gpu-usage")
     assert [n["node"] for n in detail["nodes"]] == ["node01", "node02"], detail
     assert all(len(n["points"]) >= 2 for n in detail["nodes"]), detail
-    assert max(p[1] for n in detail["nodes"] for p in n["points"]) >= 20, detail
+    assert max(p[1] for n in detail["nodes"] for p in n["points"]) >= BUSY, detail
     assert detail["summary"] == gpu
 
 
@@ -87,7 +90,7 @@ def test_an_idle_gpu_job_shows_an_idle_gpu(cluster: LocalCluster):
     assert job["state"] == "COMPLETED", cluster.diagnostics(job)
     gpu = job["gpu_usage"]
     assert gpu is not None and gpu["gpus"] == 1, job
-    assert gpu["gpuutil"]["max"] <= 10 and gpu["gpumem_bytes"]["max"] < 50 * 1024 ** 2, gpu
+    assert gpu["gpuutil"]["max"] < BUSY and gpu["gpumem_bytes"]["max"] < 50 * 1024 ** 2, gpu
 
 
 def test_a_cpu_only_job_has_no_gpu_figures(cluster: LocalCluster):

@@ -179,7 +179,8 @@ def test_the_sample_is_reported_and_exported_as_dcgm_exporter_writes_it(spawn):
 def test_a_busy_fake_gpu_holds_its_holders_memory_and_draws_more_power(spawn):
     nvml = fake_nvml_from_flags(2, "A100-SXM4-80GB", seed="node1")
     nvml.nvmlInit()
-    spawn("b = bytearray(120 * 1024 * 1024); b[::4096] = b'x' * len(b[::4096])\n" + BURN, gpus="1")
+    # Busy for longer than this test can take on a loaded machine (the fixture kills it at the end).
+    spawn("b = bytearray(120 * 1024 * 1024); b[::4096] = b'x' * len(b[::4096])\n" + BURN.replace("20", "300"), gpus="1")
     busy, idle = FakeHandle(1), FakeHandle(0)
     _settle(lambda: nvml.nvmlDeviceGetUtilizationRates(busy).gpu, lambda u: u >= 50)
     used = _settle(lambda: nvml.nvmlDeviceGetMemoryInfo(busy).used, lambda u: u >= 120 * 1024 * 1024)
