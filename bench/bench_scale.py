@@ -154,14 +154,15 @@ def window(h: Hollow, seconds: float) -> dict:
     """Server CPU and heartbeats over ``seconds`` of whatever is going on."""
     os.kill(h.hollow.pid, signal.SIGUSR1)  # a new window of report round trips
     t0 = time.time()
-    before, cpu0 = h.fresh_stats(t0), cpu_s(h.server)
+    hollow = psutil.Process(h.hollow.pid)
+    before, cpu0, hcpu0 = h.fresh_stats(t0), cpu_s(h.server), cpu_s(hollow)
     time.sleep(seconds)
-    after, cpu1 = h.fresh_stats(time.time()), cpu_s(h.server)
+    after, cpu1, hcpu1 = h.fresh_stats(time.time()), cpu_s(h.server), cpu_s(hollow)
     span = after["time"] - before["time"]
     reports = after["reports"] - before["reports"]
     used = cpu1 - cpu0
     lat = after["report_latency_s"]
-    return {"reports_per_s": reports / span, "server_cpu_share": used / span,
+    return {"reports_per_s": reports / span, "server_cpu_share": used / span, "hollow_cpu_share": (hcpu1 - hcpu0) / span,
             "cpu_ms_per_report": 1000 * used / reports if reports else float("nan"),
             "report_p50_ms": 1000 * (lat["p50"] or 0), "report_p99_ms": 1000 * (lat["p99"] or 0)}
 
@@ -279,6 +280,8 @@ ROWS = [  # (label, how to read it from a result, format)
     ("idle: heartbeats per second", lambda r: r["idle"]["reports_per_s"], "{:.0f}"),
     ("idle: server CPU per heartbeat (ms)", lambda r: r["idle"]["cpu_ms_per_report"], "{:.2f}"),
     ("idle: server CPU (share of one core)", lambda r: 100 * r["idle"]["server_cpu_share"], "{:.1f}%"),
+    ("idle: the hollow nodes' process CPU (share of one core)", lambda r: 100 * r["idle"]["hollow_cpu_share"],
+     "{:.1f}%"),
     ("idle: heartbeat round trip p50 (ms)", lambda r: r["idle"]["report_p50_ms"], "{:.1f}"),
     ("idle: heartbeat round trip p99 (ms)", lambda r: r["idle"]["report_p99_ms"], "{:.1f}"),
     ("submit: jobs accepted per second (4 threads)", lambda r: r["submit_per_s"], "{:.0f}"),

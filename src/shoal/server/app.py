@@ -46,6 +46,7 @@ from shoal.server.schemas import (AgentRegister, AgentReport, BulkCancelRequest,
                                   PartitionUpdate, ReservationCreate, ReservationUpdate, StepComplete, StepCreate)
 from shoal.model.timefmt import format_timestamp
 from shoal.sched.schedule import schedule
+from shoal.server.heartbeats import only_a_heartbeat
 from shoal.server.snapshot import NodeInfoCache
 from shoal.server.work import node_work
 from shoal.store.lease import current_leader
@@ -610,7 +611,8 @@ def create_app(server: Server) -> fastpath.FastPaths:
                 row.state, row.reason, row.reason_time = NodeState.DOWN.value, body.reason, now
                 touched = server.controller.fail_node_jobs(s, name, now)
             elif body.state in ("RESUME", "UP", "IDLE"):
-                if row.state == NodeState.DOWN.value and now - row.last_heartbeat > server.config.nodes.heartbeat_timeout_s:
+                if row.state == NodeState.DOWN.value and now - server.heartbeats.latest(row.name, row.last_heartbeat) > \
+                        server.config.nodes.heartbeat_timeout_s:
                     raise jobsvc.JobError(f"node {name} is not responding; it returns when its agent does", 409)
                 if (refusal := nodesvc.resume_refusal(row)) is not None:
                     raise jobsvc.JobError(refusal, 409)
@@ -806,14 +808,20 @@ def create_app(server: Server) -> fastpath.FastPaths:
     def agent_report(node: str, body: AgentReport, authorization: str | None) -> dict:
         server.auth.verify_agent(authorization, node)
         now = server.clock()
+        if heartbeat_only(node, body):
+            server.heartbeats.seen(node, now)
+            if body.gpu_util or body.pod_cpu:
+                server.record_metrics({"agent": node}, {"gpu_util": body.gpu_util, "pod_cpu": body.pod_cpu}, now)
+            return {"ok": True}
         touched: set[str] = set()
         with server.sessions() as s, s.begin():
             row = s.get(NodeRow, node)
             if row is None:
                 raise jobsvc.JobError(f"node {node} is not registered", 404)
-            row.last_heartbeat = now
+            server.heartbeats.seen(node, now)
             if row.state == NodeState.DOWN.value and row.reason == "Not responding":
                 row.state, row.reason, row.reason_time = NodeState.UP.value, None, None
+                row.last_heartbeat = now  # with its state: another server's leader must not find it silent
             # The jobs read in one query, not one (and a flush of the last one's end) each.
             ended = {r.id: r for r in s.scalars(select(JobRow).where(
                 JobRow.id.in_({ev.job_id for ev in body.events})))} if body.events else {}
@@ -837,6 +845,11 @@ def create_app(server: Server) -> fastpath.FastPaths:
         if routes_changed or touched:
             server.hub.bump([kube_api.ROUTES_KEY])
         return {"ok": True}
+
+    def heartbeat_only(node: str, body: AgentReport) -> bool:
+        """Whether the report only says the node is alive (server.heartbeats): read, not written."""
+        with server.sessions() as s:
+            return only_a_heartbeat(s, node, body.alive, bool(body.events or body.pods or body.gpu_health))
 
     def _agent_exit(s, row: JobRow | None, node: str, ev, now: float) -> set[str]:
         if row is None:
@@ -933,7 +946,8 @@ def create_app(server: Server) -> fastpath.FastPaths:
                 "gpus": r.gpus, "gpus_alloc": gpus, "gres": gpu_gres(tuple(GPU(**g) for g in r.gpus)),
                 "labels": r.labels, "taints": r.taints or [], "features": r.features,
                 "partitions": parts_of.get(r.name, []),
-                "last_heartbeat": r.last_heartbeat, "boot_time": r.boot_time, "registered_at": r.registered_at,
+                "last_heartbeat": server.heartbeats.latest(r.name, r.last_heartbeat), "boot_time": r.boot_time,
+                "registered_at": r.registered_at,
                 "jobs": sorted(jobs),
             })
         return out
