@@ -19,9 +19,8 @@ from shoal import __version__
 from shoal.model.arrays import format_array
 from shoal.model.hostlist import compress
 from shoal.model.job import JobState, LateExit, run_end
-from shoal.model.node import NodeState, display_state
-from shoal.model.gpu import gpu_gres
-from shoal.model.resources import GPU, Allocation
+from shoal.model.node import NodeState
+from shoal.model.resources import Allocation
 from shoal.sched.placement import check_feasible
 from shoal.server import commands, console, fastpath
 from shoal.server import metrics as metricsmod
@@ -47,6 +46,7 @@ from shoal.server.schemas import (AgentRegister, AgentReport, BulkCancelRequest,
 from shoal.model.timefmt import format_timestamp
 from shoal.sched.schedule import schedule
 from shoal.server.heartbeats import only_a_heartbeat
+from shoal.server.nodelist import NodeListing
 from shoal.server.snapshot import NodeInfoCache
 from shoal.server.work import node_work
 from shoal.store.lease import current_leader
@@ -584,7 +584,7 @@ def create_app(server: Server) -> fastpath.FastPaths:
     @app.get("/shoal/v1/nodes")
     def list_nodes(p: Principal = Depends(principal)):
         with server.sessions() as s:
-            return JSONResponse({"nodes": _nodes_json(s, list(s.scalars(select(NodeRow).order_by(NodeRow.name))))})
+            return JSONResponse({"nodes": node_listing.all_json(s)})
 
     @app.get("/shoal/v1/nodes/{name}")
     def get_node(name: str, p: Principal = Depends(principal)):
@@ -912,45 +912,8 @@ def create_app(server: Server) -> fastpath.FastPaths:
                 m["array_spec"] = spec
         return out
 
-    def _nodes_json(s, rows: list[NodeRow]) -> list[dict]:
-        # The running jobs' allocations alone: whole rows (their scripts) cost most of sinfo.
-        running = s.execute(select(JobRow.id, JobRow.allocation).where(JobRow.state == JobState.RUNNING.value))
-        cleanups = list(s.scalars(select(CleanupRow)))
-        use: dict[str, list] = {r.name: [0, 0, 0, []] for r in rows}
-        for jid, allocation in running:
-            for n in (allocation or {"nodes": []})["nodes"]:
-                if n["name"] in use:
-                    u = use[n["name"]]
-                    u[0] += n["cpus"]; u[1] += n["memory_mb"]; u[2] += len(n["gpus"]); u[3].append(jid)
-        for c in cleanups:
-            if c.node in use:
-                u = use[c.node]
-                u[0] += c.cpus; u[1] += c.memory_mb; u[2] += len(c.gpus)
-                if c.job_id not in u[3]:
-                    u[3].append(c.job_id)
-        maint = resvsvc.maint_nodes(s, server.clock())
-        parts_of = {}
-        for pt in server.partitions:
-            for n in pt.nodes:
-                parts_of.setdefault(n, []).append(pt.name)
-        out = []
-        for r in rows:
-            cpus, mem, gpus, jobs = use[r.name]
-            state = NodeState(r.state)
-            out.append({
-                "name": r.name, "address": r.address, "port": r.port, "state": r.state,
-                "display_state": "maint" if r.name in maint and state is NodeState.UP
-                else display_state(state, cpus, r.cpus, gpus, len(r.gpus), bool(jobs)),
-                "reason": r.reason, "reason_time": r.reason_time, "gpu_health": r.gpu_health or [],
-                "cpus": r.cpus, "cpus_alloc": cpus, "memory_mb": r.memory_mb, "memory_alloc_mb": mem,
-                "gpus": r.gpus, "gpus_alloc": gpus, "gres": gpu_gres(tuple(GPU(**g) for g in r.gpus)),
-                "labels": r.labels, "taints": r.taints or [], "features": r.features,
-                "partitions": parts_of.get(r.name, []),
-                "last_heartbeat": server.heartbeats.latest(r.name, r.last_heartbeat), "boot_time": r.boot_time,
-                "registered_at": r.registered_at,
-                "jobs": sorted(jobs),
-            })
-        return out
+    node_listing = NodeListing(server)
+    _nodes_json = node_listing.rows_json
 
     command_routes = commands.LocalRoutes(
         submit=lambda body, p: submit(JobSubmit.model_validate(body), may_change(p)),
