@@ -14,6 +14,7 @@ Runtimes, by the names agent.yaml's ``runtime:`` and a pod's ``runtimeClassName`
 from __future__ import annotations
 
 import fnmatch
+import json
 import os
 import re
 import shutil
@@ -147,11 +148,46 @@ def container_env(pod: dict, container: dict) -> dict[str, str]:
         source = item["valueFrom"]
         if "fieldRef" in source:
             env[name] = field_ref(pod, source["fieldRef"]["fieldPath"])
+        elif "secretKeyRef" in source:
+            value = secret_ref(pod, source["secretKeyRef"])
+            if value is not None:
+                env[name] = value
         else:
             kind = next(iter(source), "valueFrom")
             raise CreateContainerConfigError(f'env {name}: {kind} is not supported on Shoal '
-                                             f'(use value, or valueFrom.fieldRef)')
+                                             f'(use value, valueFrom.fieldRef or valueFrom.secretKeyRef)')
     return env
+
+
+def secret_ref(pod: dict, ref: dict) -> str | None:
+    """An ``env[].valueFrom.secretKeyRef``'s value, from the Secrets the server sent with the
+    pod; None for an optional one that is missing; kubelet's CreateContainerConfigError
+    messages otherwise."""
+    secrets = pod.get("secrets") or {}
+    name, key = ref["name"], ref["key"]
+    if name not in secrets:
+        if ref.get("optional"):
+            return None
+        raise CreateContainerConfigError(f'secret "{name}" not found')
+    if key not in secrets[name]:
+        if ref.get("optional"):
+            return None
+        raise CreateContainerConfigError(f"couldn't find key {key} in Secret {pod['namespace']}/{name}")
+    return secrets[name][key]
+
+
+def secret_env_names(container: dict) -> set[str]:
+    """The variables whose values come from Secrets: given to the runtime by name only."""
+    return {item["name"] for item in container.get("env") or () if "secretKeyRef" in (item.get("valueFrom") or {})}
+
+
+def write_authfile(path: Path, auths: Mapping[str, dict]) -> Path:
+    """A pod's imagePullSecrets as the runtime's auth file (root's alone)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump({"auths": dict(auths)}, f)
+    return path
 
 
 # ---------------------------------------------------------------- helpers
@@ -320,19 +356,31 @@ class PodmanRuntime(ContainerRuntime):
             argv += ["-w", container["workingDir"]]
         if (user := run_as(pod, container)) is not None:
             argv += ["--user", user]
+        hidden = secret_env_names(container)
+        penv = dict(self.base_env)
         for k, v in cenv.items():
-            argv += ["-e", f"{k}={v}"]
+            if k in hidden:  # a Secret's value travels in the runtime's environment, not on its command line
+                argv += ["-e", k]
+                penv[k] = v
+            else:
+                argv += ["-e", f"{k}={v}"]
         cmd, args = _entry_and_rest(container, env)
         if cmd:
             argv += ["--entrypoint", cmd[0]]
         image, insecure = self._image(container["image"])
         if insecure:
             argv.append("--tls-verify=false")
+        argv += self._auth_flags(pod, paths)
         argv += [image, *cmd[1:], *args]
         # A container left by a SIGKILLed `run` (conmon keeps it) would block the name.
         remove = self._remove(name)
-        return Launch(self.name, name, argv, dict(self.base_env), cenv, steps=[Step(remove, check=False)],
+        return Launch(self.name, name, argv, penv, cenv, steps=[Step(remove, check=False)],
                       cleanup=remove, exec_prefix=[self.binary, "exec", name])
+
+    def _auth_flags(self, pod: dict, paths: ContainerPaths) -> list[str]:
+        """The pod's imagePullSecrets as ``--authfile`` (in the container's own folder)."""
+        auths = pod.get("registry_auths")
+        return ["--authfile", str(write_authfile(paths.dir / "auth.json", auths))] if auths else []
 
     def _remove(self, name: str) -> list[str]:
         return [self.binary, "rm", "--force", "--ignore", name]
@@ -386,6 +434,9 @@ class DockerRuntime(PodmanRuntime):
 
     def _image(self, image):
         return super()._image(image)[0], False  # plain-HTTP registries are the docker daemon's setting
+
+    def _auth_flags(self, pod, paths):
+        return []  # docker run takes no login: the pod's pull goes without (docs/CONTAINERS.md)
 
     def _gpu_flags(self, gpus):
         return ["--gpus", '"device=' + ",".join(str(g) for g in gpus) + '"'] if gpus else []

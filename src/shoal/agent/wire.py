@@ -43,10 +43,12 @@ def register_body(*, name: str, address: str, port: int, cpus: int, memory_mb: i
 
 
 def report_body(events: list[dict], alive: list[str], pods: list[dict], gpu_health: list[dict],
-                usage: dict) -> dict:
+                usage: dict, images: list[dict] | None = None) -> dict:
     """POST report_path's body (schemas.AgentReport): exits not yet accepted, the runs alive
-    here, pods' status, GPU problems, and once per heartbeat the usage sample."""
-    return {"events": events, "alive": alive, "pods": pods, "gpu_health": gpu_health, **usage}
+    here, pods' status, GPU problems, once per heartbeat the usage sample, and the node's
+    image cache when it changed (None: unchanged, left out)."""
+    return {"events": events, "alive": alive, "pods": pods, "gpu_health": gpu_health, **usage,
+            **({"images": images} if images is not None else {})}
 
 
 def exit_event(key: str, job_id: int, run: int, exit_code: int, signal: int, when: float) -> dict:

@@ -11,6 +11,7 @@ a shared filesystem does.
 from __future__ import annotations
 
 import errno
+import fcntl
 import ipaddress
 import json
 import os
@@ -301,8 +302,9 @@ def _marker(sdir: Path) -> tuple[str, str]:
 
 def _hosts_add(sdir: Path, names: list[str], addresses: list[str]) -> bool:
     begin, end = _marker(sdir)
-    try:
-        text = _hosts_strip(Path(HOSTS_FILE).read_text(), begin, end)
+
+    def add(text: str) -> str:
+        text = _hosts_strip(text, begin, end)
         # Names resolve to the first match: drop blocks left by clusters that are gone
         # (killed without `shoal down`), or they would shadow this cluster's nodes.
         for line in text.splitlines():
@@ -312,7 +314,22 @@ def _hosts_add(sdir: Path, names: list[str], addresses: list[str]) -> bool:
                 if state is None or not _alive(state["pids"]["server"]):
                     text = _hosts_strip(text, *_marker(other))
         block = [begin] + [f"{a}\t{n}" for n, a in zip(names, addresses)] + [end]
-        Path(HOSTS_FILE).write_text(text.rstrip("\n") + "\n" + "\n".join(block) + "\n")
+        return text.rstrip("\n") + "\n" + "\n".join(block) + "\n"
+
+    return _edit_hosts(add)
+
+
+def _edit_hosts(change) -> bool:
+    """Rewrite the hosts file in place under an exclusive lock, so that clusters starting and
+    stopping at once never read it half written (one did, and wrote back a file that had lost
+    its localhost line); in place, since /etc/hosts is often a bind mount."""
+    try:
+        with open(HOSTS_FILE, "r+", encoding="utf-8") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            text = change(f.read())
+            f.seek(0)
+            f.write(text)
+            f.truncate()
         return True
     except OSError:
         return False
@@ -350,10 +367,7 @@ def _stop(sdir: Path, quiet: bool) -> None:
     _terminate([pids["server"]] if pids["server"] else [])
     if state.get("hosts"):
         begin, end = _marker(sdir)
-        try:
-            Path(HOSTS_FILE).write_text(_hosts_strip(Path(HOSTS_FILE).read_text(), begin, end))
-        except OSError:
-            pass
+        _edit_hosts(lambda text: _hosts_strip(text, begin, end))
     try:
         conf = json.loads(Path(state["client_config"]).read_text())
         if conf.get("server") == state["server"]:

@@ -22,6 +22,7 @@ from shoal.server.config import ClusterConfig
 from shoal.server.controller import Controller
 from shoal.server.heartbeats import Heartbeats
 from shoal.server.hub import WorkHub
+from shoal.server.nodelist import NodeListing
 from shoal.server.kube.controller import KubeController
 from shoal.server.kube.logs import PodLogs
 from shoal.server.leader import Leadership
@@ -92,6 +93,7 @@ class Server:
                                        enabled=not self.leader.shared)
         self.queue = QueueView(self.sessions, self.job_changes)
         self.node_changes = ChangeCount(self.sessions, {NodeRow: "name"}, enabled=not self.leader.shared)
+        self.node_listing = NodeListing(self)  # sinfo's nodes (server/nodelist.py)
         nodes = config.nodes
         self.heartbeats = Heartbeats(self.sessions, min(nodes.heartbeat_interval_s, nodes.heartbeat_timeout_s / 4))
         if self.feed is not None:

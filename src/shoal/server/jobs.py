@@ -493,10 +493,38 @@ def _usage_of(row: JobRow) -> dict:
     usage = row.usage
     if not usage or usage.get("run") != row.restart_count:
         return {}  # none, or an earlier run's (before a requeue)
-    return {k: v for k, v in usage.items() if k != "run" and v is not None}
+    out = {k: v for k, v in usage.items() if k != "run" and v is not None}
+    if out.get("max_rss_kb") is not None:
+        out["max_rss_node"] = row.batch_host
+    return out
 
 
-def to_json(row: JobRow, *, steps: list[StepRow] = (), completing: bool = False) -> dict:
+USAGE_KEYS = ("max_rss_kb", "cpu_s", "user_cpu_s", "system_cpu_s")
+
+
+def record_step_usage(s, row: JobRow, node: str, ev) -> None:
+    """An agent's report of what an srun step used on its node (its step cgroup there), kept
+    per node on the step's row; a report about an earlier run's step is dropped."""
+    st = s.get(StepRow, (row.id, ev.step_id))
+    if st is None or st.run != ev.run or ev.max_rss_kb is None:
+        return
+    st.usage = {**(st.usage or {}), node: {k: getattr(ev, k) for k in USAGE_KEYS}}
+
+
+def step_usage(per_node: dict | None) -> dict:
+    """A step's usage over its nodes, as sacct shows a step's: the largest node's peak memory
+    (MaxRSS, and MaxRSSNode), CPU times summed."""
+    if not per_node:
+        return {}
+    top = max(sorted(per_node), key=lambda n: per_node[n].get("max_rss_kb") or 0)
+    out = {"max_rss_kb": per_node[top].get("max_rss_kb"), "max_rss_node": top}
+    for k in ("cpu_s", "user_cpu_s", "system_cpu_s"):
+        out[k] = round(sum(u.get(k) or 0 for u in per_node.values()), 3)
+    return out
+
+
+def to_json(row: JobRow, *, steps: list[StepRow] = (), completing: bool = False,
+            gpu_usage: dict | None = None) -> dict:
     req = row.request
     alloc = row.allocation
     nodelist = compress(n["name"] for n in alloc["nodes"]) if alloc else ""
@@ -519,7 +547,7 @@ def to_json(row: JobRow, *, steps: list[StepRow] = (), completing: bool = False)
         out_steps.append({
             "step_id": str(st.step_id), "name": st.name, "state": st.state, "start_time": st.start_time,
             "end_time": st.end_time, "exit_code": st.exit_code, "signal": st.signal, "ntasks": st.ntasks,
-            "nodelist": st.nodelist,
+            "nodelist": st.nodelist, **step_usage(st.usage),
         })
     return {
         "job_id": row.id,
@@ -570,6 +598,8 @@ def to_json(row: JobRow, *, steps: list[StepRow] = (), completing: bool = False)
         "reservation": row.reservation,
         "array_spec": None,
         "steps": out_steps,
+        # The current run's GPU use from the agents' samples (shoal.model.gpuusage.summarise), or None.
+        "gpu_usage": gpu_usage,
     }
 
 

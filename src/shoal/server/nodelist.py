@@ -27,7 +27,7 @@ from shoal.store.models import CleanupRow, JobRow, NodeRow
 def node_facts(r: NodeRow) -> dict:
     """What a node's row alone says of it."""
     return {"name": r.name, "address": r.address, "port": r.port, "state": r.state, "reason": r.reason,
-            "reason_time": r.reason_time, "gpu_health": r.gpu_health or [], "cpus": r.cpus,
+            "reason_time": r.reason_time, "gpu_health": r.gpu_health or [], "images": r.images or [], "cpus": r.cpus,
             "memory_mb": r.memory_mb, "gpus": r.gpus, "gres": gpu_gres(tuple(GPU(**g) for g in r.gpus)),
             "labels": r.labels, "taints": r.taints or [], "features": r.features,
             "last_heartbeat": r.last_heartbeat, "boot_time": r.boot_time, "registered_at": r.registered_at}

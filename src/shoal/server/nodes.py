@@ -1,4 +1,6 @@
-"""What agents say about their own node's health: GPU faults drain it, a fenced agent's runs fail.
+"""Nodes: as sinfo and scontrol show them, as administrators change them (scontrol update
+node), and what agents say about their own node's health: GPU faults drain it, a fenced
+agent's runs fail.
 
 The agent watches NVML (critical XIDs, uncorrected ECC, lost GPUs) and reports what it finds
 with each heartbeat; here that becomes node state, as Slurm's HealthCheckProgram (NHC) does
@@ -9,13 +11,21 @@ jobs go on, except those holding a GPU that is gone.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
+
+from sqlalchemy.orm import Session
 
 from shoal.model.job import JobState, LateExit, check_correction, exit_code_text, late_exit
 from shoal.model.node import NodeState
 from shoal.model.resources import Allocation
 from shoal.model.timefmt import format_timestamp
 from shoal.server import jobs as jobsvc
+from shoal.server.retry import retry_on_conflict
+from shoal.server.schemas import NodeUpdate
 from shoal.store.models import JobRow, NodeRow
+
+if TYPE_CHECKING:
+    from shoal.server.core import Server
 
 log = logging.getLogger("shoal.controller")
 
@@ -25,6 +35,12 @@ _REASON_WIDTH = 255  # NodeRow.reason
 def gpu_health_reason(problems: list[dict]) -> str:
     """``GPU 1 XID 79 (GPU has fallen off the bus); GPU 1 is lost``: each problem once."""
     return "; ".join(dict.fromkeys(p["reason"] for p in problems))[:_REASON_WIDTH]
+
+
+def apply_images(node: NodeRow, images: list[dict]) -> None:
+    """The node's cached images as its agent reports them (written only when they changed)."""
+    if (node.images or []) != images:
+        node.images = images
 
 
 def apply_gpu_health(session, controller, node: NodeRow, problems: list[dict], now: float) -> set[str]:
@@ -101,3 +117,61 @@ def late_exit_of_lost_run(row: JobRow, node: str, run: int, exit_code: int, sign
     row.admin_comment = f"{row.admin_comment}; {what}" if row.admin_comment else what
     log.warning("job %d: %s", row.id, what)
     return outcome
+
+
+def node(s: Session, name: str) -> NodeRow:
+    row = s.get(NodeRow, name)
+    if row is None:
+        raise jobsvc.JobError(f"Invalid node name specified: {name}", 404)
+    return row
+
+
+def list_json(server: Server, s: Session) -> list[dict]:
+    """Every node as docs/API.md's Node objects (sinfo), their own facts kept (server/nodelist.py)."""
+    return server.node_listing.all_json(s)
+
+
+def nodes_json(server: Server, s: Session, rows: list[NodeRow]) -> list[dict]:
+    """Nodes as docs/API.md's Node objects: with what their running jobs and cleanups hold."""
+    return server.node_listing.rows_json(s, rows)
+
+
+@retry_on_conflict
+def update(server: Server, s: Session, name: str, body: NodeUpdate) -> dict:
+    """scontrol update node: state (DRAIN and DOWN with a reason; RESUME), reason, taints, labels."""
+    now = server.clock()
+    touched: set[str] = set()
+    with s.begin():
+        row = node(s, name)
+        if body.state in ("DRAIN", "DOWN") and not body.reason:
+            raise jobsvc.JobError(f"a reason is required to set node {name} to {body.state}")
+        if body.state == "DRAIN":
+            row.state, row.reason, row.reason_time = NodeState.DRAIN.value, body.reason, now
+        elif body.state == "DOWN":
+            row.state, row.reason, row.reason_time = NodeState.DOWN.value, body.reason, now
+            touched = server.controller.fail_node_jobs(s, name, now)
+        elif body.state in ("RESUME", "UP", "IDLE"):
+            if row.state == NodeState.DOWN.value and \
+                    now - server.heartbeats.latest(name, row.last_heartbeat) > server.config.nodes.heartbeat_timeout_s:
+                raise jobsvc.JobError(f"node {name} is not responding; it returns when its agent does", 409)
+            if (refusal := resume_refusal(row)) is not None:
+                raise jobsvc.JobError(refusal, 409)
+            row.state, row.reason, row.reason_time = NodeState.UP.value, None, None
+        elif body.reason is not None:
+            row.reason = body.reason
+        if body.taints is not None:
+            row.taints = [t.model_dump(exclude_defaults=False) for t in body.taints]
+        if body.labels is not None:
+            labels = dict(row.labels)
+            for k, v in body.labels.items():
+                if v is None:
+                    labels.pop(k, None)
+                else:
+                    labels[k] = v
+            row.labels = labels
+        out = nodes_json(server, s, [row])[0]
+    if body.taints is not None or body.labels is not None:
+        server.kube.wake()
+    server.hub.bump(touched | {name})
+    server.controller.wake()
+    return out

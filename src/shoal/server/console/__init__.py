@@ -19,6 +19,7 @@ from sqlalchemy import select
 
 from shoal.model.job import JobState
 from shoal.server.auth import AuthError, Principal
+from shoal.server import gpuacct
 from shoal.server.console import views
 from shoal.store.models import CleanupRow, JobRow, NodeRow
 
@@ -163,14 +164,29 @@ def router(server, *, nodes_json, private_jobs) -> APIRouter:
 
     @r.get("/api/usage")
     def usage(p: Principal = Depends(viewer)):
-        """GPU-hours per account and user of the jobs the caller may see (all that started)."""
+        """GPU-hours per account and user of the jobs the caller may see (all that started), in
+        total and over time, and how busy those GPUs were (the agents' samples)."""
         own = private_jobs(p)
+        now = server.clock()
         with server.sessions() as s:
             q = select(JobRow.user, JobRow.spec["account"].as_string(), JobRow.start_time, JobRow.end_time,
                        JobRow.allocation).where(JobRow.start_time.is_not(None))
             if own is not None:
                 q = q.where(own)
-            return JSONResponse(views.gpu_hours(s.execute(q), server.clock()))
+            found = s.execute(q).all()
+            busy_rows = gpuacct.busy_hours(s, own)
+        tree = server.account_tree
+
+        def charged(user: str, account: str | None) -> str | None:
+            """The account a job charges: its own, else its user's default (as sshare counts it)."""
+            return account or (None if tree.empty else tree.default_account.get(user))
+
+        rows = [(user, charged(user, acct), *rest) for user, acct, *rest in found]
+        busy: dict[tuple[str, str], float] = {}
+        for acct, user, hours in busy_rows:
+            key = (charged(user, acct) or views.DEFAULT_ACCOUNT, user)
+            busy[key] = busy.get(key, 0.0) + hours
+        return JSONResponse({**views.gpu_hours(rows, now, busy), "over_time": views.gpu_hours_over_time(rows, now)})
 
     @r.get("/api/pod-load")
     def pod_load(p: Principal = Depends(viewer)):

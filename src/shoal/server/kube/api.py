@@ -82,7 +82,7 @@ def router(server, principal, admin, retry_on_conflict) -> APIRouter:
             else:
                 rows = objs.list_rows(s, kind.kind, ns)
                 items = [objs.to_json(row) for row in rows if (name is None or row.name == name)
-                         and a.may_read(row.namespace, svc.owner_of(row))]
+                         and a.may_read(row.namespace, svc.owner_of(row), kind.kind)]
                 if kind.kind == "Namespace":
                     have = {i["metadata"]["name"] for i in items}
                     items = [_builtin_namespace(n) for n in objs.BUILTIN_NAMESPACES if n not in have] + items
@@ -188,9 +188,11 @@ def router(server, principal, admin, retry_on_conflict) -> APIRouter:
     return r
 
 
-def locate(server, p: Principal, namespace: str, name: str, container: str | None, verb: str):
+def locate(server, p: Principal, namespace: str, name: str, container: str | None, verb: str,
+           any_container: bool = False, subresource: str | None = None):
     """The node's agent, run key and container of a pod the caller may
-    read the log of (``get``) or exec into (``create``, as pods/exec in Kubernetes)."""
+    read the log of (``get``) or exec into (``create``, as pods/exec in Kubernetes);
+    ``any_container``: the first when none is named (port-forward reaches the pod's network)."""
     with server.sessions() as s:
         row = podsvc.find(s, namespace, name)
         if row is None:
@@ -199,13 +201,13 @@ def locate(server, p: Principal, namespace: str, name: str, container: str | Non
         if verb == "get":
             a.check_read(objs.KINDS["pods"], namespace, name, row.user)
         else:
-            a.check_change(verb, objs.KINDS["pods"], namespace, name, row.user)
+            a.check_change(verb, objs.KINDS["pods"], namespace, name, row.user, subresource)
         node = s.get(NodeRow, row.batch_host) if row.batch_host else None
         if node is None:
             raise ObjectError(f'container "{container or row.spec["pod"]["spec"]["containers"][0]["name"]}" '
                               f'in pod "{name}" is waiting to start: the pod is not scheduled yet', 400)
         names = [c["name"] for c in row.spec["pod"]["spec"]["containers"]]
-        if container is None and len(names) > 1:
+        if container is None and len(names) > 1 and not any_container:
             raise ObjectError(f"a container name must be specified for pod {name}, "
                               f"choose one of: [{' '.join(names)}]", 400)
         cname = container or names[0]
