@@ -615,13 +615,18 @@ def test_heartbeats_are_stored_together_and_leave_the_node_cache_alone(engine):
         assert only_a_heartbeat(s, "n01", [], has_news=False)
         assert not only_a_heartbeat(s, "n01", [], has_news=True)
         assert not only_a_heartbeat(s, "n09", [], has_news=False), "an unknown node: the full path says so"
+    # The same answers from what a server keeps while its change counts stand still.
+    kept = Heartbeats(sessions, 60, changes, ChangeCount(sessions, {JobRow: "id", CleanupRow: "job_id"}))
+    assert kept.only_a_heartbeat("n01", [], has_news=False) and not kept.only_a_heartbeat("n09", [], False)
     with sessions() as s, s.begin():
         s.add(CleanupRow(job_id=7, run=0, node="n01", since=t, cpus=1, memory_mb=1, gpus=[]))
     with sessions() as s:
         assert only_a_heartbeat(s, "n01", ["7.0"], has_news=False), "its clean-up still alive there"
         assert not only_a_heartbeat(s, "n01", [], has_news=False), "a clean-up to drop: written"
+    assert kept.only_a_heartbeat("n01", ["7.0"], False) and not kept.only_a_heartbeat("n01", [], False)
     with sessions() as s, s.begin():
         row = s.get(NodeRow, "n02")
         row.state, row.reason = "DOWN", "Not responding"
     with sessions() as s:
         assert not only_a_heartbeat(s, "n02", [], has_news=False), "back from silence: written"
+    assert not kept.only_a_heartbeat("n02", [], False)

@@ -15,7 +15,6 @@ from shoal.server import fastpath, gpuacct
 from shoal.server import jobs as jobsvc
 from shoal.server import nodes as nodesvc
 from shoal.server.auth import AuthError, agent_credential, node_step_key
-from shoal.server.heartbeats import only_a_heartbeat
 from shoal.server.retry import retry_on_conflict
 from shoal.server.kube import api as kube_api
 from shoal.server.kube import service as kubesvc
@@ -106,9 +105,7 @@ def report(server: Server, s: Session, node: str, body: AgentReport, authorizati
     server.auth.verify_agent(authorization, node)
     now = server.clock()
     news = bool(body.events or body.pods or body.gpu_health or body.gpu_usage or body.images is not None)
-    with server.sessions() as quick:  # read, not written: server/heartbeats.py
-        alive_only = only_a_heartbeat(quick, node, body.alive, news)
-    if alive_only:
+    if server.heartbeats.only_a_heartbeat(node, body.alive, news):  # read, not written: server/heartbeats.py
         server.heartbeats.seen(node, now)
         if body.gpu_util or body.pod_cpu:
             server.record_metrics({"agent": node}, {"gpu_util": body.gpu_util, "pod_cpu": body.pod_cpu}, now)

@@ -95,7 +95,8 @@ class Server:
         self.node_changes = ChangeCount(self.sessions, {NodeRow: "name"}, enabled=not self.leader.shared)
         self.node_listing = NodeListing(self)  # sinfo's nodes (server/nodelist.py)
         nodes = config.nodes
-        self.heartbeats = Heartbeats(self.sessions, min(nodes.heartbeat_interval_s, nodes.heartbeat_timeout_s / 4))
+        self.heartbeats = Heartbeats(self.sessions, min(nodes.heartbeat_interval_s, nodes.heartbeat_timeout_s / 4),
+                                     self.node_changes, self.job_changes)
         if self.feed is not None:
             self.hub.relay = self.feed.publish
             self.controller.relay = self.kube.relay = lambda name: self.feed.publish({"wake": name})

@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from shoal.model.node import NodeState
 from shoal.server.jobs import job_run_key
+from shoal.store.changes import ChangeCount
 from shoal.store.models import CleanupRow, NodeRow
 
 log = logging.getLogger("shoal.heartbeats")
@@ -41,9 +42,16 @@ _QUIET = (select(NodeRow.__table__.c.state, NodeRow.__table__.c.reason,
 
 
 class Heartbeats:
-    def __init__(self, sessions: sessionmaker[Session], flush_s: float) -> None:
+    def __init__(self, sessions: sessionmaker[Session], flush_s: float, node_changes: ChangeCount | None = None,
+                 job_changes: ChangeCount | None = None) -> None:
         self.sessions = sessions
         self.flush_s = flush_s
+        # What only_a_heartbeat reads, for every node at once, kept until a commit of this
+        # process changes a node row (node_changes) or a clean-up (job_changes): an idle
+        # cluster's heartbeats then read nothing. Off (read per report) without the counts.
+        self._node_changes, self._job_changes = node_changes, job_changes
+        self._quiet: tuple[int | None, frozenset[str]] = (None, frozenset())  # nodes a report may leave be
+        self._cleanups: tuple[int | None, dict[str, list[str]]] = (None, {})  # node -> its clean-ups' run keys
         self._lock = threading.Lock()
         self._unwritten: dict[str, float] = {}  # node -> its last report's time, not yet stored
         self._latest: dict[str, float] = {}  # node -> its last report's time, stored or not
@@ -56,6 +64,38 @@ class Heartbeats:
         with self._lock:
             if now > self._latest.get(node, float("-inf")):
                 self._unwritten[node] = self._latest[node] = now
+
+    def only_a_heartbeat(self, node: str, alive: list[str], has_news: bool) -> bool:
+        """only_a_heartbeat (below), from what is kept while the change counts stand still."""
+        if has_news:
+            return False
+        nodes, jobs = self._node_changes, self._job_changes
+        if nodes is None or jobs is None or not (nodes.enabled and jobs.enabled):
+            with self.sessions() as s:
+                return only_a_heartbeat(s, node, alive, has_news)
+        at = nodes.value  # noted before the read: a commit racing it moves the count again
+        quiet = self._quiet
+        if quiet[0] != at:
+            with self.sessions() as s:
+                quiet = (at, frozenset(name for name, state, reason, gpu_health in s.execute(
+                    select(NodeRow.name, NodeRow.state, NodeRow.reason, NodeRow.gpu_health))
+                    if not gpu_health and not (state == NodeState.DOWN.value and reason == "Not responding")))
+            self._quiet = quiet
+        if node not in quiet[1]:
+            return False
+        at = jobs.value
+        cleanups = self._cleanups
+        if cleanups[0] != at:
+            by_node: dict[str, list[str]] = {}
+            with self.sessions() as s:
+                for name, job_id, run in s.execute(select(CleanupRow.node, CleanupRow.job_id, CleanupRow.run)):
+                    by_node.setdefault(name, []).append(job_run_key(job_id, run))
+            cleanups = self._cleanups = (at, by_node)
+        mine = cleanups[1].get(node)
+        if not mine:
+            return True
+        live = set(alive)
+        return all(key in live for key in mine)
 
     def latest(self, node: str, stored: float) -> float:
         """The node's last report: ``stored`` (its row's ``last_heartbeat``) or a later one heard here."""
