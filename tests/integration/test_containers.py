@@ -544,9 +544,14 @@ def test_a_pod_pulls_with_its_image_pull_secret_and_reads_a_secret_key(env):
         assert "hf_v4lue_9" not in ps and "s3cret-pw-4711" not in ps
         logs = "".join(p.read_text(errors="replace") for p in c.root.rglob("*.log"))
         assert "s3cret-pw-4711" not in logs
+        listed = c.run(["shoal", "get", "secrets"]).stdout.split("\n")
+        assert listed[0].split() == ["NAME", "TYPE", "DATA", "AGE"], listed
+        assert [line.split()[:3] for line in listed[1:3]] == [["hf", "Opaque", "1"],
+                                                              ["regcred", "kubernetes.io/dockerconfigjson", "1"]]
     finally:
         c.run(["shoal", "delete", "deployment", "private", "private-nologin"], check=False)
         c.run(["shoal", "delete", "secret", "regcred", "hf"], check=False)
+    assert "No resources found" in c.run(["shoal", "get", "secrets"]).stderr + c.run(["shoal", "get", "secrets"]).stdout
 
 
 def test_a_pod_and_a_batch_step_share_the_nodes_image_cache(env):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import fcntl
+import http.client
 import json
 import os
 import pty
@@ -128,6 +129,12 @@ def test_exec_with_a_terminal_follows_its_size(cluster):
         time.sleep(1)
         os.write(fd, b"stty size\n")
         read_until(b"\n20 70")
+        # ^C reaches the terminal's foreground job (the terminal is the session's controlling one).
+        os.write(fd, b"sleep 60; echo slept\n")
+        time.sleep(1)
+        os.write(fd, b"\x03")
+        os.write(fd, b"echo after-$((1+1))\n")
+        read_until(b"after-2", timeout=20)
         os.write(fd, b"exit 7\n")
         _, status = os.waitpid(pid, 0)
         pid = 0
@@ -363,6 +370,20 @@ def test_port_forward_reaches_the_pods_port(cluster):
     finally:
         p.terminate()
         p.wait(10)
+
+    # The Python client's port-forward (the WebSocket channel protocol): a socket to the pod's port.
+    from kubernetes import client, config
+    from kubernetes.stream import portforward
+
+    config.load_kube_config(c.kubeconfig)
+    pf = portforward(client.CoreV1Api().connect_get_namespaced_pod_portforward, "web", "default", ports=str(port))
+    conn = http.client.HTTPConnection("web", port, timeout=20)
+    conn.sock = pf.socket(port)
+    conn.sock.settimeout(30)
+    conn.request("GET", "/big.bin")
+    assert conn.getresponse().read() == big
+    conn.close()
+    assert pf.error(port) is None
 
     # Nothing listens there: kubectl says why, and (as against a real cluster) gives up.
     closed, local = free_port(), free_port()

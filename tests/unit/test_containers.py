@@ -170,6 +170,9 @@ def test_podman_and_docker_remove_a_stale_container_first_and_exec_probes_inside
     assert not podman.steps[0].check
     rt = get_runtime("podman", "node1", base_env={})
     assert rt.exec_argv(podman, ["cat", "/tmp/healthy"], 1234) == ["podman", "exec", NAME, "cat", "/tmp/healthy"]
+    # kubectl exec -i / -it: podman passes standard input on, and makes a terminal, only when told.
+    assert rt.exec_argv(podman, ["sh"], 1234, stdin=True, tty=True) == ["podman", "exec", "-i", "-t", NAME, "sh"]
+    assert rt.exec_argv(podman, ["cat"], 1234, stdin=True) == ["podman", "exec", "-i", NAME, "cat"]
     docker = _launch("docker", tmp_path)
     assert docker.steps[0].argv == ["docker", "rm", "--force", NAME] and docker.cleanup == ["docker", "rm", "--force", NAME]
 
@@ -322,3 +325,15 @@ def test_secret_env_and_pull_secrets_stay_off_the_command_line(tmp_path):
     missing["env"][0]["valueFrom"]["secretKeyRef"]["name"] = "empty"
     with pytest.raises(CreateContainerConfigError, match="couldn't find key k in Secret default/empty"):
         container_env(pod, missing)
+
+
+def test_docker_takes_the_pull_secrets_in_its_config_folder(tmp_path):
+    from shoal.agent.containers import DockerRuntime
+
+    pod = {**POD, "registry_auths": {"r:5000": {"auth": "YTpi"}}}
+    c = {"name": "x", "image": "r:5000/i:1"}
+    launch = DockerRuntime("n1").launch(pod, c, [], {}, ContainerPaths(tmp_path / "c", tmp_path / "images"))
+    assert launch.argv[:4] == ["docker", "--config", str(tmp_path / "c" / "docker-config"), "run"]
+    assert json.loads((tmp_path / "c" / "docker-config" / "config.json").read_text()) == {
+        "auths": {"r:5000": {"auth": "YTpi"}}}
+    assert DockerRuntime("n1").launch(POD, c, [], {}, ContainerPaths(tmp_path / "d", tmp_path / "images")).argv[1] == "run"

@@ -19,7 +19,7 @@ import os
 import re
 import shutil
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from shoal.agent.runtime import set_gpu_env
@@ -283,8 +283,10 @@ class ContainerRuntime:
                paths: ContainerPaths) -> Launch:
         raise NotImplementedError
 
-    def exec_argv(self, launch: Launch, argv: list[str], pid: int) -> list[str]:
-        """The argv that runs an exec probe's command inside the running container."""
+    def exec_argv(self, launch: Launch, argv: list[str], pid: int, *, stdin: bool = False,
+                  tty: bool = False) -> list[str]:
+        """The argv that runs an exec probe's (or ``kubectl exec``'s) command inside the running
+        container; ``stdin``/``tty``: kubectl's ``-i``/``-t``, for runtimes that must be told."""
         return [*launch.exec_prefix, *argv]
 
     def pull_failure(self, exit_code: int, output: str) -> str | None:
@@ -335,6 +337,11 @@ class PodmanRuntime(ContainerRuntime):
     binary = "podman"
     _PULL_ERRORS = ("initializing source", "image not known", "unable to pull", "pull access denied",
                     "manifest unknown", "reading manifest", "short-name", "access to the resource is denied")
+
+    def exec_argv(self, launch, argv, pid, *, stdin=False, tty=False):
+        """``podman exec [-i] [-t] NAME CMD``: without -i the command gets no standard input."""
+        prefix = launch.exec_prefix
+        return [*prefix[:2], *(["-i"] if stdin else []), *(["-t"] if tty else []), *prefix[2:], *argv]
 
     def launch(self, pod, container, gpus, env, paths):
         name = container_name(pod, container)
@@ -436,7 +443,16 @@ class DockerRuntime(PodmanRuntime):
         return super()._image(image)[0], False  # plain-HTTP registries are the docker daemon's setting
 
     def _auth_flags(self, pod, paths):
-        return []  # docker run takes no login: the pod's pull goes without (docs/CONTAINERS.md)
+        return []  # docker run takes no login file: the client's --config folder does (launch)
+
+    def launch(self, pod, container, gpus, env, paths):
+        """As podman's; the pod's imagePullSecrets as the config.json of docker's ``--config``."""
+        launch = super().launch(pod, container, gpus, env, paths)
+        auths = pod.get("registry_auths")
+        if not auths:
+            return launch
+        folder = write_authfile(paths.dir / "docker-config" / "config.json", auths).parent
+        return replace(launch, argv=[launch.argv[0], "--config", str(folder), *launch.argv[1:]])
 
     def _gpu_flags(self, gpus):
         return ["--gpus", '"device=' + ",".join(str(g) for g in gpus) + '"'] if gpus else []
@@ -490,7 +506,7 @@ class EnrootRuntime(ContainerRuntime):
         return Launch(self.name, name, argv, dict(self.base_env), cenv, steps=steps,
                       cleanup=[self.binary, "remove", "--force", name], exec_prefix=[self.binary, "exec"])
 
-    def exec_argv(self, launch, argv, pid):
+    def exec_argv(self, launch, argv, pid, *, stdin=False, tty=False):
         return [*launch.exec_prefix, str(pid), *argv]
 
     @staticmethod

@@ -797,7 +797,8 @@ class PodManager:
         return run_command(full, timeout_s, env=_as(run.identity, run.launch.env), cwd=run.launch.cwd,
                            procs=run.probe_procs, identity=run.identity)
 
-    def exec_target(self, key: str, container: str, argv: list[str]) -> ExecTarget:
+    def exec_target(self, key: str, container: str, argv: list[str], *, stdin: bool = False,
+                    tty: bool = False) -> ExecTarget:
         """How to run ``argv`` inside a running container (``shoal exec``): the same command
         line as an exec probe. Raises LogNotFound (no such pod or container) or
         ContainerNotRunning."""
@@ -811,7 +812,7 @@ class PodManager:
             run = c.run
             if run is None or run.popen is None or run.popen.pid is None or not c.running() or pod.stopping:
                 raise ContainerNotRunning(f'container "{container}" in pod "{pod.pod["name"]}" is not running')
-        full = self._runtime(pod).exec_argv(run.launch, argv, run.popen.pid)
+        full = self._runtime(pod).exec_argv(run.launch, argv, run.popen.pid, stdin=stdin, tty=tty)
         return ExecTarget(full, _as(run.identity, run.launch.env), run.launch.cwd, run.probe_procs, run.identity)
 
     # ---------------------------------------------------------------- killing

@@ -22,6 +22,7 @@ import signal
 import socket
 import struct
 import subprocess
+import sys
 import termios
 import threading
 import time
@@ -32,6 +33,9 @@ from shoal.model import frames
 
 log = logging.getLogger("shoal.agent.streams")
 CHUNK = 32 * 1024
+# Run in the new session spawn makes: its standard input (the pseudo-terminal) becomes the
+# session's controlling terminal, then the command replaces this process.
+TAKE_TERMINAL = "import fcntl, os, sys, termios; fcntl.ioctl(0, termios.TIOCSCTTY, 0); os.execvp(sys.argv[1], sys.argv[1:])"
 
 
 class StreamRefused(Exception):
@@ -77,8 +81,8 @@ def prepare(agent, req: dict):
     try:
         mode, key, container = str(req["mode"]), str(req["key"]), str(req.get("container") or "")
         if mode == "exec":
-            target = agent.pods.exec_target(key, container, [str(a) for a in req["argv"]])
             tty, stdin = bool(req.get("tty")), bool(req.get("stdin"))
+            target = agent.pods.exec_target(key, container, [str(a) for a in req["argv"]], stdin=stdin, tty=tty)
             command = str(req["argv"][0])
             return lambda ch: run_exec(target, command, ch, tty=tty, stdin=stdin, size=req.get("size"))
         if mode == "attach":
@@ -108,8 +112,9 @@ def run_exec(target: ExecTarget, command: str, ch: Channel, *, tty: bool, stdin:
             master, slave = pty.openpty()
             if size:
                 set_size(master, size)
-            p = spawn(target.argv, identity=target.identity, cwd=target.cwd, env={**target.env, "TERM": "xterm"},
-                      stdin=slave, stdout=slave, stderr=slave)
+            # The terminal becomes the session's controlling one, so ^C and ^Z reach its foreground job.
+            p = spawn([sys.executable, "-c", TAKE_TERMINAL, *target.argv], identity=target.identity, cwd=target.cwd,
+                      env={**target.env, "TERM": "xterm"}, stdin=slave, stdout=slave, stderr=slave)
         else:
             p = spawn(target.argv, identity=target.identity, cwd=target.cwd, env=target.env,
                       stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,

@@ -819,13 +819,15 @@ class StepContainers:
                 if (cleanup := self.runtime.save_cleanup(sc.container)) is not None:
                     subprocess.run(cleanup, capture_output=True, timeout=120)
             switch = os.geteuid() == 0 and user != (0, 0)
-            with open(made, "rb") as image:  # the user's shell gets the file itself, not its path
-                put = subprocess.run(["sh", "-c", 'cat > "$1.pyxis-save" && mv -f -- "$1.pyxis-save" "$1"', "sh",
-                                      target], stdin=image, capture_output=True, timeout=PULL_TIMEOUT_S, cwd="/",
-                                     user=user[0] if switch else None, group=user[1] if switch else None,
-                                     extra_groups=[] if switch else None)
-            if put.returncode != 0:
-                raise ContainerStartError(_last_lines(put.stderr.decode(errors="replace")) or f"cannot write {target}")
+            partial = f"{target}.pyxis-save"
+            with open(made, "rb") as image:  # the user's process gets the file itself, not its path
+                for argv, stdin in ((["cp", "/dev/stdin", partial], image), (["mv", "-f", "--", partial, target], None)):
+                    put = subprocess.run(argv, stdin=stdin, capture_output=True, timeout=PULL_TIMEOUT_S, cwd="/",
+                                         user=user[0] if switch else None, group=user[1] if switch else None,
+                                         extra_groups=[] if switch else None)
+                    if put.returncode != 0:
+                        raise ContainerStartError(_last_lines(put.stderr.decode(errors="replace"))
+                                                  or f"cannot write {target}")
         return target
 
     def finish(self, sc: StepContainer) -> None:

@@ -230,7 +230,8 @@ class _Handler(BaseHTTPRequestHandler):
         if not self._signed_body(req, "exec"):
             return
         try:
-            target = agent.pods.exec_target(str(req["key"]), str(req["container"]), [str(a) for a in req["argv"]])
+            target = agent.pods.exec_target(str(req["key"]), str(req["container"]), [str(a) for a in req["argv"]],
+                                            stdin=bool(req.get("stdin")))
         except (KeyError, TypeError):
             return self._json(400, {"detail": "malformed exec request"})
         except LogNotFound as e:

@@ -40,7 +40,7 @@ def create_app(server: Server) -> fastpath.FastPaths:
     def nodes_json(s, rows):
         return nodesvc.nodes_json(server, s, rows)
 
-    app.include_router(kube_api.router(server, deps.principal, deps.admin, retry_on_conflict))
+    app.include_router(kube_api.router)
     app.include_router(tokens.router(server, deps.principal, deps.admin))
     for table in TABLES:
         app.include_router(table.router)

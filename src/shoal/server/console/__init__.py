@@ -104,16 +104,7 @@ def router(server, *, nodes_json, private_jobs) -> APIRouter:
         out.delete_cookie(COOKIE, path="/")
         return out
 
-    @r.get("/static/{name}")
-    def static(name: str):
-        ext = name.rpartition(".")[2]
-        if "/" in name or ext not in _TYPES:
-            raise AuthError(404, f"no such file: {name}")
-        try:
-            body = _asset(name)
-        except FileNotFoundError:
-            raise AuthError(404, f"no such file: {name}") from None
-        return Response(body, media_type=_TYPES[ext], headers={"cache-control": "no-cache"})
+    r.add_api_route("/static/{name}", static, methods=["GET"])
 
     def page_route(name: str):
         def route(request: Request):
@@ -127,6 +118,12 @@ def router(server, *, nodes_json, private_jobs) -> APIRouter:
     def job_page(request: Request, job_id: int):
         return page(request, "job", job_id)
 
+    _data_routes(r, server, viewer, nodes_json, private_jobs)
+    return r
+
+
+def _data_routes(r: APIRouter, server, viewer, nodes_json, private_jobs) -> None:
+    """The pages' live updates and the data the API has not (the GPU grid, GPU-hours, pod load)."""
     # ---------------------------------------------------------------- live updates
 
     @r.get("/events")
@@ -193,7 +190,16 @@ def router(server, *, nodes_json, private_jobs) -> APIRouter:
         """The gateways' last request rate and in-flight count per pod (as the HPA reads them)."""
         return JSONResponse({"pods": server.kube.metrics.pod_load(server.clock())})
 
-    return r
+
+def static(name: str):
+    ext = name.rpartition(".")[2]
+    if "/" in name or ext not in _TYPES:
+        raise AuthError(404, f"no such file: {name}")
+    try:
+        body = _asset(name)
+    except FileNotFoundError:
+        raise AuthError(404, f"no such file: {name}") from None
+    return Response(body, media_type=_TYPES[ext], headers={"cache-control": "no-cache"})
 
 
 def _asset(name: str) -> bytes:

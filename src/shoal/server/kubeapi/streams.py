@@ -28,6 +28,7 @@ from shoal.server.kubeapi.printing import status
 
 PROTOCOLS = ("v5.channel.k8s.io", "v4.channel.k8s.io")
 TUNNEL = "SPDY/3.1+portforward.k8s.io"  # kubectl port-forward: SPDY in a WebSocket
+CHANNELS = "v4.channel.k8s.io"  # the Python client's port-forward: two channels per port
 
 
 SUCCESS = {"metadata": {}, "status": "Success"}
@@ -67,7 +68,7 @@ async def serve(ws: WebSocket, server, namespace: str, name: str, mode: str) -> 
     relay until the command ends (its exit as the last message) or kubectl goes away (the
     command is killed)."""
     offered = ws.scope.get("subprotocols") or []
-    wanted = (TUNNEL,) if mode == "portforward" else PROTOCOLS
+    wanted = (TUNNEL, CHANNELS) if mode == "portforward" else PROTOCOLS
     protocol = next((x for x in wanted if x in offered), None)
     try:
         if protocol is None:
@@ -75,6 +76,7 @@ async def serve(ws: WebSocket, server, namespace: str, name: str, mode: str) -> 
                               f"(offered: {', '.join(offered) or 'none'})", 400, "BadRequest")
         p = await run_in_threadpool(server.auth.resolve, ws.headers.get("authorization"), None, None)
         agent, fields = await run_in_threadpool(stream_fields, server, p, namespace, name, ws.query_params, mode)
+        ports = forwarded_ports(ws.query_params) if protocol == CHANNELS and mode == "portforward" else []
         if mode != "portforward":
             reader, writer = await server.logs.open_stream(agent, fields)
     except (AuthError, ObjectError) as e:
@@ -82,7 +84,10 @@ async def serve(ws: WebSocket, server, namespace: str, name: str, mode: str) -> 
         return
     await ws.accept(subprotocol=protocol)
     if mode == "portforward":
-        await PortForward(ws, lambda port: server.logs.open_stream(agent, {**fields, "port": port})).run()
+        def dial(port: int):
+            return server.logs.open_stream(agent, {**fields, "port": port})
+
+        await (PortForward(ws, dial).run() if protocol == TUNNEL else channel_forward(ws, dial, ports))
         return
     keep = {frames.STDOUT, frames.STDERR} if ws.query_params.get("stderr") not in ("0", "false") \
         else {frames.STDOUT}
@@ -233,6 +238,79 @@ class PortForward:
         finally:
             up.cancel()
             writer.close()
+
+
+def forwarded_ports(query) -> list[int]:
+    """The ``ports`` of a channel port-forward (``ports=8080,9090`` or repeated)."""
+    try:
+        ports = [int(x) for v in query.getlist("ports") for x in v.split(",") if x.strip()]
+    except ValueError:
+        ports = []
+    if not ports or any(not 0 < x < 65536 for x in ports) or len(set(ports)) != len(ports):
+        raise ObjectError("ports: Required value: one or more distinct ports between 1 and 65535", 400, "BadRequest")
+    return ports
+
+
+async def channel_forward(ws: WebSocket, dial, ports: list[int]) -> None:
+    """The WebSocket port-forward protocol (the Python client's): port i's data on channel
+    2i and its errors on 2i+1, each channel's first message the port (two bytes, little-endian);
+    one connection to each port, the WebSocket closed when all have ended."""
+    lock = asyncio.Lock()
+
+    async def send(data: bytes) -> None:
+        async with lock:
+            await ws.send_bytes(data)
+
+    streams: dict[int, tuple[asyncio.StreamReader, asyncio.StreamWriter]] = {}
+    refused: dict[int, str] = {}
+
+    async def one(i: int) -> None:
+        reader, writer = streams[i]
+        try:
+            while True:
+                channel, length = frames.parse_header(await reader.readexactly(frames.HEADER.size))
+                data = await reader.readexactly(length)
+                if channel == frames.STDOUT:
+                    await send(bytes([2 * i]) + data)
+                elif channel == frames.ERROR:
+                    if error := json.loads(data).get("error"):
+                        await send(bytes([2 * i + 1]) + error.encode())
+                    return
+        except (asyncio.IncompleteReadError, OSError, ValueError):
+            return
+        finally:
+            writer.close()
+
+    async def upstream() -> None:
+        while (msg := await ws.receive())["type"] != "websocket.disconnect":
+            data = msg.get("bytes") or b""
+            found = streams.get(data[0] // 2) if data and data[0] % 2 == 0 else None
+            if found is not None and len(data) > 1:
+                found[1].write(frames.frame(frames.STDIN, data[1:]))
+                await found[1].drain()
+        for _, writer in streams.values():  # the client went away: so do the agent's streams
+            writer.close()
+
+    try:
+        for i, port in enumerate(ports):  # each port dialled before its data may come
+            try:
+                streams[i] = await dial(port)
+            except ObjectError as e:
+                refused[i] = e.message
+        for i, port in enumerate(ports):
+            head = port.to_bytes(2, "little")
+            await send(bytes([2 * i]) + head)
+            await send(bytes([2 * i + 1]) + head)
+            if i in refused:
+                await send(bytes([2 * i + 1]) + refused[i].encode())
+        up = asyncio.create_task(upstream())
+        try:
+            await asyncio.gather(*(one(i) for i in streams))
+        finally:
+            up.cancel()
+        await ws.close(1000)
+    except (WebSocketDisconnect, RuntimeError, OSError):
+        pass
 
 
 async def spdy_refusal(server, request, namespace: str, name: str, mode: str) -> JSONResponse:
