@@ -154,14 +154,15 @@ def window(h: Hollow, seconds: float) -> dict:
     """Server CPU and heartbeats over ``seconds`` of whatever is going on."""
     os.kill(h.hollow.pid, signal.SIGUSR1)  # a new window of report round trips
     t0 = time.time()
-    before, cpu0 = h.fresh_stats(t0), cpu_s(h.server)
+    hollow = psutil.Process(h.hollow.pid)
+    before, cpu0, hcpu0 = h.fresh_stats(t0), cpu_s(h.server), cpu_s(hollow)
     time.sleep(seconds)
-    after, cpu1 = h.fresh_stats(time.time()), cpu_s(h.server)
+    after, cpu1, hcpu1 = h.fresh_stats(time.time()), cpu_s(h.server), cpu_s(hollow)
     span = after["time"] - before["time"]
     reports = after["reports"] - before["reports"]
     used = cpu1 - cpu0
     lat = after["report_latency_s"]
-    return {"reports_per_s": reports / span, "server_cpu_share": used / span,
+    return {"reports_per_s": reports / span, "server_cpu_share": used / span, "hollow_cpu_share": (hcpu1 - hcpu0) / span,
             "cpu_ms_per_report": 1000 * used / reports if reports else float("nan"),
             "report_p50_ms": 1000 * (lat["p50"] or 0), "report_p99_ms": 1000 * (lat["p99"] or 0)}
 
@@ -279,6 +280,8 @@ ROWS = [  # (label, how to read it from a result, format)
     ("idle: heartbeats per second", lambda r: r["idle"]["reports_per_s"], "{:.0f}"),
     ("idle: server CPU per heartbeat (ms)", lambda r: r["idle"]["cpu_ms_per_report"], "{:.2f}"),
     ("idle: server CPU (share of one core)", lambda r: 100 * r["idle"]["server_cpu_share"], "{:.1f}%"),
+    ("idle: the hollow nodes' process CPU (share of one core)", lambda r: 100 * r["idle"]["hollow_cpu_share"],
+     "{:.1f}%"),
     ("idle: heartbeat round trip p50 (ms)", lambda r: r["idle"]["report_p50_ms"], "{:.1f}"),
     ("idle: heartbeat round trip p99 (ms)", lambda r: r["idle"]["report_p99_ms"], "{:.1f}"),
     ("submit: jobs accepted per second (4 threads)", lambda r: r["submit_per_s"], "{:.0f}"),
@@ -317,19 +320,26 @@ def table(results: dict[int, list[dict]], baseline: dict[int, list[dict]] | None
     for label, get, fmt in ROWS:
         cells = []
         for n in sizes:
-            if baseline and n in baseline:
+            for runs in ([baseline[n]] if baseline and n in baseline else []) + [results[n]]:
                 try:
-                    cells.append(_fmt(_median(baseline[n], get), fmt))
-                except (KeyError, TypeError):
+                    cells.append(_fmt(_median(runs, get), fmt))
+                except (KeyError, TypeError):  # a figure an older run did not take
                     cells.append("-")
-            cells.append(_fmt(_median(results[n], get), fmt))
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return lines
 
 
-def render(facts: dict[str, str], command: str, args, results, baseline, wall_s: float,
-           note: str) -> str:
-    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+def _load(path: Path) -> dict:
+    """A --save file: {"meta": ..., "results": {size: [round, ...]}} (or the bare results)."""
+    doc = json.loads(path.read_text())
+    if "results" not in doc:
+        doc = {"meta": None, "results": doc}
+    doc["results"] = {int(n): rs for n, rs in doc["results"].items()}
+    return doc
+
+
+def render(meta: dict, args, results, baseline, note: str) -> str:
+    facts, command = meta["facts"], meta["command"]
     out = [SECTION, "",
            f"One server (SQLite) and one `shoal agent --hollow N` process of N hollow nodes x {GPUS} fake GPUs "
            "on the same machine: the nodes register, heartbeat every 5 s, long-poll their work and report their "
@@ -339,7 +349,8 @@ def render(facts: dict[str, str], command: str, args, results, baseline, wall_s:
            "round. See docs/SCALE.md for what each figure means and what changed.", "",
            f"- machine: {facts['CPU']}, {facts['Cores']} cores (shared with other work: see the load), "
            f"{facts['Memory']}; {facts['OS']}; {facts['Python']}; Shoal {facts['Shoal commit']}",
-           f"- when: {when}; load average before {args.load_before}, after {load_average()}; wall {wall_s:.0f} s",
+           f"- when: {meta.get('when', '?')}; load average before {meta['load_before']}, after "
+           f"{meta.get('load_after', '?')}; wall {meta.get('wall_s', float('nan')):.0f} s",
            f"- command: `{command}`",
            f"- per size: {args.idle_s:g} s idle window, {args.jobs} jobs (`sleep 2`, 1 GPU each, from 4 threads), "
            f"{args.reads} read rounds",
@@ -363,6 +374,7 @@ def main() -> int:
                     help="what the baseline was")
     ap.add_argument("--no-write", action="store_true", help="print, but leave BENCHMARKS.md alone")
     ap.add_argument("--profile", type=Path, help="py-spy the server (idle and run phases) into this folder")
+    ap.add_argument("--results", type=Path, help="render an earlier --save instead of running")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     command = "python bench/bench_scale.py " + shlex.join(sys.argv[1:])
@@ -374,18 +386,25 @@ def main() -> int:
         env.pop(k, None)
     results: dict[int, list[dict]] = {n: [] for n in sizes}
     t0 = time.time()
-    for rnd in range(args.rounds):
+    meta = {"command": command, "load_before": args.load_before, "facts": facts}
+    if args.results:
+        saved = _load(args.results)
+        results, meta = saved["results"], saved["meta"] or meta
+        args.rounds = len(next(iter(results.values())))
+    for rnd in range(0 if args.results else args.rounds):
         for n in sizes:
             print(f"round {rnd + 1}/{args.rounds}: {n} hollow nodes ...", flush=True)
             r = one_size(n, args.jobs, args.idle_s, args.reads, env, args.profile)
             print("  " + json.dumps(r), flush=True)
             results[n].append(r)
+    if not args.results:
+        meta.update(wall_s=time.time() - t0, load_after=load_average(),
+                    when=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"))
     if args.save:
-        args.save.write_text(json.dumps({str(n): rs for n, rs in results.items()}, indent=1))
-    baseline = None
-    if args.baseline:
-        baseline = {int(n): rs for n, rs in json.loads(args.baseline.read_text()).items()}
-    text = render(facts, command, args, results, baseline, time.time() - t0, args.baseline_note)
+        args.save.write_text(json.dumps({"meta": meta, "results": {str(n): rs for n, rs in results.items()}},
+                                        indent=1))
+    baseline = _load(args.baseline)["results"] if args.baseline else None
+    text = render(meta, args, results, baseline, args.baseline_note)
     print(text)
     if not args.no_write:
         write_section(SECTION, text)

@@ -132,3 +132,22 @@ def test_a_container_that_cannot_be_created_says_why_instead_of_hanging(cluster)
     assert "docker" in w["message"], w
     assert cs["restartCount"] == 0
     cluster.run(["shoal", "delete", "deployment", "no-command", "no-engine"])
+
+
+def test_a_noexecute_taint_evicts_the_pod_that_does_not_tolerate_it(cluster):
+    """The taint manager: a node tainted NoExecute loses the running pods that do not tolerate
+    the taint (their ReplicaSet replaces them elsewhere, or they wait); the others stay."""
+    def vllm_pods():
+        return [p for p in pods(cluster) if p["metadata"]["labels"].get("app") == "vllm"
+                and p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")]
+
+    node = wait_until(vllm_pods, 30, "a running vllm pod")[0]["spec"]["nodeName"]
+    cluster.run(["shoal", "taint", "node", node, "maintenance=now:NoExecute"])
+    try:
+        wait_until(lambda: all(p["spec"]["nodeName"] != node for p in vllm_pods()), 30,
+                   f"the vllm pod on {node} to be evicted")
+        assert len({p["spec"]["nodeName"] for p in vllm_pods()}) == len(vllm_pods()), "one per node, still"
+        events = cluster.run(["shoal", "get", "events"]).stdout
+        assert "TaintManagerEviction" in events, events
+    finally:
+        cluster.run(["shoal", "taint", "node", node, "maintenance=now:NoExecute-"])

@@ -568,3 +568,65 @@ def test_submissions_check_the_nodes_as_the_store_has_them_after_every_change(en
             other.get(NodeRow, "n01").state = "DRAIN"
         assert [n.state.value for n in disabled.nodes(s)] != [n.state.value for n in first], \
             "several servers on one store: nothing is kept"
+
+
+def test_heartbeats_are_stored_together_and_leave_the_node_cache_alone(engine):
+    """server.heartbeats: a report with nothing else in it is noted in memory, its time
+    written with the others' in one statement; that write moves no node's version and no
+    change count, so the node rows kept for submissions and passes stay kept. A report time
+    older than the stored one (a registration since) never moves it back."""
+    from sqlalchemy import update
+
+    from shoal.server.heartbeats import Heartbeats, only_a_heartbeat
+    from shoal.server.snapshot import NodeInfoCache
+    from shoal.store.changes import ChangeCount
+    from shoal.store.models import CleanupRow
+
+    migrate(engine)
+    sessions = session_factory(engine)
+    changes = ChangeCount(sessions, {NodeRow: "name"})
+    cache = NodeInfoCache(changes, check=None)
+    gpu = {"index": 0, "uuid": "GPU-0", "product": "NVIDIA A100-SXM4-80GB", "memory_mb": 81920}
+    with sessions() as s, s.begin():
+        s.add_all([_node("n01"), _node("n02")])
+        s.flush()
+        s.execute(update(NodeRow).values(gpus=[gpu]))
+    with sessions() as s:
+        kept = cache.nodes(s)
+        stored = {n.name: (n.last_heartbeat, n.version) for n in s.scalars(select(NodeRow))}
+    count = changes.value
+    beats = Heartbeats(sessions, flush_s=60)
+    t = time.time() + 10
+    beats.seen("n01", t)
+    beats.seen("n02", t + 1)
+    beats.seen("n02", t - 5)  # late and out of order: the newer time stays
+    assert beats.latest("n01", stored["n01"][0]) == t
+    assert beats.flush() == 2 and beats.flush() == 0, "written once, then nothing left to write"
+    with sessions() as s:
+        now = {n.name: (n.last_heartbeat, n.version) for n in s.scalars(select(NodeRow))}
+        assert now == {"n01": (t, stored["n01"][1]), "n02": (t + 1, stored["n02"][1])}
+        assert cache.nodes(s) is kept and changes.value == count, "a heartbeat is no change to the node"
+    with sessions() as s, s.begin():
+        s.get(NodeRow, "n01").last_heartbeat = t + 100  # registered again since
+    beats.seen("n01", t + 50)
+    beats.flush()
+    with sessions() as s:
+        assert s.get(NodeRow, "n01").last_heartbeat == t + 100
+        assert only_a_heartbeat(s, "n01", [], has_news=False)
+        assert not only_a_heartbeat(s, "n01", [], has_news=True)
+        assert not only_a_heartbeat(s, "n09", [], has_news=False), "an unknown node: the full path says so"
+    # The same answers from what a server keeps while its change counts stand still.
+    kept = Heartbeats(sessions, 60, changes, ChangeCount(sessions, {JobRow: "id", CleanupRow: "job_id"}))
+    assert kept.only_a_heartbeat("n01", [], has_news=False) and not kept.only_a_heartbeat("n09", [], False)
+    with sessions() as s, s.begin():
+        s.add(CleanupRow(job_id=7, run=0, node="n01", since=t, cpus=1, memory_mb=1, gpus=[]))
+    with sessions() as s:
+        assert only_a_heartbeat(s, "n01", ["7.0"], has_news=False), "its clean-up still alive there"
+        assert not only_a_heartbeat(s, "n01", [], has_news=False), "a clean-up to drop: written"
+    assert kept.only_a_heartbeat("n01", ["7.0"], False) and not kept.only_a_heartbeat("n01", [], False)
+    with sessions() as s, s.begin():
+        row = s.get(NodeRow, "n02")
+        row.state, row.reason = "DOWN", "Not responding"
+    with sessions() as s:
+        assert not only_a_heartbeat(s, "n02", [], has_news=False), "back from silence: written"
+    assert not kept.only_a_heartbeat("n02", [], False)

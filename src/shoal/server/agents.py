@@ -104,14 +104,21 @@ def report(server: Server, s: Session, node: str, body: AgentReport, authorizati
     """A heartbeat: runs that ended, GPU health, pods' states, cleanups done, metrics."""
     server.auth.verify_agent(authorization, node)
     now = server.clock()
+    news = bool(body.events or body.pods or body.gpu_health or body.gpu_usage or body.images is not None)
+    if server.heartbeats.only_a_heartbeat(node, body.alive, news):  # read, not written: server/heartbeats.py
+        server.heartbeats.seen(node, now)
+        if body.gpu_util or body.pod_cpu:
+            server.record_metrics({"agent": node}, {"gpu_util": body.gpu_util, "pod_cpu": body.pod_cpu}, now)
+        return {"ok": True}
     touched: set[str] = set()
     with s.begin():
         row = s.get(NodeRow, node)
         if row is None:
             raise jobsvc.JobError(f"node {node} is not registered", 404)
-        row.last_heartbeat = now
+        server.heartbeats.seen(node, now)
         if row.state == NodeState.DOWN.value and row.reason == "Not responding":
             row.state, row.reason, row.reason_time = NodeState.UP.value, None, None
+            row.last_heartbeat = now  # with its state: another server's leader must not find it silent
         touched |= _exits(server, s, node, body.events, now)
         touched |= nodesvc.apply_gpu_health(s, server.controller, row,
                                             [g.model_dump() for g in body.gpu_health], now)

@@ -18,11 +18,11 @@ from shoal.model.job import JobState
 from shoal.model.node import NodeState
 from shoal.model.resources import Allocation
 from shoal.sched import cycle
-from shoal.sched.placement import Headroom, PlacementCache, headroom
+from shoal.sched.placement import Headroom, PlacementCache, check_feasible, headroom
 from shoal.sched.schedule import schedule
 from shoal.server import jobs as jobsvc
 from shoal.server.loop import KickedLoop
-from shoal.server.snapshot import JobRowCache
+from shoal.server.snapshot import JobRowCache, NodeInfoCache
 from shoal.store.models import CleanupRow, JobRow, NodeRow
 
 log = logging.getLogger("shoal.controller")
@@ -39,6 +39,9 @@ class Controller(KickedLoop):
         self._last_full = float("-inf")  # when the last full backfill pass ran
         self._last_pass_s = 0.0
         self._rows = JobRowCache()  # live job rows kept between passes
+        # The nodes kept between passes until a node row changes (heartbeats do not change them);
+        # made at the first pass, once the server's change counts are.
+        self._nodes: NodeInfoCache | None = None
         self._placement = PlacementCache()  # the free state kept between passes (this thread's)
         # Why the loop was woken since its last step: a change that needs a pass (wake), or
         # only new submissions (submitted), which need one only if one of them may start.
@@ -166,7 +169,9 @@ class Controller(KickedLoop):
         with s.sessions() as session:
             if session.scalar(select(JobRow.id).where(JobRow.state == JobState.PENDING.value).limit(1)) is None:
                 return set()  # nothing to start (a job's end with an empty queue): no snapshot
-            snap = s.snapshot(session, now, cache=self._rows)
+            if self._nodes is None:
+                self._nodes = NodeInfoCache(s.node_changes, check_feasible)
+            snap = s.snapshot(session, now, cache=self._rows, nodes=tuple(self._nodes.nodes(session)))
         seen = max((j.id for j in (*snap.pending, *snap.active)), default=0)
         if not snap.pending:
             self._headroom, self._seen_id = headroom(snap, cache=self._placement), seen
@@ -319,6 +324,7 @@ class Controller(KickedLoop):
         elected = s.leader.elected_at
         if elected is not None and now - elected < timeout:
             return set()  # a new leader, or a server just started, gives every node a full timeout first
+        s.heartbeats.flush()  # the reports this server heard, stored before it judges anyone silent
         with s.sessions() as session, session.begin():
             s.leader.fence(session)
             late = list(session.scalars(select(NodeRow).where(

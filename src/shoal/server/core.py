@@ -20,7 +20,9 @@ from shoal.sched.qos import qos_table
 from shoal.server.auth import Authenticator
 from shoal.server.config import ClusterConfig
 from shoal.server.controller import Controller
+from shoal.server.heartbeats import Heartbeats
 from shoal.server.hub import WorkHub
+from shoal.server.nodelist import NodeListing
 from shoal.server.kube.controller import KubeController
 from shoal.server.kube.logs import PodLogs
 from shoal.server.leader import Leadership
@@ -91,6 +93,10 @@ class Server:
                                        enabled=not self.leader.shared)
         self.queue = QueueView(self.sessions, self.job_changes)
         self.node_changes = ChangeCount(self.sessions, {NodeRow: "name"}, enabled=not self.leader.shared)
+        self.node_listing = NodeListing(self)  # sinfo's nodes (server/nodelist.py)
+        nodes = config.nodes
+        self.heartbeats = Heartbeats(self.sessions, min(nodes.heartbeat_interval_s, nodes.heartbeat_timeout_s / 4),
+                                     self.node_changes, self.job_changes)
         if self.feed is not None:
             self.hub.relay = self.feed.publish
             self.controller.relay = self.kube.relay = lambda name: self.feed.publish({"wake": name})
@@ -141,17 +147,17 @@ class Server:
                 token = self.auth.create_token(s, "join", "join", "agent join token")
                 write_private(self.state_dir / JOIN_TOKEN_FILE, token.encode())
 
-    def snapshot(self, session, now: float, *, usage: bool | None = None, cache=None) -> Snapshot:
+    def snapshot(self, session, now: float, *, usage: bool | None = None, cache=None, nodes=None) -> Snapshot:
         """The scheduler's view of the store; fair-share usage is read only when policy needs it
         (``usage`` None: when the priority type is multifactor). ``cache``: the controller's
-        ``snapshot.JobRowCache``."""
+        ``snapshot.JobRowCache``; ``nodes``: its nodes, when it keeps them (else read)."""
         from shoal.server import snapshot
 
         if usage is None:
             usage = self.sched_config.priority == "multifactor"
         return snapshot.build(session, self.partitions, now, accounts=self.accounts, qos=self.qos,
                               usage_half_life_s=self.sched_config.multifactor.decay_half_life_s
-                              if usage else None, topology=self.topology, cache=cache)
+                              if usage else None, topology=self.topology, cache=cache, nodes=nodes)
 
     def node_address(self, node: str) -> str:
         """A node's advertised address (cached; registration updates it)."""
@@ -174,6 +180,7 @@ class Server:
         return ClusterCA(self.sessions)
 
     def start(self) -> None:
+        self.heartbeats.start()
         self.controller.start()
         self.kube.start()
         if self.feed is not None:
@@ -185,6 +192,7 @@ class Server:
             self.feed.stop()
         self.kube.stop()
         self.controller.stop()
+        self.heartbeats.stop()
         self.leader.stop()
         self.engine.dispose()
 

@@ -350,7 +350,8 @@ class ClusterCollector:
         lag = GaugeMetricFamily("shoal_node_heartbeat_age_seconds", "Since the node's agent last reported.",
                                 labels=["node"])
         connected = 0
-        for name, state, *_, beat in sorted(nodes):
+        for name, state, *_, stored in sorted(nodes):
+            beat = s.heartbeats.latest(name, stored)
             lag.add_metric([name], max(now - beat, 0.0))
             connected += state != NodeState.DOWN.value and now - beat < timeout
         yield lag

@@ -13,19 +13,16 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from shoal.model.gpu import gpu_gres
 from shoal.model.job import JobState, LateExit, check_correction, exit_code_text, late_exit
-from shoal.model.node import NodeState, display_state
-from shoal.model.resources import GPU, Allocation
+from shoal.model.node import NodeState
+from shoal.model.resources import Allocation
 from shoal.model.timefmt import format_timestamp
 from shoal.server import jobs as jobsvc
-from shoal.server import reservations as resvsvc
 from shoal.server.retry import retry_on_conflict
 from shoal.server.schemas import NodeUpdate
-from shoal.store.models import CleanupRow, JobRow, NodeRow
+from shoal.store.models import JobRow, NodeRow
 
 if TYPE_CHECKING:
     from shoal.server.core import Server
@@ -130,51 +127,13 @@ def node(s: Session, name: str) -> NodeRow:
 
 
 def list_json(server: Server, s: Session) -> list[dict]:
-    return nodes_json(server, s, list(s.scalars(select(NodeRow).order_by(NodeRow.name))))
+    """Every node as docs/API.md's Node objects (sinfo), their own facts kept (server/nodelist.py)."""
+    return server.node_listing.all_json(s)
 
 
 def nodes_json(server: Server, s: Session, rows: list[NodeRow]) -> list[dict]:
     """Nodes as docs/API.md's Node objects: with what their running jobs and cleanups hold."""
-    # The running jobs' allocations alone: whole rows (their scripts) cost most of sinfo.
-    running = s.execute(select(JobRow.id, JobRow.allocation).where(JobRow.state == JobState.RUNNING.value))
-    cleanups = list(s.scalars(select(CleanupRow)))
-    use: dict[str, list] = {r.name: [0, 0, 0, []] for r in rows}
-    for jid, allocation in running:
-        for n in (allocation or {"nodes": []})["nodes"]:
-            if n["name"] in use:
-                u = use[n["name"]]
-                u[0] += n["cpus"]; u[1] += n["memory_mb"]; u[2] += len(n["gpus"]); u[3].append(jid)
-    for c in cleanups:
-        if c.node in use:
-            u = use[c.node]
-            u[0] += c.cpus; u[1] += c.memory_mb; u[2] += len(c.gpus)
-            if c.job_id not in u[3]:
-                u[3].append(c.job_id)
-    maint = resvsvc.maint_nodes(s, server.clock())
-    parts_of: dict[str, list[str]] = {}
-    for pt in server.partitions:
-        for n in pt.nodes:
-            parts_of.setdefault(n, []).append(pt.name)
-    return [_node_json(r, *use[r.name], maint=r.name in maint, partitions=parts_of.get(r.name, []))
-            for r in rows]
-
-
-def _node_json(r: NodeRow, cpus: int, mem: int, gpus: int, jobs: list[int], *, maint: bool,
-               partitions: list[str]) -> dict:
-    state = NodeState(r.state)
-    return {
-        "name": r.name, "address": r.address, "port": r.port, "state": r.state,
-        "display_state": "maint" if maint and state is NodeState.UP
-        else display_state(state, cpus, r.cpus, gpus, len(r.gpus), bool(jobs)),
-        "reason": r.reason, "reason_time": r.reason_time, "gpu_health": r.gpu_health or [],
-        "images": r.images or [],
-        "cpus": r.cpus, "cpus_alloc": cpus, "memory_mb": r.memory_mb, "memory_alloc_mb": mem,
-        "gpus": r.gpus, "gpus_alloc": gpus, "gres": gpu_gres(tuple(GPU(**g) for g in r.gpus)),
-        "labels": r.labels, "taints": r.taints or [], "features": r.features,
-        "partitions": partitions,
-        "last_heartbeat": r.last_heartbeat, "boot_time": r.boot_time, "registered_at": r.registered_at,
-        "jobs": sorted(jobs),
-    }
+    return server.node_listing.rows_json(s, rows)
 
 
 @retry_on_conflict
@@ -192,7 +151,8 @@ def update(server: Server, s: Session, name: str, body: NodeUpdate) -> dict:
             row.state, row.reason, row.reason_time = NodeState.DOWN.value, body.reason, now
             touched = server.controller.fail_node_jobs(s, name, now)
         elif body.state in ("RESUME", "UP", "IDLE"):
-            if row.state == NodeState.DOWN.value and now - row.last_heartbeat > server.config.nodes.heartbeat_timeout_s:
+            if row.state == NodeState.DOWN.value and \
+                    now - server.heartbeats.latest(name, row.last_heartbeat) > server.config.nodes.heartbeat_timeout_s:
                 raise jobsvc.JobError(f"node {name} is not responding; it returns when its agent does", 409)
             if (refusal := resume_refusal(row)) is not None:
                 raise jobsvc.JobError(refusal, 409)

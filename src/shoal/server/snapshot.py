@@ -255,10 +255,13 @@ def usage_records(session: Session, now: float, half_life_s: float) -> tuple[Usa
 
 def build(session: Session, partitions, now: float, *, accounts: tuple[Account, ...] = (),
           qos: tuple[QOS, ...] = (), usage_half_life_s: float | None = None,
-          topology: Topology | None = None, cache: JobRowCache | None = None) -> Snapshot:
+          topology: Topology | None = None, cache: JobRowCache | None = None,
+          nodes: tuple[NodeInfo, ...] | None = None) -> Snapshot:
     """The Snapshot as of ``now``. ``usage_half_life_s`` None: no fair-share usage is read.
-    ``cache``: job rows kept from the last pass, for the controller's passes."""
-    nodes = read_nodes(session)
+    ``cache``: job rows kept from the last pass, for the controller's passes; ``nodes``: the
+    nodes as a NodeInfoCache keeps them (None: read now)."""
+    if nodes is None:
+        nodes = read_nodes(session)
     if cache is not None:
         live, pending = cache.read(session)
     else:

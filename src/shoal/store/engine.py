@@ -15,7 +15,9 @@ MIGRATION_LOCK = 0x73686F616C0001  # PostgreSQL advisory lock keys: "shoal" + 1 
 def make_engine(url: str) -> Engine:
     """Create the engine. SQLite gets WAL and a busy timeout so API threads and the scheduler share it."""
     if url.startswith("sqlite"):
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+        # A pool as large as the API's thread pool: past it, every request opened (and set up) a connection.
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30}, pool_size=16,
+                               max_overflow=48)
 
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_conn, _record):

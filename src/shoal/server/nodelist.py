@@ -1,0 +1,95 @@
+"""The nodes as sinfo, scontrol show node, the console and the Kubernetes API list them.
+
+Each node's own facts (its row: address, GPUs and their gres, labels, taints, state) are kept
+by name until a commit of this process changes a node row (the node rows' change count,
+which heartbeats do not move: server.heartbeats), so listing a thousand nodes reads and
+decodes their rows only after a change, not at every sinfo. What they hold (running jobs'
+allocations, clean-ups), maintenance windows, partitions and the last heartbeat are read
+for each answer. With several servers on one store the count is off and rows are read each
+time.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from shoal.model.gpu import gpu_gres
+from shoal.model.job import JobState
+from shoal.model.node import NodeState, display_state
+from shoal.model.resources import GPU
+from shoal.server import reservations as resvsvc
+from shoal.store.models import CleanupRow, JobRow, NodeRow
+
+
+def node_facts(r: NodeRow) -> dict:
+    """What a node's row alone says of it."""
+    return {"name": r.name, "address": r.address, "port": r.port, "state": r.state, "reason": r.reason,
+            "reason_time": r.reason_time, "gpu_health": r.gpu_health or [], "images": r.images or [], "cpus": r.cpus,
+            "memory_mb": r.memory_mb, "gpus": r.gpus, "gres": gpu_gres(tuple(GPU(**g) for g in r.gpus)),
+            "labels": r.labels, "taints": r.taints or [], "features": r.features,
+            "last_heartbeat": r.last_heartbeat, "boot_time": r.boot_time, "registered_at": r.registered_at}
+
+
+class NodeListing:
+    def __init__(self, server) -> None:
+        self.server = server
+        self._lock = threading.Lock()
+        self._kept: tuple[int | None, list[dict]] = (None, [])  # (node change count, facts by name)
+
+    def all_json(self, s: Session) -> list[dict]:
+        """Every node, by name."""
+        changes = self.server.node_changes
+        at = changes.value  # noted before the read: a commit racing it moves the count again
+        kept = self._kept
+        if not changes.enabled or kept[0] != at:
+            kept = (at, [node_facts(r) for r in s.scalars(select(NodeRow).order_by(NodeRow.name))])
+            with self._lock:
+                self._kept = kept
+        return self._with_use(s, kept[1])
+
+    def rows_json(self, s: Session, rows: list[NodeRow]) -> list[dict]:
+        """These nodes (rows just read)."""
+        return self._with_use(s, [node_facts(r) for r in rows])
+
+    def _with_use(self, s: Session, facts: list[dict]) -> list[dict]:
+        server = self.server
+        # The running jobs' allocations alone: whole rows (their scripts) cost most of sinfo.
+        running = s.execute(select(JobRow.id, JobRow.allocation).where(JobRow.state == JobState.RUNNING.value))
+        use: dict[str, list] = {f["name"]: [0, 0, 0, []] for f in facts}  # CPUs, memory, GPUs, jobs
+
+        def hold(node: str, cpus: int, memory_mb: int, gpus: int, job_id: int) -> None:
+            u = use.get(node)
+            if u is not None:
+                u[0], u[1], u[2] = u[0] + cpus, u[1] + memory_mb, u[2] + gpus
+                if job_id not in u[3]:
+                    u[3].append(job_id)
+
+        for jid, allocation in running:
+            for n in (allocation or {"nodes": []})["nodes"]:
+                hold(n["name"], n["cpus"], n["memory_mb"], len(n["gpus"]), jid)
+        for c in s.scalars(select(CleanupRow)):
+            hold(c.node, c.cpus, c.memory_mb, len(c.gpus), c.job_id)
+        maint = resvsvc.maint_nodes(s, server.clock())
+        parts_of: dict[str, list[str]] = {}
+        for pt in server.partitions:
+            for n in pt.nodes:
+                parts_of.setdefault(n, []).append(pt.name)
+        beats = server.heartbeats
+        out = []
+        for f in facts:
+            name = f["name"]
+            cpus, mem, gpus, jobs = use[name]
+            state = NodeState(f["state"])
+            out.append({
+                **f,
+                "display_state": "maint" if name in maint and state is NodeState.UP
+                else display_state(state, cpus, f["cpus"], gpus, len(f["gpus"]), bool(jobs)),
+                "cpus_alloc": cpus, "memory_alloc_mb": mem, "gpus_alloc": gpus,
+                "partitions": parts_of.get(name, []),
+                "last_heartbeat": beats.latest(name, f["last_heartbeat"]),
+                "jobs": sorted(jobs),
+            })
+        return out
