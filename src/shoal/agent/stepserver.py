@@ -7,6 +7,11 @@ passing through the control plane. The reply is NDJSON, one object per output ch
 ``{"t": procid, "o": text}`` (stdout) or ``{"t": procid, "e": text}`` (stderr), then
 ``{"exit": {procid: [exit_code, signal]}}``.
 
+A launch that names ``"stdin": [procids]`` (srun's --input: task 0 by default) is followed, on
+the same connection, by srun's standard input in frames (a 4-byte big-endian length, then the
+bytes; length 0 is the end of input), written to those tasks' standard input; the end of the
+connection after that, as without stdin, means srun has gone.
+
 Off loopback (``--tls``) it serves HTTPS only, with the certificate the cluster CA issued the
 agent (``agent.certs``): a plain HTTP request is answered 400, and nothing is served until
 the agent holds a certificate.
@@ -210,7 +215,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Type", "application/x-ndjson")
         self.end_headers()
-        _run_step(agent.runtime, run, req, self.connection, self.wfile, agent.name, agent.containers)
+        _run_step(agent.runtime, run, req, self.connection, self.wfile, agent.name, agent.containers, self.rfile)
 
     def _pod_exec(self, req: dict) -> None:
         """``shoal exec``: run a command inside a pod's container and stream its output as a
@@ -378,7 +383,8 @@ def _client_gone(conn: socket.socket) -> bool:
         return True
 
 
-def _run_step(runtime: Runtime, run, req: dict, conn: socket.socket, wfile, node: str, containers=None) -> None:
+def _run_step(runtime: Runtime, run, req: dict, conn: socket.socket, wfile, node: str, containers=None,
+              rfile=None) -> None:
     procs: dict[int, subprocess.Popen] = {}
     exits: dict[int, list[int]] = {}
     emit = _emitter(wfile)
@@ -402,6 +408,7 @@ def _run_step(runtime: Runtime, run, req: dict, conn: socket.socket, wfile, node
     cwd = req.get("cwd") or "/"
     step = runtime.step_cgroup(run, f"step_{req['step_id']}") if req["tasks"] else None
     fds = step.open_procs() if step is not None else []  # each task joins them between fork and exec
+    stdin_to = set(req.get("stdin") or ()) if rfile is not None and step_container is None else set()
     for task in req["tasks"]:
         env = dict(req["env"])
         env.update({
@@ -424,6 +431,7 @@ def _run_step(runtime: Runtime, run, req: dict, conn: socket.socket, wfile, node
             who = None
         try:
             p = spawn([*prefix, *argv], identity=who, env=env, cwd=cwd, cwd_fallback="/tmp", note_fd=2,
+                      stdin=subprocess.PIPE if task["procid"] in stdin_to else subprocess.DEVNULL,
                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, cgroup_fds=fds)
         except OSError as e:
             emit({"t": task["procid"], "e": f"slurmstepd: error: execve(): {argv[0]}: {e.strerror}\n"})
@@ -432,8 +440,15 @@ def _run_step(runtime: Runtime, run, req: dict, conn: socket.socket, wfile, node
         runtime.add_step_proc(run, p, req["step_id"], fences_itself=bool(prefix))
         procs[task["procid"]] = p
     close_all(fds)
+    inputs = [p.stdin for p in procs.values() if p.stdin is not None]
+    gone = _relay_stdin(rfile, inputs) if "stdin" in req and rfile is not None else None
     try:
-        _stream_tasks(procs, conn, emit, exits)
+        _stream_tasks(procs, conn, emit, exits, gone)
+        if gone is not None:  # the relay's read ends here, so closing the handler's rfile does not wait on it
+            try:
+                socket.socket.shutdown(conn, socket.SHUT_RD)  # the TCP socket's, under any TLS
+            except OSError:
+                pass
     finally:
         if step_container is not None:
             # The tasks have ended and said so: srun need not wait for the container's removal.
@@ -467,10 +482,48 @@ def _start_container(containers, req: dict, run, ident, emit, exits: dict[int, l
         return None
 
 
-def _stream_tasks(procs: dict[int, subprocess.Popen], conn: socket.socket, emit, exits: dict[int, list[int]]) -> None:
+def _relay_stdin(rfile, inputs: list) -> int:
+    """Copy srun's framed standard input to ``inputs`` (the tasks' stdin pipes) in a thread;
+    the read end of a pipe that becomes readable when srun's connection ends."""
+    gone_r, gone_w = os.pipe()
+
+    def relay() -> None:
+        try:
+            while True:
+                head = rfile.read(4)
+                size = int.from_bytes(head, "big") if len(head) == 4 else 0
+                data = rfile.read(size) if size else b""
+                if not data:
+                    break
+                for pipe in list(inputs):
+                    try:
+                        pipe.write(data)
+                        pipe.flush()
+                    except (OSError, ValueError):  # the task has ended or closed its input
+                        inputs.remove(pipe)
+            for pipe in inputs:
+                try:
+                    pipe.close()
+                except OSError:
+                    pass
+            if len(head) == 4:  # the end of input, not of the connection: wait for that
+                while rfile.read(65536):
+                    pass
+        except (OSError, ValueError):
+            pass
+        finally:
+            os.close(gone_w)
+
+    threading.Thread(target=relay, daemon=True, name="step-stdin").start()
+    return gone_r
+
+
+def _stream_tasks(procs: dict[int, subprocess.Popen], conn: socket.socket, emit, exits: dict[int, list[int]],
+                  gone: int | None = None) -> None:
     """Forward the tasks' stdout and stderr as NDJSON lines, and each task's exit as it ends
     (srun says at once which task failed, and --kill-on-bad-exit acts on it); ``exits`` may
-    already hold tasks that never started. A client that goes away kills them."""
+    already hold tasks that never started. A client that goes away kills them: its connection
+    ends, or (when its stdin is relayed, which reads the connection) ``gone`` becomes readable."""
     sel = selectors.DefaultSelector()
     pipes = {procid: 2 for procid in procs}  # open pipes per task: reaped once both are closed
     for procid, p in procs.items():
@@ -480,7 +533,7 @@ def _stream_tasks(procs: dict[int, subprocess.Popen], conn: socket.socket, emit,
         sel.register(p.stderr, selectors.EVENT_READ, (procid, "e"))
     # A chunk may end inside a multi-byte character: decode each stream incrementally.
     decoders = {(t, k): codecs.getincrementaldecoder("utf-8")("replace") for t in procs for k in "oe"}
-    sel.register(conn, selectors.EVENT_READ, None)  # readable = the client went away
+    sel.register(gone if gone is not None else conn, selectors.EVENT_READ, None)  # readable = the client went away
     client_gone = False
     if exits:  # tasks that never started
         emit({"exit": {str(k): v for k, v in sorted(exits.items())}})
@@ -491,9 +544,9 @@ def _stream_tasks(procs: dict[int, subprocess.Popen], conn: socket.socket, emit,
         closed = [t for t in running if not pipes[t]]
         for key, _ in sel.select(timeout=0.2 if closed else 1.0):
             if key.data is None:
-                if _client_gone(conn):
+                if gone is not None or _client_gone(conn):
                     client_gone = True
-                    sel.unregister(conn)
+                    sel.unregister(key.fileobj)
                     for p in procs.values():
                         _killpg(p.pid, 9)
                 continue
@@ -523,3 +576,5 @@ def _stream_tasks(procs: dict[int, subprocess.Popen], conn: socket.socket, emit,
         if ended and not client_gone:
             emit({"exit": dict(sorted(ended.items()))})
     sel.close()
+    if gone is not None:
+        os.close(gone)
