@@ -27,6 +27,7 @@ from shoal.server import commands, console, fastpath
 from shoal.server import metrics as metricsmod
 from shoal.server import jobs as jobsvc
 from shoal.server import nodes as nodesvc
+from shoal.server import accounting as acctsvc
 from shoal.server import partitions as partsvc
 from shoal.server import priority as priosvc
 from shoal.server import reservations as resvsvc
@@ -41,7 +42,7 @@ from shoal.server.kube.logs import AgentEndpoint
 from shoal.server.kube.objects import ObjectError
 from shoal.server.kubeapi import routes as kubeapi_routes
 from shoal.server.limits import guard
-from shoal.server.schemas import (AgentRegister, AgentReport, BulkCancelRequest, CancelRequest,
+from shoal.server.schemas import (AccountingChange, AgentRegister, AgentReport, BulkCancelRequest, CancelRequest,
                                   InteractiveComplete, JobSubmit, JobUpdate, NodeUpdate,
                                   PartitionUpdate, ReservationCreate, ReservationUpdate, StepComplete, StepCreate)
 from shoal.model.timefmt import format_timestamp
@@ -654,6 +655,20 @@ def create_app(server: Server) -> fastpath.FastPaths:
         server.refresh_partitions()
         _after_change(set())
         return {"name": name, "changes": stored}
+
+    # ------------------------------------------------------------------ accounting (sacctmgr)
+
+    @app.get("/shoal/v1/accounting")
+    def get_accounting(p: Principal = Depends(principal)):
+        return server.accounting.public(server.config.cluster_name)
+
+    @app.post("/shoal/v1/accounting")
+    def change_accounting(body: AccountingChange, p: Principal = Depends(operator)):
+        with server.sessions() as s, s.begin():
+            lines = acctsvc.apply(s, server.accounting, body.model_dump(), server.config.cluster_name, server.clock())
+        server.refresh_accounting()
+        server.controller.wake()
+        return {"lines": lines}
 
     # ------------------------------------------------------------------ reservations
 
