@@ -73,3 +73,12 @@ def test_show_renders_sacctmgrs_columns_cut_with_a_plus_and_parsable_forms():
 def test_command_lines_sacctmgr_cannot_read(argv, message):
     with pytest.raises(SacctmgrError, match=message):
         parse(argv)
+
+
+def test_users_with_their_associations_as_snakemakes_account_check_reads_them():
+    state = doc(accounting.current(BASE, {}))
+    cmd = parse(["-n", "-s", "list", "user", "alice", "format=account%256"])
+    assert render(cmd, rows(cmd, state)) == " " * 249 + "physics \n"
+    cmd = parse(["-P", "-s", "show", "user"])
+    assert render(cmd, rows(cmd, state)).splitlines()[1].split("|")[:7] == [
+        "alice", "physics", "None", "c1", "physics", "", "1"]

@@ -40,6 +40,7 @@ class Command:
         self.set: dict[str, str] = {}
         self.format: list[str] = []
         self.immediate = self.noheader = self.quiet = self.tree = False
+        self.associations = False  # -s: users shown with each of their associations
         self.parsable = ""  # "|" with -p (a trailing bar), "" otherwise
         self.parsable2 = False
 
@@ -58,6 +59,8 @@ def parse(argv: list[str]) -> Command:
             cmd.parsable, cmd.parsable2 = "|", True
         elif arg in ("-Q", "--quiet"):
             cmd.quiet = True
+        elif arg in ("-s", "--associations"):
+            cmd.associations = True
         elif arg.startswith("-") and len(words) < 2:
             raise SacctmgrError(f"unrecognized option '{arg}'\n{USAGE}")
         else:
@@ -136,6 +139,19 @@ FIELDS: dict[str, dict[str, tuple]] = {
         "defaultaccount": ("Def Acct", 10, lambda r: r["default_account"] or ""),
         "adminlevel": ("Admin", 9, lambda r: r["admin_level"]),
         "admin": ("Admin", 9, lambda r: r["admin_level"]),
+        # with -s, each association's (blank without it)
+        "cluster": ("Cluster", 10, lambda r: r.get("cluster", "")),
+        "account": ("Account", 10, lambda r: r.get("account", "")),
+        "partition": ("Partition", 10, _blank),
+        "share": ("Share", 9, lambda r: str(r.get("shares", ""))),
+        "maxjobs": ("MaxJobs", 7, _blank),
+        "maxnodes": ("MaxNodes", 8, _blank),
+        "maxcpus": ("MaxCPUs", 8, _blank),
+        "maxsubmit": ("MaxSubmit", 9, _blank),
+        "maxwall": ("MaxWall", 11, _blank),
+        "maxcpumins": ("MaxCPUMins", 11, _blank),
+        "qos": ("QOS", 20, lambda r: r.get("qos", "")),
+        "defaultqos": ("Def QOS", 9, _blank),
     },
     "assoc": {
         "cluster": ("Cluster", 10, lambda r: r["cluster"]),
@@ -219,6 +235,9 @@ def rows(cmd: Command, doc: Mapping[str, Any]) -> list[dict]:
     cluster = doc.get("cluster", "")
     if cmd.entity == "account":
         out = list(doc["accounts"])
+    elif cmd.entity == "user" and cmd.associations:
+        users = {u["name"]: u for u in doc["users"]}
+        out = [{**users[a["user"]], **a} for a in associations(doc) if a["user"] in users]
     elif cmd.entity == "user":
         out = list(doc["users"])
     elif cmd.entity == "qos":
@@ -269,10 +288,15 @@ def associations(doc: Mapping[str, Any], tree: bool = False) -> list[dict]:
     return out
 
 
+WITH_ASSOCIATIONS = ("user", "defaultaccount", "admin", "cluster", "account", "partition", "share", "maxjobs",
+                     "maxnodes", "maxcpus", "maxsubmit", "maxwall", "maxcpumins", "qos", "defaultqos")
+
+
 def render(cmd: Command, records: list[dict]) -> str:
     fields = FIELDS[cmd.entity]
     specs = []
-    for item in cmd.format or DEFAULT[cmd.entity]:
+    default = WITH_ASSOCIATIONS if cmd.entity == "user" and cmd.associations else DEFAULT[cmd.entity]
+    for item in cmd.format or default:
         name, _, width = item.partition("%")
         key = name.lower()
         key = ALIASES.get(key, {}).get(cmd.entity, key)
