@@ -29,7 +29,7 @@ from shoal.cli.sacct import Column
 from shoal.model.dependency import Dependency
 
 COMMANDS = [*(f"shoal.cli.{c}" for c in ("sbatch", "srun", "squeue", "scancel", "sinfo", "scontrol", "sacct", "sstat",
-                                          "sprio", "sshare", "salloc", "sacctmgr")),
+                                          "sprio", "sshare", "salloc", "sacctmgr", "sdiag", "sreport")),
             "shoal.slurm.options", "shoal.slurm.sacctmgr", "shoal.slurm.fmt", "shoal.api_client"]
 
 FORBIDDEN = [

@@ -29,6 +29,7 @@ from shoal.server import jobs as jobsvc
 from shoal.server import nodes as nodesvc
 from shoal.server import accounting as acctsvc
 from shoal.server import partitions as partsvc
+from shoal.server import reports as reportsvc
 from shoal.server import priority as priosvc
 from shoal.server import reservations as resvsvc
 from shoal.server import steps as stepsvc
@@ -669,6 +670,20 @@ def create_app(server: Server) -> fastpath.FastPaths:
         server.refresh_accounting()
         server.controller.wake()
         return {"lines": lines}
+
+    # ------------------------------------------------------------------ sdiag and sreport
+
+    @app.get("/shoal/v1/diag")
+    def get_diag(p: Principal = Depends(principal)):
+        with server.sessions() as s:
+            return reportsvc.diag(s, server.metrics, server.clock())
+
+    @app.get("/shoal/v1/usage")
+    def usage_report(start: float, end: float, p: Principal = Depends(principal)):
+        if end <= start:
+            raise jobsvc.JobError("the period is empty: end must be after start")
+        with server.sessions() as s:
+            return reportsvc.usage(s, start, end)
 
     # ------------------------------------------------------------------ reservations
 
