@@ -23,7 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.bench_foundation import load_average  # noqa: E402
+from bench.bench_foundation import load_average, machine_facts  # noqa: E402
 from benchmarks_md import write_section  # noqa: E402  (bench/ is on sys.path as the script's folder)
 from tests.integration.cluster import LocalCluster, free_port, wait_until  # noqa: E402
 from tests.integration.test_console import log_in, open_browser, rendered  # noqa: E402
@@ -48,9 +48,34 @@ for i in $(seq 1 100000); do echo "step $i loss $((3000 - i % 1000))e-3 tokens/s
 """
 
 
+FINETUNE = """#!/bin/bash
+#SBATCH -J lora-finetune
+#SBATCH -N 2
+#SBATCH --gres=gpu:1
+#SBATCH -t 2:00:00
+# A stand-in for the model on each node: the fake GPUs are as busy as their holders keep a CPU,
+# and hold what they keep resident; this one's load rises and falls, a little out of step per node.
+echo "LoRA fine-tuning llama-8b on $SLURM_JOB_NUM_NODES nodes, rank 16"
+srun python3 -c "
+import math, os, time
+b = bytearray((300 + 100 * int(os.environ['SLURM_NODEID'])) << 20); b[::4096] = b'x' * len(b[::4096])
+t0, phase = time.time(), int(os.environ['SLURM_NODEID'])
+while True:
+    duty = 0.45 + 0.3 * math.sin((time.time() - t0) / 12 + phase)
+    end = time.time() + duty * 0.5
+    while time.time() < end: pass
+    time.sleep((1 - duty) * 0.5)
+"
+"""
+
+
 def cluster_config(root: Path, nodes: int) -> Path:
     path = root / "cluster.yaml"
     path.write_text(json.dumps({"cluster_name": "local", "nodes": {"heartbeat_interval_s": 2.0},
+                                "accounts": [{"name": "research", "shares": 3, "accounts": [
+                                                 {"name": "llm-pretrain", "users": ["alice"]},
+                                                 {"name": "alignment", "users": ["bob"]}]},
+                                             {"name": "inference", "users": ["root"]}],
                                 "partitions": [{"name": "gpu-h100", "nodes": f"node[01-{nodes:02d}]", "default": True},
                                                {"name": "debug", "nodes": "node[07-08]", "max_time": "1:00:00"}]}))
     return path
@@ -79,6 +104,7 @@ def busy_cluster(root: Path) -> LocalCluster:
     c.sbatch("-J", "llama-70b-sft", "-N", "4", "--gres=gpu:8", "-t", "24:00:00", "--wrap", "sleep 3600",
              env=as_user["alice"])
     c.sbatch("-J", "eval", "-p", "debug", "--gres=gpu:2", "--hold", "--wrap", "sleep 60", env=as_user["alice"])
+    c.sbatch(script=FINETUNE, env=as_user["bob"])
     c.run(["scontrol", "update", "NodeName=node08", "State=DRAIN", "Reason=ECC errors on GPU 3"])
     wait_until(lambda: sum(p["status"].get("phase") == "Running" for p in
                            c.api("GET", "/shoal/v1/kube/objects/pods?namespace=all")["items"]) == 3, 60,
@@ -120,11 +146,11 @@ def shots(out: Path) -> None:
     driver = open_browser()
     try:
         log_in(driver, c, c.admin_token)
-        time.sleep(8)  # the gateway's and agents' figures reach the server
+        time.sleep(90)  # the gateway's and agents' figures reach the server; GPU samples for the plots
         for page in PAGES:
             visit(driver, c, page)
             full_page(driver, out / f"{page}.png")
-        job = next(j for j in c.jobs() if j["name"] == "llama-8b-pretrain")
+        job = next(j for j in c.jobs() if j["name"] == "lora-finetune")
         visit(driver, c, f"jobs/{job['job_id']}")
         time.sleep(3)
         full_page(driver, out / "job.png")
@@ -164,12 +190,16 @@ def load(jobs: int = 1000, runs: int = 7) -> dict:
         submit_s = time.perf_counter() - t0
         wait_until(lambda: len(c.jobs()) >= jobs, 60, "the jobs listed")
         log_in(driver, c, c.admin_token)
-        out = {"jobs": jobs, "submit_s": round(submit_s, 1), "pages": {}, "load": load_average()}
-        for page in ("overview", "queue", "accounting", "nodes"):
+        out = {"jobs": jobs, "submit_s": round(submit_s, 1), "pages": {}, "load": load_average(),
+               "facts": machine_facts()}
+        running = next(j["job_id"] for j in c.jobs() if j["state"] == "RUNNING")
+        time.sleep(10)  # GPU samples for the job page's plot
+        for page, path in (("overview", "overview"), ("queue", "queue"), ("job (GPU plot)", f"jobs/{running}"),
+                           ("accounting", "accounting"), ("nodes", "nodes")):
             times = []
             for _ in range(runs):
                 t = time.perf_counter()
-                visit(driver, c, page)
+                visit(driver, c, path)
                 times.append(time.perf_counter() - t)
             out["pages"][page] = {"median_ms": round(1000 * statistics.median(times)),
                                   "max_ms": round(1000 * max(times))}
@@ -194,15 +224,21 @@ def main() -> int:
     r = load(args.jobs)
     print(json.dumps(r, indent=2))
     rows = "\n".join(f"| {page} | {v['median_ms']} | {v['max_ms']} |" for page, v in r["pages"].items())
+    facts = "\n".join(f"| {k} | {v} |" for k, v in r["facts"].items())
     heading = "## Web console: page load with many jobs"
     write_section(heading, f"""{heading}
 
-`bench/bench_console.py load`: a 4-node local cluster with {r['jobs']:,} pending jobs; headless
+`.venv/bin/python bench/bench_console.py load`: a 4-node local cluster with {r['jobs']:,} pending jobs; headless
 Chromium (Debian's) navigates to each page and waits for its first render (the page's HTML, its
 script and style, `whoami`, and the page's API reads, rendered). Seven loads per page; the queue
-page showed {r['rows']:,} rows. Load average {r['load']} (1/5/15 min) on this shared machine
+page showed {r['rows']:,} rows; the job page is a running job's, with its GPU plot (its
+`/gpu-usage` read and drawn). Load average {r['load']} (1/5/15 min) on this shared machine
 when the loads began: other work inflates these figures. The queue page reads whole Job
 objects (for start estimates and GPU counts), most of its time with a thousand rows.
+
+| Machine | |
+|---|---|
+{facts}
 
 | page | median (ms) | max (ms) |
 |---|---|---|

@@ -2,8 +2,8 @@
 """Metrics benchmark: what ``GET /metrics`` costs a big cluster, and what the request-latency
 histogram adds to every request.
 
-1. Scrape: a server on a store filled directly (SQLite, no agents): NODES nodes of 8 GPUs in
-   4 partitions, JOBS jobs of which a tenth run (one GPU each, on every node in turn), a
+1. Scrape: a server on a store filled directly (SQLite, no agents), once per size: NODES nodes
+   of 8 GPUs in 4 partitions, ten jobs a node of which a tenth run (one GPU each, on every node in turn), a
    tenth pend (20 users, 10 accounts, reasons Resources/Priority/held) and the rest ended,
    plus a Deployment per 100 nodes. Times ``ServerMetrics.exposition()`` (what the route
    returns: the store read and the text), the first scrape apart (it also loads the ended
@@ -13,11 +13,14 @@ histogram adds to every request.
    interleaved rounds: a fast route (as the agents' long-poll, sbatch's command and the
    reports take) and a FastAPI route (behind it, as squeue's listing). The difference per
    request is the histogram's cost.
+3. Per-job GPU accounting: on the largest store, agents' reports of their GPUs' samples
+   folded into the running jobs' records (``gpuacct.record`` and its commit), one report a
+   transaction as the report route does it.
 
 Writes the ``## Metrics`` section of BENCHMARKS.md (other sections are kept).
 
-    .venv/bin/python bench/bench_metrics.py                       # 5,000 nodes, 50,000 jobs
-    .venv/bin/python bench/bench_metrics.py --nodes 1000 --jobs 10000
+    .venv/bin/python bench/bench_metrics.py                       # 1,000 and 5,000 nodes (10 jobs a node)
+    .venv/bin/python bench/bench_metrics.py --nodes 200 --scrapes 3 --no-write
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ from benchmarks_md import write_section  # bench/ is on sys.path as the script's
 
 from bench.bench_foundation import load_average, machine_facts
 from shoal.model.hostlist import compress
+from shoal.server import gpuacct
+from shoal.server.schemas import GPUUsageSample
 from shoal.server.config import parse_cluster_config
 from shoal.server.core import Server
 from shoal.store.models import JobRow, NodeRow, ObjectRow
@@ -89,7 +94,25 @@ def fill(server: Server, nodes: list[str], jobs: int, now: float) -> dict:
     return {"running": running, "pending": pending, "ended": jobs - running - pending}
 
 
-def scrape(nodes_n: int, jobs_n: int, rounds: int) -> dict:
+def accounting(server: Server, nodes: list[str], reports: int) -> dict:
+    """Reports of the running jobs' GPU samples, one transaction each, as the report route
+    runs them: ms of wall clock and of CPU per report."""
+    with server.sessions() as s:
+        running = [(r.id, r.allocation["nodes"][0]) for r in s.query(JobRow).filter(JobRow.state == "RUNNING")]
+    walls, cpus = [], []
+    for k in range(reports):
+        job_id, held = running[k % len(running)]
+        samples = [GPUUsageSample(job_id=job_id, run=0, gpu=g, util=50.0 + k % 40, mem_mib=20000 + k,
+                                  energy_mj=1000 * k, power_w=350.0) for g in held["gpus"]]
+        t0, c0 = time.perf_counter(), time.process_time()
+        with server.sessions() as s, s.begin():
+            gpuacct.record(s, held["name"], samples, time.time())
+        walls.append(time.perf_counter() - t0)
+        cpus.append(time.process_time() - c0)
+    return {"reports": reports, "wall_ms": statistics.median(walls) * 1e3, "cpu_ms": statistics.median(cpus) * 1e3}
+
+
+def scrape(nodes_n: int, jobs_n: int, rounds: int, reports: int = 0) -> dict:
     with tempfile.TemporaryDirectory(prefix="shoal-bench-metrics-") as tmp:
         nodes = [f"node{i:05d}" for i in range(1, nodes_n + 1)]
         per = -(-nodes_n // PARTITIONS)
@@ -110,10 +133,11 @@ def scrape(nodes_n: int, jobs_n: int, rounds: int) -> dict:
             text = server.metrics.exposition()
             times.append(time.process_time() - c0)
             walls.append(time.perf_counter() - t0)
+        acct = accounting(server, nodes, reports) if reports else None
         server.engine.dispose()
     series = [line for line in text.decode().splitlines() if line and not line.startswith("#")]
-    return {**counts, "fill_s": fill_s, "first_s": first_s, "times": times, "walls": walls, "bytes": len(text),
-            "series": len(series)}
+    return {**counts, "nodes": nodes_n, "jobs": jobs_n, "fill_s": fill_s, "first_s": first_s, "times": times,
+            "walls": walls, "bytes": len(text), "series": len(series), "accounting": acct}
 
 
 # ------------------------------------------------------------------ request path
@@ -174,30 +198,48 @@ def request_path(requests: int, rounds: int) -> dict:
     return out
 
 
-def render(args, scraped: dict, path: dict, facts: dict, load1) -> str:
-    times = sorted(scraped["times"])
+def _growth(sizes: list[dict]) -> str:
+    """``: 5x the nodes, 4.9x the text and 5.2x the CPU`` between the smallest size and the largest."""
+    a, b = sizes[0], sizes[-1]
+    if a is b:
+        return ""
+    cpu = statistics.median(b["times"]) / max(statistics.median(a["times"]), 1e-9)
+    return (f": {b['nodes'] / a['nodes']:.0f}x the nodes, {b['bytes'] / a['bytes']:.1f}x the text and "
+            f"{cpu:.1f}x the scrape's CPU")
+
+
+def render(args, sizes: list[dict], path: dict, facts: dict, load1) -> str:
+    def row(name: str, figure) -> str:
+        return f"| {name} | " + " | ".join(figure(r) for r in sizes) + " |"
+
+    def ms(x: float) -> str:
+        return f"{x * 1e3:.0f} ms"
+
+    acct = sizes[-1]["accounting"]
     lines = [SECTION, "",
-             f"Produced by `.venv/bin/python bench/bench_metrics.py --nodes {args.nodes} --jobs {args.jobs}` "
-             f"({datetime.now(UTC):%Y-%m-%d %H:%M} UTC). The server's `GET /metrics` "
-             "(docs/METRICS.md) on a store filled directly (SQLite, one server, no agents): "
-             f"**{args.nodes:,} nodes** of {GPUS} GPUs in {PARTITIONS} partitions and **{args.jobs:,} jobs** "
-             f"({scraped['running']:,} running, {scraped['pending']:,} pending, {scraped['ended']:,} ended; "
-             f"20 users, 10 accounts), {max(1, args.nodes // 100)} Deployments. "
+             f"Produced by `.venv/bin/python bench/bench_metrics.py --nodes {' '.join(map(str, args.nodes))} "
+             f"--scrapes {args.scrapes}` ({datetime.now(UTC):%Y-%m-%d %H:%M} UTC). The server's `GET /metrics` "
+             "(docs/METRICS.md) on a store filled directly (SQLite, one server, no agents), once per size: "
+             f"nodes of {GPUS} GPUs in {PARTITIONS} partitions and ten jobs a node (a tenth running, one GPU "
+             "each; a tenth pending; the rest ended; 20 users, 10 accounts), a Deployment per 100 nodes. "
              "Times are of `ServerMetrics.exposition()`, what the route returns: the store read at scrape "
-             "time and the text; CPU time of the process, as the machine is shared.", "",
+             "time and the text; CPU time of the process, as the machine is shared. The first scrape is apart "
+             f"(it also loads the ended runs' GPU-seconds once); then {args.scrapes} scrapes, their median.", "",
              "| Machine | |", "|---|---|", *[f"| {k} | {v} |" for k, v in facts.items()],
              f"| Load average (1/5/15 min) at end | {load1} |", "",
-             "| Scrape | figure |", "|---|---:|",
-             f"| first scrape, CPU (also loads the ended runs' GPU-seconds once) | {scraped['first_s'] * 1e3:.0f} ms |",
-             f"| later scrapes, CPU, median of {len(times)} | {statistics.median(times) * 1e3:.0f} ms |",
-             f"| later scrapes, CPU, most | {times[-1] * 1e3:.0f} ms |",
-             f"| later scrapes, wall clock, median (the machine's other work included) | "
-             f"{statistics.median(scraped['walls']) * 1e3:.0f} ms |",
-             f"| text size | {scraped['bytes'] / 1024:,.0f} KiB |",
-             f"| series | {scraped['series']:,} |", "",
+             "| Scrape | " + " | ".join(f"{r['nodes']:,} nodes, {r['jobs']:,} jobs" for r in sizes) + " |",
+             "|---|" + "---:|" * len(sizes),
+             row("first scrape, CPU", lambda r: ms(r["first_s"])),
+             row(f"later scrapes, CPU, median of {args.scrapes}", lambda r: ms(statistics.median(r["times"]))),
+             row("later scrapes, CPU, most", lambda r: ms(max(r["times"]))),
+             row("later scrapes, wall clock, median (the machine's other work included)",
+                 lambda r: ms(statistics.median(r["walls"]))),
+             row("text size", lambda r: f"{r['bytes'] / 1024:,.0f} KiB"),
+             row("series", lambda r: f"{r['series']:,}"), "",
              "Most of the size is the per-node series (GPUs, CPUs and memory by allocated/idle/drained, state, "
              "heartbeat age: 8 series a node); per-job series are aggregated (jobs by state, partition, account "
-             "and QOS), so the text grows with nodes, not jobs.", "",
+             f"and QOS), so the text grows with nodes, not jobs; the scrape's CPU grows with both, as it also "
+             f"reads the running and pending jobs{_growth(sizes)}.", "",
              "Request path: the server's ASGI front (`FastPaths`) in-process, each request awaited in turn "
              f"({args.requests:,} per round, {args.rounds} interleaved rounds, median of rounds; CPU time of the "
              "process, so other work on the machine counts less), with the latency histogram (`observe`) and "
@@ -206,13 +248,19 @@ def render(args, scraped: dict, path: dict, facts: dict, load1) -> str:
     for name, runs in path.items():
         a, b = statistics.median(runs["without"]), statistics.median(runs["with"])
         lines.append(f"| {name} | {a:.1f} | {b:.1f} | {b - a:+.1f} |")
+    if acct:
+        lines += ["", f"Per-job GPU accounting (docs/METRICS.md, \"Per-job GPU use\"), on the {sizes[-1]['nodes']:,}-node "
+                  f"store: {acct['reports']:,} agents' reports of their running job's GPU sample, each folded into "
+                  "the job's record for that node (`gpuacct.record`) and committed, one transaction a report: "
+                  f"median **{acct['wall_ms']:.1f} ms** of wall clock, {acct['cpu_ms']:.1f} ms of CPU, a report "
+                  "(SQLite; the report route's own work, the heartbeat's node row, comes on top)."]
     return "\n".join(lines) + "\n"
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--nodes", type=int, default=5000)
-    p.add_argument("--jobs", type=int, default=50000)
+    p.add_argument("--nodes", type=int, nargs="+", default=[1000, 5000], help="cluster sizes (ten jobs a node)")
+    p.add_argument("--reports", type=int, default=2000, help="GPU-accounting reports timed on the largest")
     p.add_argument("--scrapes", type=int, default=5)
     p.add_argument("--requests", type=int, default=10000)
     p.add_argument("--rounds", type=int, default=11)
@@ -220,8 +268,8 @@ def main() -> int:
     args = p.parse_args()
     facts = machine_facts()  # its load average is the one at the start
     path = request_path(args.requests, args.rounds)
-    scraped = scrape(args.nodes, args.jobs, args.scrapes)
-    text = render(args, scraped, path, facts, load_average())
+    sizes = [scrape(n, 10 * n, args.scrapes, args.reports if n == max(args.nodes) else 0) for n in args.nodes]
+    text = render(args, sizes, path, facts, load_average())
     print(text)
     if not args.no_write:
         write_section(SECTION, text)

@@ -21,7 +21,7 @@ STEPS = 5
 
 
 def main() -> int:
-    dist.init_process_group("gloo")  # RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT from torchrun
+    dist.init_process_group("gloo")  # RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT from torchrun (or srun + Pyxis)
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)  # same initial weights everywhere (DDP would broadcast rank 0's anyway)
     model = DistributedDataParallel(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(),
@@ -40,7 +40,8 @@ def main() -> int:
     dist.all_gather(gathered, mine)
     checksum, everyone = mine.item(), [t.item() for t in gathered]
     agree = len(set(everyone)) == 1
-    line = (f"rank={rank} world={world} node={os.environ.get('GROUP_RANK')} host={socket.gethostname()} "
+    node = os.environ.get("GROUP_RANK", os.environ.get("SLURM_NODEID"))  # torchrun's, else srun's
+    line = (f"rank={rank} world={world} node={node} host={socket.gethostname()} "
             f"steps={STEPS} loss={loss.item():.4f} checksum={checksum:.10f} "
             f"{'ranks agree' if agree else 'MISMATCH: ' + ' '.join(f'{c:.10f}' for c in everyone)}\n")
     # One write per line: the node's two workers share one stdout, and print() may write

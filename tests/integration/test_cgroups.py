@@ -106,6 +106,35 @@ def test_sacct_shows_what_the_batch_step_used(cluster):
     assert lines[str(job_id)][1] == total, "the job line's TotalCPU is its steps' sum"
 
 
+def test_sacct_shows_what_each_srun_step_used_apart_from_the_batch_step(cluster):
+    """Each srun step's line has its own MaxRSS (its cgroup's peak on its node, MaxRSSNode)
+    and CPU times; the batch line is the script alone, as Slurm's batch step is, and the job
+    line's TotalCPU is the sum of them all."""
+    burn = ("import time; b = bytearray({mb} * 1024 * 1024); b[::4096] = b'x' * len(b[::4096]); "
+            "t = time.process_time()\nwhile time.process_time() - t < {s}: pass")
+    job_id = cluster.sbatch("-n2", script=f"""#!/bin/bash
+srun -n1 python3 -c "{burn.format(mb=160, s=1.0)}"
+srun -n2 python3 -c "{burn.format(mb=40, s=0.5)}"
+""")
+    job = cluster.wait_for(job_id, states=ENDED, timeout=90)
+    assert job["state"] == "COMPLETED", job
+
+    def lines():
+        out = cluster.run(["sacct", "-j", str(job_id), "-n", "-P", "-o",
+                           "JobID,MaxRSS,MaxRSSNode,TotalCPU,UserCPU,SystemCPU"]).stdout.split()
+        got = {line.split("|")[0]: line.split("|")[1:] for line in out}
+        return got if all(got.get(f"{job_id}.{s}", [""])[0] for s in ("batch", "0", "1")) else None
+
+    got = wait_until(lines, 15, "every step's usage in sacct")
+    batch, first, second = (got[f"{job_id}.{s}"] for s in ("batch", "0", "1"))
+    assert _kib(first[0]) >= 150 * 1024 and first[1] == NODE, got
+    assert 0.8 <= _seconds(first[2]) < 30 and _seconds(first[3]) + _seconds(first[4]) >= 0.7, got
+    assert _kib(second[0]) >= 70 * 1024 and _seconds(second[2]) >= 0.8, f"two tasks' 40 MB and 0.5 s: {got}"
+    assert _kib(batch[0]) < 150 * 1024, f"the batch step is the script alone, not its srun steps: {got}"
+    total = sum(_seconds(got[f"{job_id}.{s}"][2]) for s in ("batch", "0", "1"))
+    assert abs(_seconds(got[str(job_id)][2]) - total) < 0.01, got
+
+
 def test_sstat_reads_a_running_steps_cgroups(cluster):
     # An srun step that holds ~150 MB and has burnt ~0.5 s of CPU, then waits to be read.
     hold = ("import time; b = bytearray(150 * 1024 * 1024); b[::4096] = b'x' * len(b[::4096]); "

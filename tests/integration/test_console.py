@@ -157,6 +157,11 @@ def test_a_user_logs_in_and_watches_jobs_come_and_go_without_reloading(cluster, 
     seen = max(int(n) for n in re.findall(r"step (\d+) ", text(driver, "#output")))
     wait_until(lambda: f"step {seen + 3} " in text(driver, "#output"), 20, "later output, without a reload")
     assert not_reloaded(driver)
+    # Its GPU use, plotted per node from the agents' samples as they come (two nodes, two lines).
+    wait_until(lambda: count(driver, "#gpu-plots figure:first-of-type polyline") == 2, 40,
+               "the job's GPU utilisation plot, a line per node")
+    assert "GPUs sampled8" in text(driver, "#gpu-summary").replace("\n", "").replace("\t", "")
+    assert not_reloaded(driver)
     driver.save_screenshot(str(shots / "job.png"))
     click(driver, "#job-cancel")
     wait_until(lambda: "CANCELLED" in text(driver, "h2") or "COMPLETING" in text(driver, "h2"), 15,
@@ -204,6 +209,9 @@ def test_the_gpu_grid_agrees_with_sinfo_and_squeue(cluster, browser, shots):
         driver.get(f"{cluster.server}/console/{page}")
         wait_until(lambda: rendered(driver) >= 1, 10, f"the {page} page")
         driver.save_screenshot(str(shots / f"{page}.png"))
+        if page == "accounting":  # GPU-hours over time: bars for the jobs that have run
+            assert count(driver, "#usage-charts svg rect") >= 1, text(driver, "main")
+            assert "GPU-hours by account, per minute" in text(driver, "#usage-charts")
     # No page broke its own rules (Content-Security-Policy) or failed a request on the way.
     errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
     assert not errors, errors

@@ -6,6 +6,7 @@ One cluster serves every story here (module fixture): podman's start-up is the s
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import threading
@@ -35,6 +36,11 @@ def env(tmp_path_factory):
     root = tmp_path_factory.mktemp("containers")
     penv = podman_env(root)
     registry = Registry(root / "registry").start()
+    private = Registry(root / "private-registry", login=("alice", "s3cret-pw-4711")).start()
+    local = f"localhost/shoal-private-{private.port}:1"
+    build_image(penv, root, local, "private image")
+    push(penv, local, f"{private.address}/team/private:1", authfile=private.authfile())
+    podman(penv, "rmi", local)
     local = f"localhost/shoal-test-{registry.port}:1"
     build_image(penv, root, local, PRETTY, files={"/opt/image-marker": "inside\n"})
     push(penv, local, f"{registry.address}/nvidia/pytorch:24.10-py3")
@@ -44,7 +50,7 @@ def env(tmp_path_factory):
         "cluster_name": "containers", "partitions": [{"name": "gpu", "nodes": f"node[01-{NODES:02d}]", "default": True}],
         "nodes": {"heartbeat_interval_s": 1.0, "kill_wait_s": 2.0},
         "containers": {"registry_mirrors": {"nvcr.io": registry.address},
-                       "insecure_registries": [registry.address]}}))
+                       "insecure_registries": [registry.address, private.address]}}))
     gateway = free_port()
     cluster = LocalCluster(root / "cluster", nodes=NODES, gpus_per_node=GPUS, config=str(config),
                            extra=("--runtime", "podman", "--gateway", str(gateway)))
@@ -55,11 +61,18 @@ def env(tmp_path_factory):
     data.mkdir()
     checkpoints.mkdir()
     (data / "shard-0").write_text("tokens\n")
-    yield {"cluster": cluster, "registry": registry, "data": data, "checkpoints": checkpoints, "podman": penv,
+    yield {"cluster": cluster, "registry": registry, "private": private, "data": data, "checkpoints": checkpoints, "podman": penv,
            "root": root}
     cluster.down()
+    # What the nodes' caches hold (images loaded from saved files too) goes with the test.
+    held = {doc["id"] for index in (cluster.root / "state" / "nodes").glob("*/images/index.json")
+            for doc in json.loads(index.read_text()).values()}
+    if held:
+        podman(penv, "rmi", "--force", *held, check=False)
     registry.stop()
-    podman(penv, "rmi", "--force", f"{registry.address}/nvidia/pytorch:24.10-py3", check=False)
+    private.stop()
+    podman(penv, "rmi", "--force", f"{registry.address}/nvidia/pytorch:24.10-py3",
+           f"{private.address}/team/private:1", check=False)
 
 
 def output(cluster: LocalCluster, job_id: int) -> str:
@@ -129,6 +142,23 @@ srun --container-image={IMAGE} sh -c 'test -e /opt/pip-package && echo leaked ||
         time.sleep(0.5)
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="cgroups are made by a root agent")
+def test_container_steps_run_inside_their_jobs_cgroup_and_its_memory_limit(env):
+    """The step's container is made below the step's cgroup (podman's --cgroup-parent): its
+    processes are the job's, and --mem holds for them (the job ends OUT_OF_MEMORY)."""
+    c = env["cluster"]
+    job = c.sbatch("--mem=100M", script=f"""#!/bin/bash
+#SBATCH --nodes=1
+srun --container-image={IMAGE} cat /proc/self/cgroup
+srun --container-image={IMAGE} sh -c 'x=$(head -c 300000000 /dev/zero | tr "\\0" x); echo survived ${{#x}}'
+""")
+    done = c.wait_for(job, states=("COMPLETED", "FAILED", "CANCELLED", "OUT_OF_MEMORY"), timeout=120)
+    text = output(c, job)
+    memory = [line for line in text.splitlines() if line.split(":")[1:2] == ["memory"]]
+    assert memory and f"/job_{job}.0/step_0/" in memory[0], text
+    assert done["state"] == "OUT_OF_MEMORY" and "survived" not in text, (done["state"], text)
+
+
 def test_readonly_mount_and_readonly_root(env):
     c, data = env["cluster"], env["data"]
     out = c.run(["srun", "-N1", f"--container-image={IMAGE}", f"--container-mounts={data}:/data:ro",
@@ -192,6 +222,69 @@ def test_one_pull_for_concurrent_tasks_then_the_cache(env):
     c.run(["srun", "-N1", "-n4", "-w", "node01", f"--container-image={IMAGE}", "true"], timeout=90)
     assert manifest_gets() == before + 1
     assert list(json.loads(index_file.read_text())) == [image]
+
+
+def test_container_save_keeps_what_a_step_wrote_for_the_next(env):
+    """--container-save as Pyxis' own test takes it: each step saves its container to the
+    same relative path, the next starts from that file and adds to it; the file is the job
+    user's, and a save where the user cannot write fails the step's node with Pyxis' words."""
+    c = env["cluster"]
+    saved = c.workdir / "modified.sqsh"
+    saved.unlink(missing_ok=True)
+    first = c.run(["srun", "-N1", f"--container-image={IMAGE}", "--container-save=./modified.sqsh",
+                   "sh", "-c", "echo pyxis > /test"], timeout=120)
+    assert "pyxis: exported container" in first.stderr and str(saved) in first.stderr, first.stderr
+    assert saved.stat().st_size > 0
+    c.run(["srun", "-N1", "--container-image=./modified.sqsh", "--container-save=./modified.sqsh",
+           "sh", "-c", "echo slurm > /test2"], timeout=120)
+    out = c.run(["srun", "-N1", "--container-image=./modified.sqsh", "sh", "-c",
+                 "cat /test /test2; grep PRETTY /etc/os-release"], timeout=120)
+    assert out.stdout.splitlines() == ["pyxis", "slurm", f'PRETTY_NAME="{PRETTY}"'], out.stdout + out.stderr
+    failed = c.run(["srun", "-N1", f"--container-image={IMAGE}", "--container-save=/proc/no-such/x.sqsh", "true"],
+                   check=False, timeout=120)
+    assert "pyxis: failed to export container" in failed.stderr and "/proc/no-such/x.sqsh" in failed.stderr, \
+        failed.stderr
+    # The file's image is in the node's cache by the file's path (evicted under the size limit as a pulled one).
+    index = json.loads((c.root / "state" / "nodes" / "node01" / "images" / "index.json").read_text())
+    assert f"file:{saved}" in index, list(index)
+
+
+def test_enroot_credentials_let_a_step_pull_from_a_registry_that_needs_a_login(env):
+    """A registry that serves its image only to alice: refused without a login, pulled with
+    the password in her Enroot credentials file ($ENROOT_CONFIG_PATH/.credentials, netrc's
+    format), which no log or file left on the node shows."""
+    c, registry = env["cluster"], env["private"]
+    config = env["root"] / "enroot-config"
+    config.mkdir(exist_ok=True)
+    image = f"--container-image={registry.address}#team/private:1"
+    refused = c.run(["srun", "-N1", image, "true"], check=False, timeout=90, env={"ENROOT_CONFIG_PATH": str(config)})
+    assert refused.returncode != 0, refused.stdout
+    assert "unauthorized" in refused.stderr or "authentication required" in refused.stderr, refused.stderr
+    (config / ".credentials").write_text(f"# enroot\nmachine {registry.address} login alice password s3cret-pw-4711\n")
+    out = c.run(["srun", "-N1", image, "grep", "PRETTY", "/etc/os-release"], timeout=90,
+                env={"ENROOT_CONFIG_PATH": str(config)})
+    assert out.stdout.strip() == 'PRETTY_NAME="private image"', out.stdout + out.stderr
+    logs = "".join(p.read_text(errors="replace") for p in c.root.rglob("*.log"))
+    assert "s3cret-pw-4711" not in logs
+    assert not list((c.root / "state" / "nodes").rglob("auth.json"))  # the login's file went with the pull
+
+
+def test_a_nodes_images_show_in_scontrol_and_as_the_kubernetes_nodes_status_images(env):
+    """The agent reports its image cache: scontrol show node lists it (Images=), and the
+    Node object carries it as kubelet's status.images (names, sizeBytes)."""
+    c = env["cluster"]
+    image = f"{env['registry'].address}/nvidia/pytorch:24.10-py3"
+    c.run(["srun", "-N1", "-w", "node02", f"--container-image={IMAGE}", "true"], timeout=90)
+
+    def shown():
+        text = c.run(["scontrol", "show", "node", "node02"]).stdout
+        return text if f"Images={image}" in text else None
+
+    wait_until(shown, 30, "node02's image in scontrol show node")
+    node = json.loads(c.run(["shoal", "get", "node", "node02", "-o", "json"]).stdout)
+    held = {n: i["sizeBytes"] for i in node["status"]["images"] for n in i["names"]}
+    assert held.get(image, 0) > 100_000, node["status"]["images"]  # busybox and more
+    assert any(n.startswith("sha256:") for n in held), held
 
 
 def test_a_container_sees_exactly_its_gpus(env):
@@ -279,9 +372,12 @@ def test_a_pod_runs_its_image_through_podman_and_a_missing_tag_backs_off(env):
             return None
 
         pod, waiting = wait_until(backing_off, 60, "the missing tag's pull error")
-        assert "manifest unknown" in waiting["message"], waiting
+        # ErrImagePull carries the registry's message, ImagePullBackOff kubelet's back-off one;
+        # the events keep the registry's either way.
+        assert "manifest unknown" in waiting["message"] or waiting["reason"] == "ImagePullBackOff", waiting
         described = c.run(["shoal", "describe", "pod", pod["metadata"]["name"]]).stdout
         assert "Failed" in described and "pytorch:99.99-py3" in described, described
+        assert "manifest unknown" in described, described
     finally:
         c.run(["shoal", "delete", "deployment", "web", "missing-tag"], check=False)
 
@@ -400,6 +496,98 @@ def test_a_deployment_of_an_image_serves_through_the_gateway_and_rolls_to_a_new_
         c.run(["shoal", "delete", "service", "web-image"], check=False)
         wait_until(lambda: not pods(c, "app=web-image"), 30, "the web pods gone")
         podman(penv, "rmi", "--force", *(f"{registry.address}/shoal/web:{t}" for t in ("v1", "v2")), check=False)
+
+
+def test_a_pod_pulls_with_its_image_pull_secret_and_reads_a_secret_key(env):
+    """A docker-registry Secret lets a pod pull from the registry that needs a login; the same
+    pod without it backs off with the registry's refusal; an env secretKeyRef's value reaches
+    the container, and neither the password nor the value is in a log or on a command line."""
+    c, registry = env["cluster"], env["private"]
+    config = {"auths": {registry.address: {"auth": base64.b64encode(b"alice:s3cret-pw-4711").decode()}}}
+    docs = [{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "regcred"},
+             "type": "kubernetes.io/dockerconfigjson", "stringData": {".dockerconfigjson": json.dumps(config)}},
+            {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "hf"}, "stringData": {"token": "hf_v4lue_9"}}]
+    with_login = deployment("private", f"{registry.address}/team/private:1",
+                            ["sh", "-c", "grep PRETTY /etc/os-release; echo token=$HF_TOKEN; sleep 600"])
+    spec = with_login["spec"]["template"]["spec"]
+    spec["imagePullSecrets"] = [{"name": "regcred"}]
+    spec["containers"][0]["env"] = [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}]
+    without = deployment("private-nologin", f"{registry.address}/team/private:1", ["true"])
+    # Always: with the image on the node (the first pod's pull), IfNotPresent would start it
+    # unasked, as kubelet does; Always asks the registry, which refuses.
+    without["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"] = "Always"
+    c.run(["shoal", "apply", "-f", "-"], input="\n---\n".join(json.dumps(d) for d in [*docs, with_login, without]))
+    try:
+        def said():
+            items = json.loads(c.run(["shoal", "get", "pods", "-l", "app=private", "-o", "json"]).stdout)["items"]
+            if not items:
+                return None
+            log = c.run(["shoal", "logs", items[0]["metadata"]["name"]], check=False).stdout
+            return log if "token=" in log else None
+
+        log = wait_until(said, 90, "the private image's pod output")
+        assert 'PRETTY_NAME="private image"' in log and "token=hf_v4lue_9" in log, log
+
+        def refused():
+            items = json.loads(c.run(["shoal", "get", "pods", "-l", "app=private-nologin", "-o", "json"]).stdout)["items"]
+            for cs in (items[0] if items else {}).get("status", {}).get("containerStatuses") or ():
+                w = cs.get("state", {}).get("waiting") or {}
+                if w.get("reason") in ("ErrImagePull", "ImagePullBackOff"):
+                    return w
+            return None
+
+        wait_until(refused, 60, "the pull without a login refused")
+        items = json.loads(c.run(["shoal", "get", "pods", "-l", "app=private-nologin", "-o", "json"]).stdout)["items"]
+        described = c.run(["shoal", "describe", "pod", items[0]["metadata"]["name"]]).stdout
+        assert "unauthorized" in described or "authentication required" in described, described
+        ps = __import__("subprocess").run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+        assert "hf_v4lue_9" not in ps and "s3cret-pw-4711" not in ps
+        logs = "".join(p.read_text(errors="replace") for p in c.root.rglob("*.log"))
+        assert "s3cret-pw-4711" not in logs
+        listed = c.run(["shoal", "get", "secrets"]).stdout.split("\n")
+        assert listed[0].split() == ["NAME", "TYPE", "DATA", "AGE"], listed
+        assert [line.split()[:3] for line in listed[1:3]] == [["hf", "Opaque", "1"],
+                                                              ["regcred", "kubernetes.io/dockerconfigjson", "1"]]
+    finally:
+        c.run(["shoal", "delete", "deployment", "private", "private-nologin"], check=False)
+        c.run(["shoal", "delete", "secret", "regcred", "hf"], check=False)
+    assert "No resources found" in c.run(["shoal", "get", "secrets"]).stderr + c.run(["shoal", "get", "secrets"]).stdout
+
+
+def test_a_pod_and_a_batch_step_share_the_nodes_image_cache(env):
+    """A pod's image comes through the node's cache (kubelet's Pulling/Pulled events): a batch
+    step on that node then starts from it with no pull (the registry serves its manifest
+    once), and imagePullPolicy Never finds it there."""
+    c, penv, registry = env["cluster"], env["podman"], env["registry"]
+    local = f"localhost/shoal-shared-{registry.port}:1"
+    build_image(penv, env["root"], local, "shared image")
+    push(penv, local, f"{registry.address}/shoal/shared:1")
+    podman(penv, "rmi", local)
+
+    def manifest_gets() -> int:
+        log = (registry.root / "registry.log").read_text()
+        return log.count('"GET /v2/shoal/shared/manifests/1 HTTP/1.1" 200')
+
+    doc = deployment("shared", "nvcr.io/shoal/shared:1", ["sh", "-c", "grep PRETTY /etc/os-release; sleep 600"])
+    c.run(["shoal", "apply", "-f", "-"], input=json.dumps(doc))
+    try:
+        def running():
+            items = json.loads(c.run(["shoal", "get", "pods", "-l", "app=shared", "-o", "json"]).stdout)["items"]
+            return items[0] if items and items[0]["status"].get("phase") == "Running" else None
+
+        pod = wait_until(running, 90, "the shared-image pod running")
+        node = pod["spec"]["nodeName"]
+        index = json.loads((c.root / "state" / "nodes" / node / "images" / "index.json").read_text())
+        assert f"{registry.address}/shoal/shared:1" in index, list(index)
+        described = c.run(["shoal", "describe", "pod", pod["metadata"]["name"]]).stdout
+        assert 'Successfully pulled image "nvcr.io/shoal/shared:1"' in described, described
+        before = manifest_gets()
+        out = c.run(["srun", "-w", node, "--container-image=nvcr.io/shoal/shared:1", "grep", "PRETTY",
+                     "/etc/os-release"], timeout=90)
+        assert out.stdout.strip() == 'PRETTY_NAME="shared image"', out.stdout + out.stderr
+        assert manifest_gets() == before  # the step found it in the cache the pod filled
+    finally:
+        c.run(["shoal", "delete", "deployment", "shared"], check=False)
 
 
 def test_a_pod_runs_as_its_security_contexts_user(env):

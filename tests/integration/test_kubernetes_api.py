@@ -5,6 +5,7 @@ Deployment run with the example model server standing in for the vLLM image.
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 import shutil
@@ -188,6 +189,48 @@ def test_forbidden_outside_a_granted_namespace(cluster):
     assert out.returncode == 1 and "Error from server (Forbidden)" in out.stderr
     assert 'User "bob" cannot create resource "services" in API group "" in the namespace "team-b"' in out.stderr
     kubectl(c, "delete", "ns", "team-a", "team-b", timeout=90)
+
+
+@pytest.mark.slow
+@needs_kubectl
+def test_kubectl_creates_reads_and_deletes_secrets(cluster):
+    """kubectl create secret docker-registry / generic against Shoal: stored and served as
+    Kubernetes does (stringData in, base64 data out, TYPE and DATA columns), describe shows
+    sizes only, a viewer is refused them, and no value reaches the server's log."""
+    c = cluster
+    kubectl(c, "create", "namespace", "sec")
+    out = kubectl(c, "create", "secret", "docker-registry", "regcred", "-n", "sec", "--docker-server=r.example:5000",
+                  "--docker-username=alice", "--docker-password=pw-0xDEADBEEF", "--docker-email=a@example.com")
+    assert out.stdout.strip() == "secret/regcred created", out.stdout + out.stderr
+    kubectl(c, "create", "secret", "generic", "hf", "-n", "sec", "--from-literal=token=hf_s3cr3t_value",
+            "--from-literal=user=alice")
+    rows = table(kubectl(c, "get", "secrets", "-n", "sec").stdout)
+    assert rows[0] == ["NAME", "TYPE", "DATA", "AGE"]
+    assert [r[:3] for r in rows[1:]] == [["hf", "Opaque", "2"], ["regcred", "kubernetes.io/dockerconfigjson", "1"]]
+    got = json.loads(kubectl(c, "get", "secret", "regcred", "-n", "sec", "-o", "json").stdout)
+    config = json.loads(base64.b64decode(got["data"][".dockerconfigjson"]))
+    assert config["auths"]["r.example:5000"]["auth"] == base64.b64encode(b"alice:pw-0xDEADBEEF").decode()
+    token = kubectl(c, "get", "secret", "hf", "-n", "sec", "-o", "jsonpath={.data.token}").stdout
+    assert base64.b64decode(token) == b"hf_s3cr3t_value"
+    described = kubectl(c, "describe", "secret", "hf", "-n", "sec").stdout
+    assert "token:  15 bytes" in described and "hf_s3cr3t_value" not in described, described
+    out = kubectl(c, "create", "secret", "generic", "hf", "-n", "sec", "--from-literal=token=x", check=False)
+    assert out.returncode == 1 and 'secrets "hf" already exists' in out.stderr, out.stderr
+
+    viewer = str(c.root / "carol.kubeconfig")
+    c.run(["shoal", "kubeconfig", "--user", "carol", "-o", viewer])
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+               "metadata": {"name": "carol-view", "namespace": "sec"}, "subjects": [{"kind": "User", "name": "carol"}],
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"}}
+    c.run(["kubectl", "apply", "-f", "-"], input=json.dumps(binding))
+    out = kubectl(c, "get", "secret", "hf", "-n", "sec", kubeconfig=viewer, check=False)
+    assert out.returncode == 1 and 'cannot get resource "secrets"' in out.stderr, out.stderr
+    assert "hf" not in kubectl(c, "get", "secrets", "-n", "sec", kubeconfig=viewer).stdout
+    kubectl(c, "delete", "secret", "hf", "-n", "sec")
+    assert [r[0] for r in table(kubectl(c, "get", "secrets", "-n", "sec").stdout)[1:]] == ["regcred"]
+    logs = "".join(p.read_text(errors="replace") for p in c.root.rglob("*.log"))
+    assert "pw-0xDEADBEEF" not in logs and "hf_s3cr3t_value" not in logs
+    kubectl(c, "delete", "ns", "sec", timeout=90)
 
 
 @pytest.mark.slow

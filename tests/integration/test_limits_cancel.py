@@ -6,6 +6,8 @@ One 2-node cluster (KillWait 2 s) serves the module; each test waits for its own
 
 from __future__ import annotations
 
+import os
+import shlex
 import time
 
 import pytest
@@ -119,3 +121,80 @@ def test_hold_and_release(cluster):
     assert cluster.job(second)["state"] == "PENDING", "past its begin time, a held job still waits"
     cluster.run(["scontrol", "release", str(second)])
     assert cluster.wait_for(second, timeout=15)["state"] == "COMPLETED"
+
+
+def _counter(name: str, marks) -> str:
+    """bash that notes each SIGTERM it gets (and SIGINT) and lives on: only SIGKILL ends it."""
+    return (f"trap 'echo \"{name} TERM $EPOCHREALTIME\" >> {marks}' TERM; "
+            f"trap 'echo \"{name} INT $EPOCHREALTIME\" >> {marks}' INT; "
+            f"echo \"{name} ready $BASHPID\" >> {marks}; while :; do sleep 0.1; done")
+
+
+def _marks(path) -> list[tuple[str, str]]:
+    return [(line.split()[0], line.split()[1]) for line in path.read_text().splitlines() if len(line.split()) == 3]
+
+
+def test_scancel_sends_each_process_one_sigterm_then_sigkill_after_killwait(cluster):
+    """The script, a child in its process group, a process that left it (setsid: the job's
+    cgroup reaches it) and an srun task each trap TERM and live on: each gets exactly one
+    SIGTERM, and SIGKILL ends them KillWait later. srun, TERMed with the script, says so in
+    Slurm's words."""
+    marks = cluster.workdir / "oneterm.marks"
+    names = ["script", "child", "task"] + (["detached"] if os.geteuid() == 0 else [])
+    job_id = cluster.sbatch("--output=oneterm.out", script=f"""#!/bin/bash
+({_counter("child", marks)}) &
+{"setsid bash -c " + shlex.quote(_counter("detached", marks)) + " &" if "detached" in names else ""}
+srun bash -c {shlex.quote(_counter("task", marks))} &
+{_counter("script", marks)}
+""")
+    cluster.wait_for(job_id, states=("RUNNING",), timeout=15)
+    wait_until(lambda: marks.exists() and {n for n, what in _marks(marks) if what == "ready"} == set(names), 20,
+               "every process to set its trap")
+    cluster.run(["scancel", str(job_id)])
+    assert cluster.wait_for(job_id, timeout=30)["state"] == "CANCELLED"
+    pids = [int(line.split()[2]) for line in marks.read_text().splitlines() if " ready " in line]
+    wait_until(lambda: not any(pid_alive(p) for p in pids), 20, "the job's processes to be gone")
+    time.sleep(3)  # KillWait (2 s) and more: a late second TERM would be noted by now
+    terms = [n for n, what in _marks(marks) if what == "TERM"]
+    assert sorted(terms) == sorted(names), f"SIGTERMs received: {terms}"
+    out = (cluster.workdir / "oneterm.out").read_text()
+    assert "srun: forcing job termination" in out, out
+    assert "srun: Job step aborted: Waiting up to 4 seconds for job step to finish." in out, out
+
+
+def test_srun_signalled_ends_its_step_with_one_sigterm_then_sigkill_after_killwait(cluster):
+    """The script TERMs its own srun (as `timeout` would): srun asks the node to end the step,
+    the task gets one TERM and, as it lives on, SIGKILL KillWait later; the job goes on. A
+    first Ctrl-C shows the step's tasks; a second within a second passes SIGINT on and ends
+    the step likewise."""
+    marks = cluster.workdir / "srunterm.marks"
+    job_id = cluster.sbatch("--output=srunterm.out", script=f"""#!/bin/bash
+n=0
+for how in TERM INT; do
+  srun bash -c {shlex.quote(_counter("task-$SLURM_STEP_ID", marks))} &
+  pid=$!
+  until grep -q "task-$n ready" {marks} 2>/dev/null; do sleep 0.1; done
+  sent=${{EPOCHREALTIME/./}}
+  if [ $how = TERM ]; then kill -TERM $pid; else kill -INT $pid; sleep 0.3; kill -INT $pid; fi
+  wait $pid
+  echo "srun $how exit $? after $(( ${{EPOCHREALTIME/./}} - sent ))"
+  n=$((n + 1))
+done
+echo done
+""")
+    done = cluster.wait_for(job_id, timeout=60)
+    out = (cluster.workdir / "srunterm.out").read_text()
+    assert done["state"] == "COMPLETED", out
+    marks_seen = _marks(marks)
+    assert sorted(what for n, what in marks_seen if n == "task-0") == ["TERM", "ready"], marks_seen
+    assert sorted(what for n, what in marks_seen if n == "task-1") == ["INT", "TERM", "ready"], marks_seen
+    for how in ("TERM", "INT"):
+        line = next(x for x in out.splitlines() if x.startswith(f"srun {how} exit"))
+        code, took = line.split()[3], int(line.split()[5]) / 1e6
+        assert code == "137" and 1.8 <= took <= 15, f"{line}: the task must be KILLed KillWait (2 s) after its TERM"
+    assert out.count("srun: forcing job termination") == 2, out
+    assert out.count("srun: Job step aborted: Waiting up to 4 seconds for job step to finish.") == 2, out
+    assert "srun: interrupt (one more within 1 sec to abort)" in out, out
+    assert f"srun: StepId={job_id}.1 task 0: running" in out, out
+    assert f"srun: sending Ctrl-C to StepId={job_id}.1" in out, out
+    assert out.count("task 0: Killed") == 2 and out.rstrip().endswith("done"), out

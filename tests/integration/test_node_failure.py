@@ -14,7 +14,10 @@ import time
 from pathlib import Path
 
 from shoal.api_client import ClientError
-from tests.integration.cluster import LocalCluster, wait_until
+import pytest
+
+from tests.integration.cluster import LocalCluster, pid_alive, wait_until
+from tests.integration.test_agent_restart import _start_agent
 
 
 def test_killed_agent_fails_its_jobs_and_requeues_the_ones_that_asked(make_cluster):
@@ -74,25 +77,40 @@ sleep 60
                 pass
 
 
-WEB = {
-    "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
-    "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}},
-             "template": {"metadata": {"labels": {"app": "web"}},
+TICKER = {
+    "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "ticker"},
+    "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "ticker"}},
+             "template": {"metadata": {"labels": {"app": "ticker"}},
                           "spec": {"terminationGracePeriodSeconds": 1,
-                                   "containers": [{"name": "main", "image": "busybox",
-                                                   "command": ["sh", "-c", "echo $$$$ > $PIDS/$POD_NAME; exec sleep 600"],
+                                   "containers": [{"name": "main", "image": "busybox", "command": ["sh", "-c", (
+                                       # The main process and one that left its process group tick
+                                       # into the pod's file; $$ is a $ to Kubernetes.
+                                       "echo $$$$ > $PIDS/$POD_NAME; "
+                                       "setsid sh -c 'while :; do echo detached $$(date +%s.%N) "
+                                       ">> $PIDS/$POD_NAME.ticks; sleep 0.1; done' & "
+                                       "while :; do echo main $$(date +%s.%N) >> $PIDS/$POD_NAME.ticks; "
+                                       "sleep 0.1; done")],
                                                    "resources": {"limits": {"nvidia.com/gpu": 2}}}]}}},
 }
 
 
-def test_a_silent_nodes_pods_are_replaced_elsewhere_and_its_agent_fences_them_when_it_wakes(make_cluster):
-    """kill -STOP an agent: its node goes DOWN, its pod fails NodeLost and the ReplicaSet
-    schedules a replacement on the free node. kill -CONT: the agent finds its lease long
-    expired and kills the pod it still runs (it runs elsewhere now), then registers again."""
+def _ticks(path: Path) -> tuple[float, float]:
+    """The first and last tick a pod wrote (either of its processes)."""
+    times = [float(t) for line in path.read_text().splitlines() if len(line.split()) == 2
+             for t in [line.split()[1]]]
+    return min(times), max(times)
+
+
+@pytest.mark.parametrize("fault", ["kill", "stop"])
+def test_a_silent_nodes_pods_stop_by_their_lease_before_they_are_replaced_elsewhere(make_cluster, fault):
+    """kill -9 or kill -STOP an agent: its pod's supervisor stops the pod (its detached process
+    too) when the node's lease runs out, with no agent; then the node goes DOWN, the pod fails
+    NodeLost and the ReplicaSet starts a replacement on the free node. Two copies never tick at
+    once. The agent, started again or woken, never starts the old pod again."""
     cluster: LocalCluster = make_cluster(nodes=3, gpus_per_node=2, heartbeat_timeout=3)
     pids = cluster.workdir / "pods"
     pids.mkdir()
-    manifest = json.loads(json.dumps(WEB))
+    manifest = json.loads(json.dumps(TICKER))
     manifest["spec"]["template"]["spec"]["containers"][0]["env"] = [{"name": "PIDS", "value": str(pids)}]
     cluster.run(["shoal", "apply", "-f", "-"], input=json.dumps(manifest))
 
@@ -105,40 +123,47 @@ def test_a_silent_nodes_pods_are_replaced_elsewhere_and_its_agent_fences_them_wh
         return pods if len(pods) == 2 and without not in pods else None
 
     first = wait_until(two_running, 30, "two running pods")
-    wait_until(lambda: all((pids / name).exists() for name in first), 15, "both pods to write their pids")
+    wait_until(lambda: all((pids / f"{name}.ticks").exists() for name in first), 15, "both pods to tick")
     lost_pod, victim = min(first.items())
     spare = (set(cluster.node_names()) - set(first.values())).pop()
     orphan = int((pids / lost_pod).read_text())
     agent = cluster.agent_pid(victim)
-    os.kill(agent, signal.SIGSTOP)
+    cmd = Path(f"/proc/{agent}/cmdline").read_bytes().decode().split("\0")[:-1]
+    restarted = None
+    os.kill(agent, signal.SIGKILL if fault == "kill" else signal.SIGSTOP)
     try:
         wait_until(lambda: next(n for n in cluster.nodes_json() if n["name"] == victim)["state"] == "DOWN", 15,
                    f"{victim} to go DOWN")
+        assert not pid_alive(orphan), "the pod of a node whose lease ran out still runs when the node goes DOWN"
         now = wait_until(lambda: two_running(without=lost_pod), 20, "the ReplicaSet to replace the lost pod")
         replacement = (set(now) - set(first)).pop()
         assert now[replacement] == spare and victim not in now.values(), now
-        deploy = json.loads(cluster.run(["shoal", "get", "deploy", "web", "-o", "json"]).stdout)
-        assert deploy["status"].get("readyReplicas") == 2 or deploy["status"].get("replicas") == 2, deploy
-        os.kill(orphan, 0)  # the stopped agent's pod still runs: a partitioned node's work goes on
+        wait_until(lambda: (pids / f"{replacement}.ticks").exists(), 15, "the replacement to tick")
+        lost_end, began = _ticks(pids / f"{lost_pod}.ticks")[1], _ticks(pids / f"{replacement}.ticks")[0]
+        assert lost_end < began, f"pod {lost_pod} ticked until {lost_end:.2f}, after {replacement} began at {began:.2f}"
+        # Its supervisor did it, with no agent: its log says so.
+        logs = [p.read_text() for p in (cluster.root / "state" / "nodes" / victim / "pods").glob(
+            f"*_{lost_pod}_*/main/run.*/supervise.log")]
+        assert any("fenced: the node's lease ran out" in text for text in logs), logs
     finally:
-        os.kill(agent, signal.SIGCONT)
-    # Woken, the agent fences: the pod that now runs elsewhere is killed here.
-    def gone() -> bool:
-        try:
-            os.kill(orphan, 0)
-            return False
-        except ProcessLookupError:
-            return True
-
-    wait_until(gone, 10, f"the fenced agent to kill pod {lost_pod} (pid {orphan})")
-    log = (cluster.root / "state" / "logs" / f"{victim}.log").read_text()
-    assert "fencing: no report reached the server" in log and lost_pod in log, log[-2000:]
-    wait_until(lambda: next(n for n in cluster.nodes_json() if n["name"] == victim)["state"] == "UP", 15,
-               f"{victim} to come back after registering again")
-    wait_until(lambda: "registered again after the fence" in
-               (cluster.root / "state" / "logs" / f"{victim}.log").read_text(), 10, "the agent to say it is back")
-    time.sleep(1)  # a report or two from the woken agent: still the replacement, never the old pod back
-    assert running() == now
+        if fault == "stop":
+            os.kill(agent, signal.SIGCONT)
+        else:
+            restarted = _start_agent(cluster, cmd)
+    try:
+        wait_until(lambda: next(n for n in cluster.nodes_json() if n["name"] == victim)["state"] == "UP", 20,
+                   f"{victim} to come back")
+        if fault == "stop":  # woken, it finds its lease long expired and fences what it still holds
+            log = (cluster.root / "state" / "logs" / f"{victim}.log").read_text()
+            assert "fencing: no report reached the server" in log, log[-2000:]
+        ticked = (pids / f"{lost_pod}.ticks").read_text()
+        time.sleep(2)  # a few reports from the agent: still the replacement, never the old pod back
+        assert running() == now
+        assert (pids / f"{lost_pod}.ticks").read_text() == ticked, f"pod {lost_pod} ran again on {victim}"
+    finally:
+        if restarted is not None:
+            restarted.terminate()
+            restarted.wait(timeout=30)
 
 
 def test_a_server_back_from_an_outage_longer_than_the_heartbeat_timeout_marks_no_node_down(tmp_path):

@@ -130,6 +130,9 @@ def test_prometheus_sees_what_squeue_sinfo_and_scontrol_show(cluster, busy):
     series = query(c, f'DCGM_FI_DEV_GPU_UTIL{{hpc_job="{job}"}}')
     node = c.job(job)["nodelist"]
     assert len(series) == 1 and series[0]["metric"]["Hostname"] == node, (series, node)
+    # ...and what it draws: an idle GPU's power (a tenth of the A100's 400 W), its energy counting up.
+    assert scalar(c, f'DCGM_FI_DEV_POWER_USAGE{{hpc_job="{job}"}}') == 40.0
+    assert scalar(c, f'DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{hpc_job="{job}"}}') > 0
     pods = query(c, 'DCGM_FI_DEV_GPU_UTIL{namespace="default", pod=~"llm-.*"}')
     assert len(pods) == 2 and {s["metric"]["container"] for s in pods} == {"vllm"}
     assert scalar(c, 'shoal_deployment_spec_replicas{deployment="llm"}') == 2

@@ -84,10 +84,10 @@ def test_serving_preempts_scavenger_training_which_checkpoints_and_resumes_after
     assert pod_job["start_time"] - pod_job["submit_time"] <= 3 + 2 + 4, pod_job  # grace + KillWait + passes
     # squeue shows serving and (waiting) training on the same pool. The requeued job shows
     # COMPLETING (CG), as in Slurm, until its other node has cleaned up; then PENDING.
-    def squeue() -> str:
-        return cluster.run(["squeue", "-h", "-o", "%i %T"]).stdout
-    table = wait_until(lambda: (t := squeue()) if f"{victim} PENDING" in t else None, 10,
-                       "the requeued job cleaned up and PENDING in squeue")
+    def pending_in_squeue() -> str | None:
+        table = cluster.run(["squeue", "-h", "-o", "%i %T"]).stdout
+        return table if f"{victim} PENDING" in table else None
+    table = wait_until(pending_in_squeue, 10, "the requeued job cleaned up and PENDING in squeue")
     assert f"{pod_job['job_id']} RUNNING" in table, table
 
     # Serving scales down: the GPUs come back and the training job resumes from its checkpoint.

@@ -279,7 +279,7 @@ def test_sstat_picks_steps_and_renders_them_as_slurms():
     out = sstat.render_sstat([{"job_id": 5, "step": usage["steps"][1]}], options).splitlines()
     assert out == ["JobID|MaxRSS|MaxRSSNode|AveRSS|MinCPU|MinCPUNode|AveCPU|NTasks|Nodelist|MaxVMSize|"
                    "TRESUsageInMaxNode",
-                   "5.3|4M|n2|2M|00:01.500|n2|00:01.500|3|n[1-2]||"]
+                   "5.3|4M|n2|2M|00:01.500|n2|00:01.500|3|n[1-2]||cpu=n1,mem=n2"]
     with pytest.raises(fmt.FormatError, match="Bad job/step specified: 5.x"):
         sstat.parse_steps(["5.x"])
     assert sstat.parse_steps(["5", "6.batch", "7.2"]) == [(5, None), (6, "batch"), (7, "2")]

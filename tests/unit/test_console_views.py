@@ -2,7 +2,7 @@
 cookie's and login's rules."""
 
 from shoal.server.console import _local, cookie_credential
-from shoal.server.console.views import Holder, gpu_grid, gpu_hours, partition_totals
+from shoal.server.console.views import Holder, gpu_grid, gpu_hours, gpu_hours_over_time, partition_totals
 
 
 def node(name, state="UP", display="idle", gpus=4, partitions=("gpu",), health=()):
@@ -52,7 +52,8 @@ def test_gpu_hours_per_account_and_user_run_until_now_for_running_jobs():
             ("bob", None, 0.0, 7200.0, alloc(("b", [1]))),            # default account
             ("carol", "ml", None, None, None)]                        # never started
     out = gpu_hours(rows, now=1800.0)
-    assert out["accounts"] == [{"account": "(default account)", "gpu_hours": 2.0}, {"account": "ml", "gpu_hours": 3.0}]
+    assert out["accounts"] == [{"account": "(default account)", "gpu_hours": 2.0, "busy_gpu_hours": 0.0},
+                               {"account": "ml", "gpu_hours": 3.0, "busy_gpu_hours": 0.0}]
     assert {(u["user"], u["gpu_hours"]) for u in out["users"]} == {("alice", 3.0), ("bob", 2.0)}
 
 
@@ -66,3 +67,25 @@ def test_a_login_goes_on_only_to_a_console_page():
     assert _local("/console/jobs/7") == "/console/jobs/7"
     for bad in ("https://evil.example/", "//evil.example/console/", "/console/..//evil", "/shoal/v1/tokens"):
         assert _local(bad) == "/console/overview", bad
+
+
+def test_gpu_hours_count_busy_hours_where_the_agents_sampled_them():
+    rows = [("alice", "ml", 0.0, 3600.0, alloc(("a", [0, 1])))]
+    out = gpu_hours(rows, now=3600.0, busy={("ml", "alice"): 0.5})
+    assert out["accounts"] == [{"account": "ml", "gpu_hours": 2.0, "busy_gpu_hours": 0.5}]
+    assert out["users"][0]["busy_gpu_hours"] == 0.5
+
+
+def test_gpu_hours_over_time_split_runs_across_buckets_sized_to_the_span():
+    rows = [("alice", "ml", 7200.0, 7200.0 + 5400, alloc(("a", [0, 1]))),    # 2 GPUs, 90 min from 2:00
+            ("bob", None, 9000.0, None, alloc(("b", [0]))),                  # 1 GPU since 2:30, running
+            ("carol", "ml", None, None, None)]                               # never started
+    out = gpu_hours_over_time(rows, now=7200.0 + 8 * 3600)
+    assert out["bucket_s"] == 900 and out["start"] == 7200.0 and out["buckets"] == 33  # 8 h in 15 min bars
+    ml, bob = out["accounts"]["ml"], out["accounts"]["(default account)"]
+    assert ml[:6] == [0.5] * 6 and ml[6:] == [0.0] * 27  # 2 GPUs x 15 min a bar for 90 min
+    assert bob[:2] == [0.0, 0.0] and bob[2:32] == [0.25] * 30 and bob[32] == 0.0
+    assert abs(sum(ml) - 3.0) < 1e-9 and set(out["users"]) == {"alice", "bob"}
+    # A year of accounting fits in weekly bars; nothing started: no bars.
+    assert gpu_hours_over_time(rows, now=7200.0 + 365 * 86400)["bucket_s"] == 7 * 86400
+    assert gpu_hours_over_time([], now=1.0)["buckets"] == 0

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import json
+import os
 from pathlib import Path
 
 import pytest
@@ -168,6 +170,9 @@ def test_podman_and_docker_remove_a_stale_container_first_and_exec_probes_inside
     assert not podman.steps[0].check
     rt = get_runtime("podman", "node1", base_env={})
     assert rt.exec_argv(podman, ["cat", "/tmp/healthy"], 1234) == ["podman", "exec", NAME, "cat", "/tmp/healthy"]
+    # kubectl exec -i / -it: podman passes standard input on, and makes a terminal, only when told.
+    assert rt.exec_argv(podman, ["sh"], 1234, stdin=True, tty=True) == ["podman", "exec", "-i", "-t", NAME, "sh"]
+    assert rt.exec_argv(podman, ["cat"], 1234, stdin=True) == ["podman", "exec", "-i", NAME, "cat"]
     docker = _launch("docker", tmp_path)
     assert docker.steps[0].argv == ["docker", "rm", "--force", NAME] and docker.cleanup == ["docker", "rm", "--force", NAME]
 
@@ -240,8 +245,8 @@ def test_env_resolves_field_refs_and_dependent_variables():
 
 
 def test_env_sources_shoal_lacks_are_config_errors():
-    c = {"name": "x", "image": "i", "env": [{"name": "T", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]}
-    with pytest.raises(CreateContainerConfigError, match="env T: secretKeyRef is not supported"):
+    c = {"name": "x", "image": "i", "env": [{"name": "T", "valueFrom": {"configMapKeyRef": {"name": "s", "key": "k"}}}]}
+    with pytest.raises(CreateContainerConfigError, match="env T: configMapKeyRef is not supported"):
         container_env(POD, c)
     c = {"name": "x", "image": "i", "env": [{"name": "T", "valueFrom": {"fieldRef": {"fieldPath": "spec.x"}}}]}
     with pytest.raises(CreateContainerConfigError, match='unsupported fieldRef fieldPath "spec.x"'):
@@ -293,3 +298,42 @@ def test_launch_does_not_mutate_the_pod(tmp_path):
     for runtime in CASES:
         _launch(runtime, tmp_path)
     assert POD == before
+
+
+def test_secret_env_and_pull_secrets_stay_off_the_command_line(tmp_path):
+    """A secretKeyRef's value reaches podman by name in its environment; the pod's
+    imagePullSecrets become an --authfile only root reads; kubelet's messages for a
+    missing Secret or key."""
+    from shoal.agent.containers import ContainerPaths, PodmanRuntime
+
+    pod = {**POD, "secrets": {"hf": {"token": "hf_s3cret"}, "empty": {}},
+           "registry_auths": {"r:5000": {"auth": "YTpi"}}}
+    c = {"name": "x", "image": "r:5000/i:1", "env": [
+        {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}},
+        {"name": "OPT", "valueFrom": {"secretKeyRef": {"name": "gone", "key": "k", "optional": True}}}]}
+    env = container_env(pod, c)
+    assert env["HF_TOKEN"] == "hf_s3cret" and "OPT" not in env
+    launch = PodmanRuntime("n1").launch(pod, c, [], env, ContainerPaths(tmp_path / "c", tmp_path / "images"))
+    assert "hf_s3cret" not in " ".join(launch.argv) and "YTpi" not in " ".join(launch.argv)
+    assert launch.argv[launch.argv.index("HF_TOKEN") - 1] == "-e" and launch.env["HF_TOKEN"] == "hf_s3cret"
+    authfile = launch.argv[launch.argv.index("--authfile") + 1]
+    assert json.loads(open(authfile).read()) == {"auths": {"r:5000": {"auth": "YTpi"}}}
+    assert os.stat(authfile).st_mode & 0o777 == 0o600
+    missing = {"name": "x", "image": "i", "env": [{"name": "T", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]}
+    with pytest.raises(CreateContainerConfigError, match='secret "s" not found'):
+        container_env(pod, missing)
+    missing["env"][0]["valueFrom"]["secretKeyRef"]["name"] = "empty"
+    with pytest.raises(CreateContainerConfigError, match="couldn't find key k in Secret default/empty"):
+        container_env(pod, missing)
+
+
+def test_docker_takes_the_pull_secrets_in_its_config_folder(tmp_path):
+    from shoal.agent.containers import DockerRuntime
+
+    pod = {**POD, "registry_auths": {"r:5000": {"auth": "YTpi"}}}
+    c = {"name": "x", "image": "r:5000/i:1"}
+    launch = DockerRuntime("n1").launch(pod, c, [], {}, ContainerPaths(tmp_path / "c", tmp_path / "images"))
+    assert launch.argv[:4] == ["docker", "--config", str(tmp_path / "c" / "docker-config"), "run"]
+    assert json.loads((tmp_path / "c" / "docker-config" / "config.json").read_text()) == {
+        "auths": {"r:5000": {"auth": "YTpi"}}}
+    assert DockerRuntime("n1").launch(POD, c, [], {}, ContainerPaths(tmp_path / "d", tmp_path / "images")).argv[1] == "run"

@@ -65,3 +65,35 @@ def test_scontrol_ping_numbers_backups_and_says_down():
 def test_scontrol_ping_without_a_leader_fails():
     out, code = render_ping([("http://h1", None), ("http://h2", FOLLOWER)])
     assert (out, code) == ("Slurmctld(primary) at h1 is DOWN\nSlurmctld(backup) at h2 is UP\n", 1)
+
+
+class _CutShort(BaseHTTPRequestHandler):
+    """A server killed while answering: the status line and headers, then part of the body."""
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(201)
+        if self.path.endswith("chunked"):
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            self.wfile.write(b"20\r\n{\"job_id\": 1")
+        else:
+            self.send_header("Content-Length", "40")
+            self.end_headers()
+            self.wfile.write(b'{"job_id": 1')
+        self.close_connection = True
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.parametrize("framing", ["length", "chunked"])
+def test_an_answer_cut_short_is_an_error_not_an_empty_answer(framing):
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _CutShort)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        client = Client(f"http://127.0.0.1:{httpd.server_address[1]}", "token")
+        with pytest.raises(ClientError, match="before its answer was complete"):
+            client.post(f"/shoal/v1/jobs/{framing}", {"name": "x"})
+    finally:
+        httpd.shutdown()

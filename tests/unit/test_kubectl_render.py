@@ -1012,3 +1012,17 @@ def test_get_watch_prints_changed_rows_under_one_header(capsys):
     # widths are remembered and only grow (kubectl's RememberWidths): a longer name widens later rows
     assert lines[1].index("0/1") == lines[0].index("READY") and lines[2].index("1/1") > lines[1].index("0/1")
     assert lines[2].index("Running") == lines[3].index("Running") == lines[4].index("Running")
+
+
+def test_a_nodes_cached_images_as_kubelet_reports_them_and_in_scontrol():
+    from shoal.cli.scontrol import render_node
+
+    images = [{"names": ["r/small:1", "sha256:" + "a" * 64], "sizeBytes": 10, "lastUsed": 2.0},
+              {"names": ["r/big:1"], "sizeBytes": 900, "lastUsed": 1.0}]
+    n = kf.node_object({"name": "node1", "state": "UP", "images": images}, "v1")
+    assert n["status"]["images"] == [{"names": ["r/big:1"], "sizeBytes": 900},
+                                     {"names": ["r/small:1", "sha256:" + "a" * 64], "sizeBytes": 10}]
+    assert "images" not in kf.node_object({"name": "node2", "state": "UP"}, "v1")["status"]
+    text = render_node({"name": "node1", "cpus": 4, "memory_mb": 1024, "images": images})
+    assert "   Images=r/small:1,r/big:1\n" in text
+    assert "Images" not in render_node({"name": "node2", "cpus": 4, "memory_mb": 1024})

@@ -208,11 +208,15 @@ BAD = [
      [(f"{C0}.readinessProbe.grpc", "not supported by Shoal: use httpGet, tcpSocket or exec")]),
     ("env value a number", lambda d: _container(d).update({"env": [{"name": "TP", "value": 4}]}),
      [(f"{C0}.env[0].value", "Invalid value: 4: must be a string")]),
-    ("env from a Secret", lambda d: _container(d).update(
-        {"env": [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}]}),
-     [(f"{C0}.env[0].valueFrom.secretKeyRef",
-       "not supported by Shoal (no Secrets, ConfigMaps or resource fields); use `value` or a fieldRef to "
+    ("env from a ConfigMap", lambda d: _container(d).update(
+        {"env": [{"name": "HF_TOKEN", "valueFrom": {"configMapKeyRef": {"name": "hf", "key": "token"}}}]}),
+     [(f"{C0}.env[0].valueFrom.configMapKeyRef",
+       "not supported by Shoal (no ConfigMaps or resource fields); use `value`, a secretKeyRef or a fieldRef to "
        "metadata.name, metadata.namespace, metadata.uid, spec.nodeName, status.podIP, status.hostIP")]),
+    ("env from a Secret key no Secret may have", lambda d: _container(d).update(
+        {"env": [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "to ken"}}}]}),
+     [(f"{C0}.env[0].valueFrom.secretKeyRef.key",
+       "Invalid value: \"to ken\": a valid config key must consist of alphanumeric characters, '-', '_' or '.'")]),
     ("env fieldRef Shoal cannot fill", lambda d: _container(d).update(
         {"env": [{"name": "SA", "valueFrom": {"fieldRef": {"fieldPath": "spec.serviceAccountName"}}}]}),
      [(f"{C0}.env[0].valueFrom.fieldRef.fieldPath",
@@ -406,7 +410,8 @@ def test_unsupported_kind_lists_what_is_supported():
     assert errors_of({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "x"}}) == [
         ("kind", 'Unsupported value: "apps/v1 StatefulSet": supported kinds: v1 Namespace, v1 Pod, v1 Service, '
                  "apps/v1 Deployment, apps/v1 ReplicaSet, autoscaling/v2 HorizontalPodAutoscaler, "
-                 "scheduling.k8s.io/v1 PriorityClass, rbac.authorization.k8s.io/v1 RoleBinding, batch/v1 Job"),
+                 "scheduling.k8s.io/v1 PriorityClass, rbac.authorization.k8s.io/v1 RoleBinding, batch/v1 Job, "
+                 "v1 Secret"),
     ]
     assert errors_of({"apiVersion": "autoscaling/v1", "kind": "HorizontalPodAutoscaler"}) == [
         ("apiVersion", 'Unsupported value: "autoscaling/v1": HorizontalPodAutoscaler is served as autoscaling/v2'),
@@ -645,3 +650,34 @@ def test_a_rolebinding_names_users_or_groups_and_one_of_the_user_facing_cluster_
         ("subjects[0].kind", 'Unsupported value: "ServiceAccount": supported values: "User", "Group"'),
         ("roleRef.name", 'Unsupported value: "cluster-admin": supported values: "view", "edit", "admin"'),
     ]
+
+
+# -- Secrets ---------------------------------------------------------------------------------
+
+def secret(**fields) -> dict:
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "hf"}, **fields}
+
+
+def test_a_secrets_string_data_is_merged_into_its_data_in_base64():
+    obj, _ = validate(secret(data={"a": "eA=="}, stringData={"token": "hf_123"}))
+    assert obj["data"] == {"a": "eA==", "token": "aGZfMTIz"} and "stringData" not in obj
+    assert obj["type"] == "Opaque" and obj["metadata"]["namespace"] == "default"
+
+
+def test_secrets_are_checked_as_the_api_server_checks_them():
+    assert errors_of(secret(data={"a": "not base64!"})) == [("data[a]", 'Invalid value: "not base64!": illegal base64 data')]
+    assert errors_of(secret(type="kubernetes.io/dockerconfigjson", data={})) == [("data[.dockerconfigjson]",
+                                                                                   "Required value")]
+    assert errors_of(secret(type="kubernetes.io/dockerconfigjson", stringData={".dockerconfigjson": "[1]"})) == [
+        ("data[.dockerconfigjson]", 'Invalid value: "<secret contents redacted>": not an object')]
+    assert errors_of(secret(stringData={"bad key": "x"}))[0][0] == "stringData[bad key]"
+    pulls, _ = validate(secret(type="kubernetes.io/dockerconfigjson",
+                               stringData={".dockerconfigjson": '{"auths": {"r:5000": {"auth": "YTpi"}}}'}))
+    assert list(pulls["data"]) == [".dockerconfigjson"]
+
+
+def test_a_pods_image_pull_secrets_are_kept():
+    doc = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+           "spec": {"containers": [{"name": "c", "image": "r:5000/x:1"}], "imagePullSecrets": [{"name": "regcred"}]}}
+    obj, warnings = validate(doc)
+    assert obj["spec"]["imagePullSecrets"] == [{"name": "regcred"}] and warnings == []

@@ -68,3 +68,14 @@ def test_a_read_only_token_changes_nothing_even_where_bound_or_its_own():
     assert not access.may_change("Deployment", "team-a", "rita")
     refusal = access.forbidden("delete", KINDS["deployments"], "team-a", "web")
     assert refusal.status == 403 and "read-only" in refusal.message, refusal.message
+
+
+def test_secrets_are_read_by_editors_and_their_owner_not_by_viewers_or_read_only_tokens():
+    """Kubernetes' view ClusterRole holds no Secrets; Shoal's read-only tokens (Prometheus') neither."""
+    assert not Access(ALICE, True, {"team-a": VIEW}).may_read("team-a", "bob", "Secret")
+    assert Access(ALICE, True, {"team-a": VIEW}).may_read("team-a", "bob", "Deployment")
+    assert Access(ALICE, True, {"team-a": EDIT}).may_read("team-a", "bob", "Secret")
+    assert Access(ALICE, True, {}).may_read("team-a", "alice", "Secret")
+    assert not Access(Principal("prom", "read-only"), True, {}).may_read("team-a", "bob", "Secret")
+    refusal = Access(ALICE, True, {"team-a": VIEW}).forbidden("get", KINDS["secrets"], "team-a", "hf")
+    assert 'cannot get resource "secrets" in API group ""' in refusal.message and "ClusterRole edit" in refusal.message

@@ -134,7 +134,7 @@ class CopySteps(StepRuntime):
     def __init__(self, source: Path) -> None:
         self.source = source
 
-    def pull(self, ref, insecure, dest):
+    def pull(self, ref, insecure, dest, auth=None):
         return ["cp", str(self.source / ref), str(dest)]
 
 
@@ -208,3 +208,136 @@ def test_container_names_as_pyxis_takes_them():
         parse_srun(["--container-name=my work", "id"], cwd="/", environ={})
     with pytest.raises(OptionError, match="must be \"auto\""):
         parse_srun(["--container-name=work:later", "id"], cwd="/", environ={})
+
+
+def test_enroot_credentials_in_netrcs_format():
+    from shoal.model.container import parse_credentials
+
+    text = ("# NGC\nmachine nvcr.io login $oauthtoken password abc123\n"
+            "machine r.local:5000\n  login alice\n  password pw\ndefault login anon password x\n")
+    assert parse_credentials(text) == {"nvcr.io": ("$oauthtoken", "abc123"), "r.local:5000": ("alice", "pw")}
+
+
+def test_a_login_reaches_each_runtime_in_its_own_file_never_on_the_command_line(tmp_path):
+    from shoal.agent.stepcontainer import write_auth
+
+    auth = write_auth(tmp_path, "r:5000", ("alice", "pw-123"))
+    assert json.loads((auth / "auth.json").read_text())["auths"]["r:5000"]["auth"] == "YWxpY2U6cHctMTIz"
+    assert (auth / ".credentials").read_text() == "machine r:5000 login alice password pw-123\n"
+    assert oct((auth / "auth.json").stat().st_mode & 0o777) == "0o600"
+    assert PodmanSteps().pull("r:5000/x:1", True, tmp_path / "x", auth) == [
+        "podman", "pull", "--quiet", "--tls-verify=false", "--authfile", str(auth / "auth.json"), "r:5000/x:1"]
+    assert DockerSteps().pull("r:5000/x:1", False, tmp_path / "x", auth)[:3] == ["docker", "--config", str(auth)]
+    assert EnrootSteps().pull_env(auth) == {"ENROOT_CONFIG_PATH": str(auth)}
+    assert ApptainerSteps().pull_env(auth) == {"APPTAINER_DOCKER_USERNAME": "alice",
+                                               "APPTAINER_DOCKER_PASSWORD": "pw-123"}
+    for rt in (PodmanSteps(), DockerSteps(), EnrootSteps(), ApptainerSteps()):
+        assert "pw-123" not in " ".join(rt.pull("r:5000/x:1", False, tmp_path / "x", auth))
+
+
+def test_the_agent_reads_only_the_users_own_credentials_file(tmp_path):
+    import os
+
+    from shoal.agent.stepcontainer import read_user_credentials
+
+    config = tmp_path / "enroot"
+    config.mkdir()
+    (config / ".credentials").write_text("machine r login u password p\n")
+    me = os.getuid()
+    assert read_user_credentials({"ENROOT_CONFIG_PATH": str(config)}, None, me) == {"r": ("u", "p")}
+    assert read_user_credentials({"XDG_CONFIG_HOME": str(tmp_path)}, None, me) == {"r": ("u", "p")}
+    assert read_user_credentials({}, str(tmp_path / "home"), me) == {}  # ~/.config/enroot: none there
+    assert read_user_credentials({"ENROOT_CONFIG_PATH": str(config)}, None, me + 1) == {}  # not that user's
+    secret = tmp_path / "root-only"
+    secret.write_text("machine evil login root password shadow\n")
+    (config / ".credentials").unlink()
+    (config / ".credentials").symlink_to(secret)
+    assert read_user_credentials({"ENROOT_CONFIG_PATH": str(config)}, None, me) == {}  # a link is not followed
+
+
+class LoginSteps(CopySteps):
+    """A 'registry' folder that hands out an image only with alice's login."""
+
+    def pull(self, ref, insecure, dest, auth=None):
+        login = (auth / "login").read_text() if auth else ""
+        return ["sh", "-c", 'test "$0" = "alice\npw" || { echo "unauthorized: authentication required" >&2; '
+                'exit 1; }; cp "$1" "$2"', login, str(self.source / ref), str(dest)]
+
+
+def test_a_private_image_in_the_cache_is_pulled_again_for_another_user(tmp_path):
+    source = tmp_path / "registry"
+    source.mkdir()
+    (source / "private").write_bytes(b"x")
+    cache = ImageCache(LoginSteps(source), tmp_path / "images")
+    with pytest.raises(ContainerStartError, match="unauthorized"):
+        cache.get("private", False, user=1000)
+    cache.get("private", False, login=("alice", "pw"), user=1000)
+    cache.get("private", False, user=1000)  # alice again: the node has it for her
+    with pytest.raises(ContainerStartError, match="unauthorized"):
+        cache.get("private", False, user=2000)  # bob without the login is not handed alice's copy
+    cache.get("private", False, login=("alice", "pw"), user=2000)  # with it, he is
+    assert json.loads((tmp_path / "images" / "index.json").read_text())["private"]["users"] == [1000, 2000]
+
+
+def test_container_save_command_lines():
+    from shoal.agent.stepcontainer import CachedImage
+
+    image = CachedImage("r/x:1", "sha256:abc", 1, {}, ["/init"], 0.0)
+    commit, save = PodmanSteps().save(C, image, "/out/x.sqsh")
+    rmi = PodmanSteps().save_cleanup(C)
+    assert commit == ["podman", "commit", "--quiet", "--change", 'ENTRYPOINT ["/init"]', "pyxis_7_work",
+                      "localhost/pyxis-save/pyxis_7_work:latest"]
+    assert save == ["podman", "save", "--quiet", "--format", "oci-archive", "--output", "/out/x.sqsh",
+                    "localhost/pyxis-save/pyxis_7_work:latest"]
+    assert rmi == ["podman", "rmi", "--force", "localhost/pyxis-save/pyxis_7_work:latest"]
+    assert EnrootSteps().save(C, None, "/out/x.sqsh") == [
+        ["enroot", "export", "--force", "--output", "/out/x.sqsh", "pyxis_7_work"]]
+    with pytest.raises(ContainerStartError, match="apptainer cannot save"):
+        ApptainerSteps().save(C, None, "/out/x.sif")
+
+
+class EchoSaves(StepRuntime):
+    name, binary = "echo", "sh"
+
+    def save(self, c, image, path):
+        return [["sh", "-c", 'echo "rootfs of $1" > "$0"', path, c.name]]
+
+
+@pytest.mark.skipif(__import__("os").geteuid() != 0, reason="switches to another user, as the agent does")
+def test_a_save_is_written_as_the_jobs_user_where_they_may_write(tmp_path):
+    import os
+
+    from shoal.agent.stepcontainer import StepContainer, StepContainers
+
+    containers = StepContainers("podman", "n1", tmp_path / "agent")
+    containers.runtime = EchoSaves()
+    sc = StepContainer(Container("c1", "img"), containers.runtime, {}, (), False)
+    import tempfile
+
+    theirs = Path(tempfile.mkdtemp(prefix="shoal-save-", dir="/tmp"))  # a folder the user can reach
+    os.chown(theirs, 65534, 65534)
+    assert containers.save(sc, "./out.sqsh", str(theirs), (65534, 65534)) == str(theirs / "out.sqsh")
+    assert (theirs / "out.sqsh").read_text() == "rootfs of c1\n" and (theirs / "out.sqsh").stat().st_uid == 65534
+    with pytest.raises(ContainerStartError, match="Permission denied"):
+        containers.save(sc, str(tmp_path / "out.sqsh"), "/", (65534, 65534))  # root's folder: not theirs
+    assert not list((tmp_path / "agent" / "containers").glob("save-*"))
+    __import__("shutil").rmtree(theirs)
+
+
+def test_an_image_loaded_from_a_file_is_kept_in_the_cache_and_evicted_like_a_pulled_one(tmp_path):
+    from shoal.agent.stepcontainer import CachedImage
+
+    source = tmp_path / "registry"
+    source.mkdir()
+    (source / "a").write_bytes(b"x" * 600_000)
+    now = [1.0]
+    cache = ImageCache(CopySteps(source), tmp_path / "images", limit_mb=1, clock=lambda: now[0])
+    loaded = tmp_path / "saved.img"
+    loaded.write_bytes(b"y" * 600_000)
+    image = cache.adopt(f"file:{loaded}", CachedImage("x", str(loaded), 600_000, {"A": "1"}, [], 0.0), "1:600000")
+    assert image.ref == f"file:{loaded}" and image.env == {"A": "1"}
+    assert cache.lookup(f"file:{loaded}")["source"] == "1:600000"
+    now[0] = 2.0
+    cache.get("a", False)  # over the limit: the file's image, least recently used, goes
+    assert [i.ref for i in cache.images()] == ["a"]
+    assert loaded.exists()  # out of the index; a user's file is never the cache's to delete

@@ -160,7 +160,10 @@ def test_the_sample_is_reported_and_exported_as_dcgm_exporter_writes_it(spawn):
     sampler = UsageSampler(nvml, gpus)
     assert prometheus_text(sampler.last, gpus, "node1", {}, {}) == ""
     sample = sampler.sample({})
-    assert sample.report() == {"gpu_util": {"0": 0.0, "1": 0.0}, "pod_cpu": {}}
+    assert sample.report() == {"gpu_util": {"0": 0.0, "1": 0.0}, "pod_cpu": {}, "gpu_usage": []}
+    held = sample.report({1: (12, 0)})["gpu_usage"]
+    assert [(x["job_id"], x["run"], x["gpu"], x["util"], x["mem_mib"]) for x in held] == [(12, 0, 1, 0.0, 0)]
+    assert held[0]["energy_mj"] >= 0 and held[0]["power_w"] == 70.0  # idle: a tenth of an H100's 700 W
     text = prometheus_text(sample, gpus, "node1", {1: {"namespace": "default", "pod": "llm-abc", "container": "vllm"},
                                                    0: {"hpc_job": "1234"}}, {})
     assert "# TYPE DCGM_FI_DEV_GPU_UTIL gauge" in text
@@ -169,6 +172,34 @@ def test_the_sample_is_reported_and_exported_as_dcgm_exporter_writes_it(spawn):
             f'container="vllm"}} 0') in text
     assert f'DCGM_FI_DEV_FB_FREE{{gpu="0",UUID="{gpus[0].uuid}"' in text and "pod=" not in text.split("\n")[2]
     assert 'Hostname="node1",hpc_job="1234"} 0' in text.split("\n")[2]
+    assert "# TYPE DCGM_FI_DEV_POWER_USAGE gauge" in text and 'hpc_job="1234"} 70.0' in text
+    assert "# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter" in text
+
+
+def test_a_busy_fake_gpu_holds_its_holders_memory_and_draws_more_power(spawn):
+    nvml = fake_nvml_from_flags(2, "A100-SXM4-80GB", seed="node1")
+    nvml.nvmlInit()
+    spawn("b = bytearray(120 * 1024 * 1024); b[::4096] = b'x' * len(b[::4096])\n" + BURN, gpus="1")
+    busy, idle = FakeHandle(1), FakeHandle(0)
+    _settle(lambda: nvml.nvmlDeviceGetUtilizationRates(busy).gpu, lambda u: u >= 50)
+    used = _settle(lambda: nvml.nvmlDeviceGetMemoryInfo(busy).used, lambda u: u >= 120 * 1024 * 1024)
+    assert used >= 120 * 1024 * 1024 and nvml.nvmlDeviceGetMemoryInfo(idle).used == 0
+    info = nvml.nvmlDeviceGetMemoryInfo(busy)
+    assert info.used + info.free == info.total
+    assert nvml.nvmlDeviceGetPowerUsage(idle) == 40_000  # mW: a tenth of the A100's 400 W
+
+    def util_and_power():  # read in one sample period (the fake keeps its figures for 0.5 s)
+        return nvml.nvmlDeviceGetUtilizationRates(busy).gpu, nvml.nvmlDeviceGetPowerUsage(busy)
+
+    util, power = _settle(util_and_power, lambda up: up[0] >= 30)
+    assert power == 40_000 + 3_600 * util, (util, power)  # the rest of the 400 W in step with the load
+    e0 = [nvml.nvmlDeviceGetTotalEnergyConsumption(h) for h in (idle, busy)]
+    time.sleep(1.0)
+    e1 = [nvml.nvmlDeviceGetTotalEnergyConsumption(h) for h in (idle, busy)]
+    assert 35_000 <= e1[0] - e0[0] <= 60_000, (e0, e1)  # ~40 J a second, in mJ
+    assert e1[1] - e0[1] > e1[0] - e0[0], (e0, e1)
+    usage = read_gpus(nvml, [0, 1])
+    assert usage[1].fb_used_mb >= 120 and usage[0].power_w == 40.0 and usage[1].energy_mj >= e1[1]
 
 
 def test_a_gpu_holders_labels_are_dcgm_exporters_job_mapping():

@@ -63,6 +63,11 @@ class Usage:
     user_seconds: float = 0.0
     system_seconds: float = 0.0
 
+    def report(self) -> dict:
+        """The figures as agents send them (sacct's MaxRSS, TotalCPU, UserCPU, SystemCPU)."""
+        return {"max_rss_kb": self.max_rss_bytes // 1024, "cpu_s": round(self.cpu_seconds, 3),
+                "user_cpu_s": round(self.user_seconds, 3), "system_cpu_s": round(self.system_seconds, 3)}
+
 
 # --------------------------------------------------------------------------- policy
 
@@ -134,6 +139,22 @@ def parse_mounts(mounts: str) -> tuple[dict[str, Path], Path | None]:
                 if opt in V1_CONTROLLERS and opt not in v1:
                     v1[opt] = Path(where)
     return v1, v2
+
+
+def _mounts() -> tuple[dict[str, Path], Path | None, tuple[Path, ...]]:
+    """This machine's cgroup mounts (read once): :func:`parse_mounts`' two, and every v1
+    hierarchy's mount point (those the agent uses and the rest, where engines make cgroups too)."""
+    global _MOUNTS
+    if _MOUNTS is None:
+        text = _read(Path("/proc/self/mounts"))
+        v1, v2 = parse_mounts(text)
+        every = tuple(dict.fromkeys(Path(f[1]) for line in text.splitlines()
+                                    if len(f := line.split()) >= 3 and f[2] == "cgroup"))
+        _MOUNTS = (v1, v2, every)
+    return _MOUNTS
+
+
+_MOUNTS: tuple[dict[str, Path], Path | None, tuple[Path, ...]] | None = None
 
 
 def favors_dynmods(mounts: str) -> bool:
@@ -209,6 +230,11 @@ class Cgroup:
         return Cgroup(self.version, {c: d / name if self.version == 2 or c in V1_STEP_CONTROLLERS else d
                                      for c, d in self.dirs.items()})
 
+    def made_below(self, parent: Cgroup) -> bool:
+        """Whether this sub-cgroup of ``parent`` has a directory of its own (a step's usage is
+        read there; without one it is uncontained, or a v1 node without memory and cpuacct)."""
+        return any(d.is_dir() for c, d in self.dirs.items() if d != parent.dirs[c])
+
     def child(self, name: str) -> Cgroup:
         """A sub-cgroup, made now."""
         sub = self.sub(name)
@@ -216,6 +242,39 @@ class Cgroup:
             if d != self.dirs[c]:
                 _mkdir(d)
         return sub
+
+    def engine_parent(self) -> str | None:
+        """This cgroup as a container engine's cgroupfs ``--cgroup-parent`` names it: its path
+        below the hierarchy's mount (v1: the memory hierarchy's, where the limit is; the engine
+        makes the same path in every hierarchy), so the container is inside it."""
+        v1, v2, _ = _mounts()
+        c = "unified" if self.version == 2 else "memory" if "memory" in self.dirs else "freezer"
+        d, mount = self.dirs.get(c), v2 if self.version == 2 else v1.get(c)
+        if d is None or mount is None:
+            return None
+        try:
+            return "/" + str(d.relative_to(mount))
+        except ValueError:
+            return None
+
+    def _split(self) -> bool:
+        """v1, with the freezer and memory directories at different paths below their mounts."""
+        if self.version != 1 or "memory" not in self.dirs or "freezer" not in self.dirs:
+            return False
+        v1 = _mounts()[0]
+        try:
+            return self.dirs["memory"].relative_to(v1["memory"]) != self.dirs["freezer"].relative_to(v1["freezer"])
+        except (KeyError, ValueError):
+            return False
+
+    def engine_dirs(self) -> list[Path]:
+        """Where an engine mirrors :meth:`engine_parent` in each v1 hierarchy (the directories
+        that are not this cgroup's own: an agent whose cgroup differs between hierarchies)."""
+        rel = self.engine_parent() if self.version == 1 else None
+        if rel is None:
+            return []
+        own = set(self.paths)
+        return [d for m in _mounts()[2] if (d := m / rel.lstrip("/")) not in own]
 
     def open_procs(self) -> list[int]:
         """Open ``cgroup.procs`` of each directory for :func:`identity.join_cgroups` in a child before exec."""
@@ -232,9 +291,12 @@ class Cgroup:
         """Every process in this cgroup and below (from the process-tracking hierarchy)."""
         out: set[int] = set()
         top = self.dirs.get("freezer") or self.paths[0]
-        for root, _, _ in os.walk(top):
-            for line in _read(Path(root) / "cgroup.procs").split():
-                out.add(int(line))
+        # A container an engine made below us (engine_parent) is in our memory directory, and
+        # in our freezer one only where both sit at one path below their mounts.
+        for t in (top, self.dirs["memory"]) if self._split() else (top,):
+            for root, _, _ in os.walk(t):
+                for line in _read(Path(root) / "cgroup.procs").split():
+                    out.add(int(line))
         return out
 
     def populated(self) -> bool:
@@ -298,8 +360,9 @@ class Cgroup:
                      _keyed(split, "user") / hz, _keyed(split, "system") / hz)
 
     def remove(self) -> None:
-        """Remove its directories, deepest first (an empty cgroup only; a busy one stays)."""
-        for d in self.paths:
+        """Remove its directories, deepest first (an empty cgroup only; a busy one stays), and
+        those an engine made for containers below it in the other v1 hierarchies."""
+        for d in [*self.paths, *(d for d in self.engine_dirs() if d.is_dir())]:
             for root, _, _ in sorted(os.walk(d), key=lambda w: -len(w[0])):
                 try:
                     os.rmdir(root)

@@ -14,11 +14,12 @@ Runtimes, by the names agent.yaml's ``runtime:`` and a pod's ``runtimeClassName`
 from __future__ import annotations
 
 import fnmatch
+import json
 import os
 import re
 import shutil
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from shoal.agent.runtime import set_gpu_env
@@ -147,11 +148,46 @@ def container_env(pod: dict, container: dict) -> dict[str, str]:
         source = item["valueFrom"]
         if "fieldRef" in source:
             env[name] = field_ref(pod, source["fieldRef"]["fieldPath"])
+        elif "secretKeyRef" in source:
+            value = secret_ref(pod, source["secretKeyRef"])
+            if value is not None:
+                env[name] = value
         else:
             kind = next(iter(source), "valueFrom")
             raise CreateContainerConfigError(f'env {name}: {kind} is not supported on Shoal '
-                                             f'(use value, or valueFrom.fieldRef)')
+                                             f'(use value, valueFrom.fieldRef or valueFrom.secretKeyRef)')
     return env
+
+
+def secret_ref(pod: dict, ref: dict) -> str | None:
+    """An ``env[].valueFrom.secretKeyRef``'s value, from the Secrets the server sent with the
+    pod; None for an optional one that is missing; kubelet's CreateContainerConfigError
+    messages otherwise."""
+    secrets = pod.get("secrets") or {}
+    name, key = ref["name"], ref["key"]
+    if name not in secrets:
+        if ref.get("optional"):
+            return None
+        raise CreateContainerConfigError(f'secret "{name}" not found')
+    if key not in secrets[name]:
+        if ref.get("optional"):
+            return None
+        raise CreateContainerConfigError(f"couldn't find key {key} in Secret {pod['namespace']}/{name}")
+    return secrets[name][key]
+
+
+def secret_env_names(container: dict) -> set[str]:
+    """The variables whose values come from Secrets: given to the runtime by name only."""
+    return {item["name"] for item in container.get("env") or () if "secretKeyRef" in (item.get("valueFrom") or {})}
+
+
+def write_authfile(path: Path, auths: Mapping[str, dict]) -> Path:
+    """A pod's imagePullSecrets as the runtime's auth file (root's alone)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump({"auths": dict(auths)}, f)
+    return path
 
 
 # ---------------------------------------------------------------- helpers
@@ -247,8 +283,10 @@ class ContainerRuntime:
                paths: ContainerPaths) -> Launch:
         raise NotImplementedError
 
-    def exec_argv(self, launch: Launch, argv: list[str], pid: int) -> list[str]:
-        """The argv that runs an exec probe's command inside the running container."""
+    def exec_argv(self, launch: Launch, argv: list[str], pid: int, *, stdin: bool = False,
+                  tty: bool = False) -> list[str]:
+        """The argv that runs an exec probe's (or ``kubectl exec``'s) command inside the running
+        container; ``stdin``/``tty``: kubectl's ``-i``/``-t``, for runtimes that must be told."""
         return [*launch.exec_prefix, *argv]
 
     def pull_failure(self, exit_code: int, output: str) -> str | None:
@@ -300,6 +338,11 @@ class PodmanRuntime(ContainerRuntime):
     _PULL_ERRORS = ("initializing source", "image not known", "unable to pull", "pull access denied",
                     "manifest unknown", "reading manifest", "short-name", "access to the resource is denied")
 
+    def exec_argv(self, launch, argv, pid, *, stdin=False, tty=False):
+        """``podman exec [-i] [-t] NAME CMD``: without -i the command gets no standard input."""
+        prefix = launch.exec_prefix
+        return [*prefix[:2], *(["-i"] if stdin else []), *(["-t"] if tty else []), *prefix[2:], *argv]
+
     def launch(self, pod, container, gpus, env, paths):
         name = container_name(pod, container)
         cenv = dict(env)
@@ -320,19 +363,31 @@ class PodmanRuntime(ContainerRuntime):
             argv += ["-w", container["workingDir"]]
         if (user := run_as(pod, container)) is not None:
             argv += ["--user", user]
+        hidden = secret_env_names(container)
+        penv = dict(self.base_env)
         for k, v in cenv.items():
-            argv += ["-e", f"{k}={v}"]
+            if k in hidden:  # a Secret's value travels in the runtime's environment, not on its command line
+                argv += ["-e", k]
+                penv[k] = v
+            else:
+                argv += ["-e", f"{k}={v}"]
         cmd, args = _entry_and_rest(container, env)
         if cmd:
             argv += ["--entrypoint", cmd[0]]
         image, insecure = self._image(container["image"])
         if insecure:
             argv.append("--tls-verify=false")
+        argv += self._auth_flags(pod, paths)
         argv += [image, *cmd[1:], *args]
         # A container left by a SIGKILLed `run` (conmon keeps it) would block the name.
         remove = self._remove(name)
-        return Launch(self.name, name, argv, dict(self.base_env), cenv, steps=[Step(remove, check=False)],
+        return Launch(self.name, name, argv, penv, cenv, steps=[Step(remove, check=False)],
                       cleanup=remove, exec_prefix=[self.binary, "exec", name])
+
+    def _auth_flags(self, pod: dict, paths: ContainerPaths) -> list[str]:
+        """The pod's imagePullSecrets as ``--authfile`` (in the container's own folder)."""
+        auths = pod.get("registry_auths")
+        return ["--authfile", str(write_authfile(paths.dir / "auth.json", auths))] if auths else []
 
     def _remove(self, name: str) -> list[str]:
         return [self.binary, "rm", "--force", "--ignore", name]
@@ -387,6 +442,18 @@ class DockerRuntime(PodmanRuntime):
     def _image(self, image):
         return super()._image(image)[0], False  # plain-HTTP registries are the docker daemon's setting
 
+    def _auth_flags(self, pod, paths):
+        return []  # docker run takes no login file: the client's --config folder does (launch)
+
+    def launch(self, pod, container, gpus, env, paths):
+        """As podman's; the pod's imagePullSecrets as the config.json of docker's ``--config``."""
+        launch = super().launch(pod, container, gpus, env, paths)
+        auths = pod.get("registry_auths")
+        if not auths:
+            return launch
+        folder = write_authfile(paths.dir / "docker-config" / "config.json", auths).parent
+        return replace(launch, argv=[launch.argv[0], "--config", str(folder), *launch.argv[1:]])
+
     def _gpu_flags(self, gpus):
         return ["--gpus", '"device=' + ",".join(str(g) for g in gpus) + '"'] if gpus else []
 
@@ -439,7 +506,7 @@ class EnrootRuntime(ContainerRuntime):
         return Launch(self.name, name, argv, dict(self.base_env), cenv, steps=steps,
                       cleanup=[self.binary, "remove", "--force", name], exec_prefix=[self.binary, "exec"])
 
-    def exec_argv(self, launch, argv, pid):
+    def exec_argv(self, launch, argv, pid, *, stdin=False, tty=False):
         return [*launch.exec_prefix, str(pid), *argv]
 
     @staticmethod

@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from shoal.agent import supervise
+from shoal.agent import supervise, wire
 from shoal.agent.certs import AgentCertificate
 from shoal.agent.cgroups import CgroupError, Containment, Usage, detect, fake_device_nodes, instance_name
 from shoal.agent.gpus import (
@@ -89,6 +89,8 @@ class Agent:
         if cfg.fake_nvml is not None and self.runtime.containment.hierarchy is not None:
             self.runtime.device_dir = fake_device_nodes(cfg.workdir / "dev", (g.index for g in cfg.inventory.gpus))
         self.containers = StepContainers(cfg.runtime, cfg.name, cfg.workdir)
+        self.runtime.before_empty = self._remove_containers
+        self._images_sent: list[dict] | None = None  # what the server last heard of the image cache
         self.pods = PodManager(cfg.name, cfg.workdir, cfg.address, self._on_pod_change, images=cfg.images,
                                default_runtime=cfg.runtime, users=users, containment=containment)
         self._pod_ids: dict[str, tuple[int, int]] = {}  # run key -> (job id, run)
@@ -119,6 +121,7 @@ class Agent:
         self.usage = UsageSampler(self._open_nvml(), cfg.inventory.gpus)
         self._pod_names: dict[str, tuple[str, str]] = {}  # run key -> (namespace, pod), for /metrics
         self._gpu_holders: dict[int, dict[str, str]] = {}  # GPU index -> its holder's labels, for /metrics
+        self._gpu_runs: dict[int, tuple[int, int]] = {}  # GPU index -> (job id, run) holding it, for accounting
         self.health_interval = 1.0  # NVML health polls (HealthCheckInterval)
         self._health_lock = threading.Lock()
         self._gpu_problems: list[dict] = []  # lasting GPU problems found by the last poll
@@ -164,25 +167,18 @@ class Agent:
 
     def register(self) -> None:
         inv, host = self.cfg.inventory, self.cfg.host
-        body = {
-            "name": self.name, "address": self.cfg.address, "port": self.step_server.server_address[1],
-            "cpus": host.cpus, "memory_mb": host.memory_mb,
-            "gpus": [g.__dict__ for g in inv.gpus], "labels": self.cfg.labels, "features": self.cfg.features,
-            "boot_time": host.boot_time, "alive": self.alive_keys(), "taints": self.cfg.taints,
-        }
         fenced = self._unannounced
-        if fenced:
-            body["fenced"] = fenced
         with self._events_lock:
             self._drain_events()
             sending = list(self._pending)
-            if sending:
-                body["events"] = sending
-        if self.certificate is not None:
-            body["csr"] = self.certificate.request()
+        body = wire.register_body(
+            name=self.name, address=self.cfg.address, port=self.step_server.server_address[1], cpus=host.cpus,
+            memory_mb=host.memory_mb, gpus=[g.__dict__ for g in inv.gpus], labels=self.cfg.labels,
+            features=self.cfg.features, boot_time=host.boot_time, alive=self.alive_keys(), taints=self.cfg.taints,
+            fenced=fenced, events=sending, csr=self.certificate.request() if self.certificate is not None else None)
         self._server.token = self.cfg.join_token
         sent = supervise.boottime()
-        reply = self._server.post("/shoal/v1/agents/register", body)
+        reply = self._server.post(wire.REGISTER, body)
         if self.certificate is not None:
             if not reply.get("certificate"):
                 raise ClientError("the server issued no certificate for this agent's HTTPS (is it older than "
@@ -198,6 +194,8 @@ class Agent:
         self.containers.configure(settings)
         self.pods.registry = RegistrySettings(settings.registry_mirrors, settings.insecure_registries,
                                               self.containers.cdi_kind or "nvidia.com/gpu")
+        if self.containers.runtime is not None and self.containers.runtime.name == "podman":
+            self.pods.image_cache = self.containers.cache  # pods' podman pulls through the steps' cache
         self._server.token = self.credential
         log.info("registered %s with %s (%d CPUs, %d MiB, %d GPUs)", self.name, self.cfg.server,
                  host.cpus, host.memory_mb, len(inv.gpus))
@@ -254,8 +252,8 @@ class Agent:
         failures = 0
         while not self.stop.is_set():
             try:
-                params = {"wait": 25, "epoch": epoch, "gen": gen} if epoch is not None else {"wait": 0}
-                work = self._server.get(f"/shoal/v1/agents/{self.name}/work", params, timeout=40)
+                work = self._server.get(wire.work_path(self.name), wire.work_params(epoch, gen),
+                                        timeout=wire.WORK_TIMEOUT_S)
                 failures = 0
             except ClientError as e:
                 failures += 1
@@ -291,6 +289,7 @@ class Agent:
         pods = [(r["key"], r["gpus"], (r["pod"]["namespace"], r["pod"]["name"])) for r in work["runs"] if "pod" in r]
         self._pod_names = {key: name for key, _, name in pods}
         self._gpu_holders = {g: holder_labels(r) for r in work["runs"] for g in r["gpus"]}
+        self._gpu_runs = {g: (r["job_id"], r["run"]) for r in work["runs"] for g in r["gpus"]}
         kill = {k["key"] for k in work["kill"]}
         self._desired = desired | kill
         for entry in work["runs"]:
@@ -336,6 +335,10 @@ class Agent:
         if kill or strays:
             self._report_now.set()
 
+    def _remove_containers(self, job_id: int) -> None:
+        if self.containers.has_job(job_id):
+            self.containers.remove_job(job_id)
+
     # ---------------------------------------------------------------- reports
 
     def _on_pod_change(self, key: str, status: dict, events: list[dict]) -> None:
@@ -364,8 +367,7 @@ class Agent:
             if ended is not None and key not in self._pod_exits_sent:
                 self._pod_exits_sent.add(key)
                 code, sig = ended
-                self.events.put({"type": "exit", "key": key, "job_id": job_id, "run": run,
-                                 "exit_code": code, "signal": sig, "time": time.time()})
+                self.events.put(wire.exit_event(key, job_id, run, code, sig, time.time()))
         return out
 
     def metrics_text(self) -> str:
@@ -376,14 +378,11 @@ class Agent:
                  fenced: bool = False, usage: Usage | None = None) -> None:
         if run.key in self._fenced:
             return  # killed by this agent's fence: named at its next registration instead
-        event = {"type": "exit", "key": run.key, "job_id": run.job_id, "run": run.run,
-                 "exit_code": exit_code, "signal": sig, "time": when}
+        event = wire.exit_event(run.key, run.job_id, run.run, exit_code, sig, when)
         if reason:
             event["reason"] = reason  # why it never ran (squeue's and sacct's REASON)
-        if usage is not None:  # from the job's cgroup
-            event.update(oom_kills=usage.oom_kills, max_rss_kb=usage.max_rss_bytes // 1024,
-                         cpu_s=round(usage.cpu_seconds, 3), user_cpu_s=round(usage.user_seconds, 3),
-                         system_cpu_s=round(usage.system_seconds, 3))
+        if usage is not None:  # from the batch step's cgroup (OOM kills: the job's)
+            event.update(oom_kills=usage.oom_kills, **usage.report())
             if usage.oom_kills:
                 log.warning("job %s: %d OOM kill(s) in its cgroup: it ends OUT_OF_MEMORY", run.key, usage.oom_kills)
         # Whether it ended by itself: the server corrects a run it gave up only with such an end.
@@ -392,6 +391,15 @@ class Agent:
         elif run.killing_since is not None:
             event["killed"] = True
         self.events.put(event)
+        self._report_now.set()
+
+    def step_ended(self, run: Run, step_id: int, usage: Usage) -> None:
+        """An srun step's tasks have ended here: what its cgroup says they used goes to the
+        server with the next report (sacct's step line, summed over the step's nodes there)."""
+        if run.key in self._fenced:
+            return
+        self.events.put({"type": "step", "key": run.key, "job_id": run.job_id, "run": run.run, "step_id": step_id,
+                         "time": time.time(), **usage.report()})
         self._report_now.set()
 
     def _drain_events(self) -> None:
@@ -443,17 +451,20 @@ class Agent:
                 # Once per heartbeat, however often pod changes wake the reporter.
                 sampled = time.monotonic()
                 try:
-                    usage = self.usage.sample(self.pods.container_pids()).report()
+                    usage = self.usage.sample(self.pods.container_pids()).report(self._gpu_runs)
                 except Exception:  # a figure missed must never stop the heartbeats
                     log.exception("sampling GPU and pod usage failed")
             with self._health_lock:
                 xids = list(self._xids)
                 gpu_health = xids + self._gpu_problems  # the event first: it says what happened
             sent = supervise.boottime()
+            images = self._images()
             try:
-                self._server.post(f"/shoal/v1/agents/{self.name}/report",
-                                  {"events": pending, "alive": self.alive_keys(),
-                                   "pods": list(unsent.values()), "gpu_health": gpu_health, **usage}, timeout=10)
+                self._server.post(wire.report_path(self.name),
+                                  wire.report_body(pending, self.alive_keys(), list(unsent.values()), gpu_health,
+                                                   usage, images if images != self._images_sent else None),
+                                  timeout=wire.REPORT_TIMEOUT_S)
+                self._images_sent = images
                 self._accepted(pending)
                 unsent = {}
                 with self._fence_lock:
@@ -471,6 +482,14 @@ class Agent:
                 log.exception("report failed unexpectedly (will retry)")
                 self.stop.wait(0.5)
                 self._report_now.set()
+
+    def _images(self) -> list[dict] | None:
+        """The node's cached images as the report carries them (None: no cache to tell of)."""
+        try:
+            return self.containers.image_list()
+        except Exception:  # a cache that cannot be read must never stop the heartbeats
+            log.exception("reading the image cache's index failed")
+            return self._images_sent
 
     def _renew_certificate(self) -> None:
         """Register again for a new serving certificate when this one has a month left."""

@@ -78,22 +78,23 @@ class GPUModel:
     memory_mb: int  # nvmlDeviceGetMemoryInfo().total in MiB, as nvidia-smi prints it
     mig_capable: bool
     compute_capability: tuple[int, int]
+    power_w: int = 300  # board power limit (TDP): what the fake draws when fully busy
 
 
 GPU_MODELS: Mapping[str, GPUModel] = {
     m.name.lower(): m
     for m in (
-        GPUModel("H100-SXM-80GB", "NVIDIA H100 80GB HBM3", 81559, True, (9, 0)),
-        GPUModel("H100-PCIE-80GB", "NVIDIA H100 PCIe", 81559, True, (9, 0)),
-        GPUModel("H200-SXM-141GB", "NVIDIA H200", 143771, True, (9, 0)),
-        GPUModel("A100-SXM4-80GB", "NVIDIA A100-SXM4-80GB", 81920, True, (8, 0)),
-        GPUModel("A100-SXM4-40GB", "NVIDIA A100-SXM4-40GB", 40960, True, (8, 0)),
-        GPUModel("A100-PCIE-40GB", "NVIDIA A100-PCIE-40GB", 40960, True, (8, 0)),
-        GPUModel("L40S", "NVIDIA L40S", 46068, False, (8, 9)),
-        GPUModel("L4", "NVIDIA L4", 23034, False, (8, 9)),
-        GPUModel("A10G", "NVIDIA A10G", 23028, False, (8, 6)),
-        GPUModel("T4", "Tesla T4", 15360, False, (7, 5)),
-        GPUModel("B200", "NVIDIA B200", 183359, True, (10, 0)),
+        GPUModel("H100-SXM-80GB", "NVIDIA H100 80GB HBM3", 81559, True, (9, 0), 700),
+        GPUModel("H100-PCIE-80GB", "NVIDIA H100 PCIe", 81559, True, (9, 0), 350),
+        GPUModel("H200-SXM-141GB", "NVIDIA H200", 143771, True, (9, 0), 700),
+        GPUModel("A100-SXM4-80GB", "NVIDIA A100-SXM4-80GB", 81920, True, (8, 0), 400),
+        GPUModel("A100-SXM4-40GB", "NVIDIA A100-SXM4-40GB", 40960, True, (8, 0), 400),
+        GPUModel("A100-PCIE-40GB", "NVIDIA A100-PCIE-40GB", 40960, True, (8, 0), 250),
+        GPUModel("L40S", "NVIDIA L40S", 46068, False, (8, 9), 350),
+        GPUModel("L4", "NVIDIA L4", 23034, False, (8, 9), 72),
+        GPUModel("A10G", "NVIDIA A10G", 23028, False, (8, 6), 300),
+        GPUModel("T4", "Tesla T4", 15360, False, (7, 5), 70),
+        GPUModel("B200", "NVIDIA B200", 183359, True, (10, 0), 1000),
     )
 }
 
@@ -126,6 +127,7 @@ class FakeGPUSpec:
     mig_enabled: bool
     uuid: str
     compute_capability: tuple[int, int] = (0, 0)  # (0, 0): unknown, as GFD treats it
+    power_w: int = 300  # drawn when fully busy; a tenth of it when idle
 
     def __post_init__(self) -> None:
         if self.mig_enabled and not self.mig_capable:
@@ -136,7 +138,7 @@ class FakeGPUSpec:
     @classmethod
     def of_model(cls, model: GPUModel, uuid: str, mig_enabled: bool = False) -> "FakeGPUSpec":
         return cls(model.product, model.memory_mb, model.mig_capable, mig_enabled, uuid,
-                   model.compute_capability)
+                   model.compute_capability, model.power_w)
 
 
 @dataclass(frozen=True)
@@ -198,7 +200,10 @@ class FakeNVML:
     below ``process_root`` (the agent that made the fake, by default) whose
     CUDA_VISIBLE_DEVICES names it, and is as busy as they keep the CPU, split evenly over
     the GPUs each holds: a process using one core on one GPU makes it 100% busy, a CPU
-    model server under load shows a busy GPU and an idle one an idle GPU.
+    model server under load shows a busy GPU and an idle one an idle GPU. Likewise its
+    framebuffer holds what those processes keep resident (their RSS, split as their CPU is),
+    and it draws a tenth of its power limit when idle, all of it when fully busy, its energy
+    counter adding that up over time.
     """
 
     UTIL_PERIOD_S = 0.5  # the driver's sample period: calls within it see the same figures
@@ -220,7 +225,10 @@ class FakeNVML:
         self._meter: Any = None  # shoal.agent.usage.CpuMeter, made on first use
         self._holders: dict[int, tuple[float, tuple[int, ...]]] = {}  # pid -> (create_time, GPU indices)
         self._load: dict[int, float] = {}
+        self._mem: dict[int, int] = {}  # bytes per GPU index: its holders' RSS
         self._load_at = float("-inf")
+        self._energy_mj = [0.0] * len(self.gpus)
+        self._energy_at = time.monotonic()
         self._faults_path: Path | None = None
         self._faults_read = 0  # bytes of the fault file applied so far
         self._faults_lock = threading.Lock()
@@ -356,15 +364,47 @@ class FakeNVML:
         return self.gpus[self._spec_index(handle)].product
 
     def nvmlDeviceGetMemoryInfo(self, handle: FakeHandle) -> FakeMemoryInfo:  # noqa: N802
-        total = self.gpus[self._spec_index(handle)].memory_mb * _MiB
-        return FakeMemoryInfo(total=total, free=total, used=0)
+        index = self._spec_index(handle)
+        total = self.gpus[index].memory_mb * _MiB
+        with self._lock:
+            used = min(self._mem.get(index, 0), total)
+        return FakeMemoryInfo(total=total, free=total - used, used=used)
 
     def nvmlDeviceGetUtilizationRates(self, handle: FakeHandle) -> FakeUtilization:  # noqa: N802
         index = self._spec_index(handle)
         with self._lock:
-            if time.monotonic() - self._load_at >= self.UTIL_PERIOD_S:
-                self._load, self._load_at = self._gpu_load(), time.monotonic()
-            return FakeUtilization(gpu=round(min(self._load.get(index, 0.0), 100.0)), memory=0)
+            self._refresh()
+            return FakeUtilization(gpu=self._util(index), memory=0)
+
+    def nvmlDeviceGetPowerUsage(self, handle: FakeHandle) -> int:  # noqa: N802
+        """Milliwatts, as NVML gives them."""
+        index = self._spec_index(handle)
+        with self._lock:
+            self._refresh()
+            return round(self._power_w(index) * 1000)
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: FakeHandle) -> int:  # noqa: N802
+        """Millijoules since the fake was made (since the driver loaded, for a real GPU)."""
+        index = self._spec_index(handle)
+        with self._lock:
+            self._refresh()
+            return int(self._energy_mj[index])
+
+    def _util(self, index: int) -> int:
+        return round(min(self._load.get(index, 0.0), 100.0))
+
+    def _power_w(self, index: int) -> float:
+        return self.gpus[index].power_w * (0.1 + 0.9 * self._util(index) / 100)
+
+    def _refresh(self) -> None:
+        """Energy counted up to now at the power drawn so far; then, once a sample period has
+        passed, the GPUs' load and memory read again. Called with the lock held."""
+        now = time.monotonic()
+        for i in range(len(self.gpus)):
+            self._energy_mj[i] += self._power_w(i) * (now - self._energy_at) * 1000
+        self._energy_at = now
+        if now - self._load_at >= self.UTIL_PERIOD_S:
+            (self._load, self._mem), self._load_at = self._gpu_load(), now
 
     def nvmlDeviceGetMigMode(self, handle: FakeHandle) -> list[int]:  # noqa: N802
         spec = self.gpus[self._spec_index(handle)]
@@ -414,8 +454,9 @@ class FakeNVML:
 
     # ---------------------------------------------------------------------------------
 
-    def _gpu_load(self) -> dict[int, float]:
-        """Percent per GPU index: its holders' CPU cores since the last call, x 100."""
+    def _gpu_load(self) -> tuple[dict[int, float], dict[int, int]]:
+        """Percent per GPU index (its holders' CPU cores since the last call, x 100), and bytes
+        (its holders' resident memory, split as their CPU is)."""
         import psutil
 
         from shoal.agent.usage import CpuMeter, descendants
@@ -441,7 +482,15 @@ class FakeNVML:
         for pid, cores in self._meter.cores(using).items():
             for d in using[pid]:
                 load[d] = load.get(d, 0.0) + 100.0 * cores / len(using[pid])
-        return load
+        mem: dict[int, int] = {}
+        for pid, devs in using.items():
+            try:
+                rss = psutil.Process(pid).memory_info().rss
+            except psutil.Error:
+                continue
+            for d in devs:
+                mem[d] = mem.get(d, 0) + rss // len(devs)
+        return load, mem
 
     def _visible(self, text: str) -> tuple[int, ...]:
         """The GPU indices CUDA_VISIBLE_DEVICES names, by index or UUID."""

@@ -122,6 +122,8 @@ def apply_config_file(args) -> None:
 
 
 def run(args) -> int:
+    if getattr(args, "hollow", None) is not None:
+        return run_hollow(args)
     from shoal.agent.daemon import Agent, AgentConfig
     from shoal.agent.gpus import (FAKE_FAULTS_FILE, FakeGPUConfigError, GPUDiscoveryError, discover_gpus_or_none,
                                   fake_nvml_from_file, fake_nvml_from_flags)
@@ -225,3 +227,60 @@ def _gpu_features(gpus) -> set[str]:
     from shoal.agent.labels import gpu_type
 
     return {gpu_type(g.product) for g in gpus}
+
+
+def run_hollow(args) -> int:
+    """``shoal agent --hollow N``: N fake nodes in this process (shoal.agent.hollow)."""
+    import json
+    import threading
+    import time
+
+    from shoal.agent import hollow
+    from shoal.agent.gpus import FakeGPUConfigError
+    from shoal.model.hostlist import numbered
+
+    if args.hollow < 1:
+        print("shoal agent: error: --hollow must be at least 1", file=sys.stderr)
+        return 2
+    try:
+        apply_config_file(args)
+        join = args.join_token
+        if args.join_token_file:
+            join = Path(args.join_token_file).read_text(encoding="utf-8").strip()
+        if not join:
+            raise ValueError("a join token is required: --join-token or --join-token-file")
+        specs = hollow.node_specs(numbered(args.name or "hollow", args.hollow), gpus=args.fake_gpus or 0,
+                                  gpu_model=args.gpu_model, cpus=args.cpus or 128,
+                                  memory_mb=parse_size_mb(args.memory or "2T"),
+                                  address="127.0.0.1" if args.address == "0.0.0.0" else args.address,
+                                  port=args.port, labels=parse_labels(args.label), features=list(args.feature))
+    except OSError as e:
+        print(f"shoal agent: error: {e}", file=sys.stderr)
+        return 2
+    except (ValueError, FakeGPUConfigError) as e:
+        print(f"shoal agent: error: {e}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=os.environ.get("SHOAL_LOG_LEVEL", "INFO"),
+                        format="%(asctime)s %(levelname)s hollow: %(message)s")
+    fleet = hollow.HollowFleet(args.server, join, specs, ca_file=os.path.abspath(args.ca_file) if args.ca_file else None,
+                               default_runtime_s=args.hollow_runtime if args.hollow_runtime is not None
+                               else hollow.DEFAULT_RUNTIME_S)
+    done = threading.Event()
+
+    def _term(signum, frame):
+        done.set()
+
+    signal.signal(signal.SIGTERM, _term)
+    signal.signal(signal.SIGINT, _term)
+    signal.signal(signal.SIGUSR1, lambda signum, frame: fleet.stats.reset_latencies())  # a benchmark's new window
+    fleet.start()
+    logging.getLogger("shoal.hollow").info("%d hollow nodes (%s..%s) against %s", len(specs), specs[0].name,
+                                           specs[-1].name, args.server)
+    while not done.wait(1.0):
+        if args.hollow_stats:
+            tmp = f"{args.hollow_stats}.tmp"
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump({**fleet.stats.as_json(), "time": time.time(), "nodes": len(specs)}, f)
+            os.replace(tmp, args.hollow_stats)
+    fleet.shutdown()
+    return 0

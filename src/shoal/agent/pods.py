@@ -10,11 +10,13 @@ hands each change to ``on_change`` at once, so readiness reaches the gateway qui
 The container process runs under a per-run supervisor (``agent/supervise.py``, as a batch
 script does; conmon's role), in ``run.N`` beside the container's ``N.log``, and the pod's
 run entry is kept in ``entry.json``: an agent that starts again re-adopts the pods it finds
-there (``adopt``) instead of starting their containers again.
+there (``adopt``) instead of starting their containers again. The supervisor fences the
+container by the node's lease, agent or no agent (docs/FENCING.md).
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import math
@@ -31,14 +33,18 @@ from pathlib import Path
 import psutil
 
 from shoal.agent import supervise
-from shoal.agent.cgroups import Cgroup, Containment, procs_files
+from shoal.agent.cgroups import Cgroup, Containment, procs_files, write_cgroup_list
 from shoal.agent.containers import (ContainerError, ContainerPaths, ContainerRuntime,
-                                    CreateContainerConfigError, Launch, RegistrySettings, Step, container_env,
-                                    get_runtime)
+                                    CreateContainerConfigError, ImagePullError, Launch, RegistrySettings, Step,
+                                    container_env, get_runtime, pull_policy)
 from shoal.agent.identity import Identity, JobUsers, OpenAs, UnknownUser, output_flags
 from shoal.agent.probes import (KINDS, Probe, ProbeConfigError, ProbeState, ProbeTarget, run_command,
                                 run_probe)
 from shoal.agent.runtime import Supervised, _killpg
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from shoal.agent.stepcontainer import ImageCache
 
 log = logging.getLogger("shoal.agent")
 
@@ -225,6 +231,7 @@ class PodManager:
         self.pods: dict[str, _Pod] = {}
         self._runtimes: dict[str, ContainerRuntime] = {}
         self.registry = RegistrySettings()  # the cluster's mirrors, plain-HTTP registries, the GPUs' CDI kind
+        self.image_cache: ImageCache | None = None  # the node's (stepcontainer.py) when its engine is podman's
         self._dirty: set[str] = set()
         self._notify = threading.Event()
         self._closed = False
@@ -316,6 +323,23 @@ class PodManager:
         """Pod runs that have not finished for good (a pod in back-off is alive)."""
         with self.lock:
             return [k for k, pod in self.pods.items() if not self._finished(pod)]
+
+    def is_running(self, key: str, container: str) -> bool:
+        """The container's current run has not ended (``kubectl attach`` follows it while so)."""
+        with self.lock:
+            pod = self.pods.get(key)
+            c = next((c for c in pod.containers if c.name == container), None) if pod is not None else None
+            return c is not None and c.running() and not pod.stopping
+
+    def addresses_of(self, key: str) -> list[str]:
+        """Where the pod's ports are reached from this node (``kubectl port-forward``), to try
+        in turn: its IP, then the loopback (the kubelet dials localhost in the pod's network;
+        a process pod's is the node's)."""
+        with self.lock:
+            pod = self.pods.get(key)
+            if pod is None or self._finished(pod):
+                raise LogNotFound(f"no pod run {key} on node {self.node}")
+            return list(dict.fromkeys([pod.pod.get("env", {}).get("POD_IP") or "127.0.0.1", "127.0.0.1"]))
 
     def container_pids(self) -> dict[str, list[int]]:
         """The main process of each running container, by run key (for CPU accounting)."""
@@ -427,6 +451,9 @@ class PodManager:
                     if now < wake_at:
                         pod.wake.wait(wake_at - now)
                         continue
+                    if self._lease_ran_out():  # the server may run it elsewhere now: the agent's fence stops the pod
+                        pod.wake.wait(0.2)
+                        continue
                     outcome, launch = self._attempt(pod, c)
                 with self.lock:
                     if outcome == "stopped" or pod.stopping:
@@ -468,7 +495,9 @@ class PodManager:
             ident = self._owner(pod)
             rt.check_available()
             probes = {k: Probe.from_spec(c.spec[f"{k}Probe"]) for k in KINDS if c.spec.get(f"{k}Probe")}
-            launch = rt.launch(pod.pod, c.spec, list(pod.entry.get("gpus", [])), container_env(pod.pod, c.spec),
+            env = container_env(pod.pod, c.spec)  # a missing Secret fails before any pull, as kubelet
+            spec = self._pull_through_cache(pod, c, rt, ident)
+            launch = rt.launch(pod.pod, spec, list(pod.entry.get("gpus", [])), env,
                                ContainerPaths(cdir, self.workdir / "images"))
         except ContainerError as e:
             self._start_failed(pod, c, e.reason, str(e))
@@ -533,13 +562,19 @@ class PodManager:
         try:
             jobdir.mkdir()
             inside = pod.cgroup.child(f"container_{c.name}") if pod.cgroup is not None else None
+            if inside is not None and pod.cgroup is not None:
+                # The container's own directories (v1: not the pod's cpuset and devices, which
+                # other containers' supervisors share): its fence kills what it left, detached or not.
+                write_cgroup_list(jobdir, [d for k, d in inside.dirs.items() if d != pod.cgroup.dirs[k]])
             spec = supervise.Launch(
                 key=f"{pod.key}/{c.name}/{number}", job_id=int(pod.entry.get("job_id", 0)),
                 run=int(pod.entry.get("run", 0)), user=pod.entry.get("user", ""), argv=list(launch.argv),
                 env=_as(ident, launch.env), cwd=launch.cwd or os.getcwd(), cwd_fallback=None,
                 files=[OpenAs(1, str(log_file), output_flags(append=True)), OpenAs(2, same_as=1)], identity=ident,
                 cgroups=procs_files(inside))
-            return Supervised(jobdir, supervise.start(jobdir, spec)), None
+            # Fenced by the node's lease as a batch script is: with the agent dead, the pod stops
+            # before the server replaces it elsewhere (docs/FENCING.md).
+            return Supervised(jobdir, supervise.start(jobdir, spec, self.workdir / supervise.LEASE)), None
         except (OSError, ValueError) as e:
             shutil.rmtree(jobdir, ignore_errors=True)
             return None, f"cannot start the container's supervisor: {getattr(e, 'strerror', None) or e}"
@@ -623,6 +658,42 @@ class PodManager:
         self._start_failed(pod, c, "ErrImagePull" if step.kind == "pull" else "CreateContainerError", message)
         return "start-failed"
 
+    def _pull_through_cache(self, pod: _Pod, c: _Container, rt: ContainerRuntime, ident: Identity | None) -> dict:
+        """Under podman, the image comes through the node's cache, as batch steps' do (one
+        pull per node for both, one LRU size limit), by the container's imagePullPolicy, with
+        kubelet's events; the container then starts with ``--pull=never``. Returns the spec
+        to launch (the container's own where the cache is not used)."""
+        from shoal.agent.stepcontainer import ContainerStartError
+
+        if self.image_cache is None or rt.name != "podman" or not c.spec.get("image"):
+            return c.spec
+        image = c.spec["image"]
+        ref, insecure = rt.registry.resolve(image) if (rt.registry.mirrors or rt.registry.insecure) \
+            else (image, False)
+        policy = pull_policy(c.spec)
+        known = self.image_cache.lookup(ref)
+        present = known is not None and self.image_cache.present(known)
+        if policy == "Never" or (policy == "IfNotPresent" and present):
+            if not present:
+                raise ImagePullError(f'Container image "{image}" is not present with pull policy of Never')
+            with self.lock:
+                self._event(pod, "Normal", "Pulled", f'Container image "{image}" already present on machine')
+        else:
+            with self.lock:
+                self._event(pod, "Normal", "Pulling", f'Pulling image "{image}"')
+            login = _login_for(pod.pod.get("registry_auths") or {}, ref)
+            t0 = time.monotonic()
+            try:
+                got = self.image_cache.get(ref, insecure, login=login, user=ident.uid if ident else None,
+                                           refresh=policy == "Always")
+            except ContainerStartError as e:
+                raise ImagePullError(str(e).strip().splitlines()[-1] if str(e).strip() else "pull failed") from None
+            took = time.monotonic() - t0
+            with self.lock:
+                self._event(pod, "Normal", "Pulled", f'Successfully pulled image "{image}" in {took:.3f}s '
+                                                     f"({took:.3f}s including waiting). Image size: {got.size} bytes.")
+        return {**c.spec, "imagePullPolicy": "Never"}
+
     def _start_failed(self, pod: _Pod, c: _Container, reason: str, message: str) -> None:
         with self.lock:
             c.waiting = (reason, message)
@@ -632,6 +703,12 @@ class PodManager:
             else:
                 self._event(pod, "Warning", "Failed", f"Error: {message}")
             self._changed(pod)
+
+    def _lease_ran_out(self) -> bool:
+        """Whether the node's lease (as its supervisors read it) has run out: no container
+        starts then, not even a restart of one its supervisor has just fenced."""
+        lease = supervise.read_lease(self.workdir / supervise.LEASE)
+        return lease is not None and supervise.boottime() >= lease.expires
 
     def _pull_backoff(self, pod: _Pod, c: _Container) -> None:
         message = f'Back-off pulling image "{c.spec.get("image", "")}"'
@@ -720,7 +797,8 @@ class PodManager:
         return run_command(full, timeout_s, env=_as(run.identity, run.launch.env), cwd=run.launch.cwd,
                            procs=run.probe_procs, identity=run.identity)
 
-    def exec_target(self, key: str, container: str, argv: list[str]) -> ExecTarget:
+    def exec_target(self, key: str, container: str, argv: list[str], *, stdin: bool = False,
+                    tty: bool = False) -> ExecTarget:
         """How to run ``argv`` inside a running container (``shoal exec``): the same command
         line as an exec probe. Raises LogNotFound (no such pod or container) or
         ContainerNotRunning."""
@@ -734,7 +812,7 @@ class PodManager:
             run = c.run
             if run is None or run.popen is None or run.popen.pid is None or not c.running() or pod.stopping:
                 raise ContainerNotRunning(f'container "{container}" in pod "{pod.pod["name"]}" is not running')
-        full = self._runtime(pod).exec_argv(run.launch, argv, run.popen.pid)
+        full = self._runtime(pod).exec_argv(run.launch, argv, run.popen.pid, stdin=stdin, tty=tty)
         return ExecTarget(full, _as(run.identity, run.launch.env), run.launch.cwd, run.probe_procs, run.identity)
 
     # ---------------------------------------------------------------- killing
@@ -971,6 +1049,18 @@ class PodManager:
                 pod.held.discard(container)
             if not pod.held:
                 self._changed(pod)
+
+
+def _login_for(auths: dict, ref: str) -> tuple[str, str] | None:
+    """The imagePullSecrets' login for the registry ``ref`` is pulled from."""
+    entry = auths.get(ref.partition("/")[0]) if "/" in ref else None
+    if not entry or not entry.get("auth"):
+        return None
+    try:
+        user, colon, password = base64.b64decode(entry["auth"], validate=True).decode().partition(":")
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return (user, password) if colon else None
 
 
 def _as(ident: Identity | None, env: dict) -> dict:

@@ -18,7 +18,8 @@ import signal
 import subprocess
 import threading
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from shoal.agent import supervise
@@ -87,6 +88,7 @@ class Proc:
     kind: str  # "batch" | "step"
     step_id: int | None = None
     fences_itself: bool = False  # under a supervisor that reads the node's lease
+    termed: bool = False  # has had its SIGTERM (srun's abort, or the run's kill): never a second
 
     @property
     def alive(self) -> bool:
@@ -128,6 +130,17 @@ def _kill(pid: int, sig: int) -> None:
         pass
 
 
+def batch_usage(cg: Cgroup) -> Usage:
+    """What the batch step used (sacct's ID.batch line): the script's own cgroup, not the
+    job's, where srun steps count too (Slurm's batch step is the script alone); the OOM kills
+    are the job's, any step's making the job OUT_OF_MEMORY."""
+    job = cg.usage()
+    step = cg.sub("step_batch")
+    if not step.made_below(cg):
+        return job  # no step directory (a run adopted from an agent that made none)
+    return replace(step.usage(), oom_kills=job.oom_kills)
+
+
 def set_gpu_env(env: dict[str, str], gpus: list[int]) -> None:
     """CUDA_VISIBLE_DEVICES lists the GPUs' NVML indices (no device cgroup renumbers them here)."""
     if gpus:
@@ -151,6 +164,9 @@ class Runtime:
         self.device_dir: Path | None = None  # fake GPUs' stand-in device nodes, named to jobs
         self.runs: dict[str, Run] = {}
         self.lock = threading.RLock()
+        # Called with a job id before its run's cgroup is emptied: the step containers made
+        # inside it are removed through their engine first (daemon: StepContainers.remove_job).
+        self.before_empty: Callable[[int], None] | None = None
 
     def get(self, key: str) -> Run | None:
         with self.lock:
@@ -176,12 +192,30 @@ class Runtime:
             step = run.cgroup.child(name)
             if jobdir is not None:  # the batch step: the list starts with the job's directories
                 write_cgroup_list(jobdir, [*run.cgroup.paths, *step.paths])
-            elif (listed := self.workdir / "jobs" / run.key / CGROUPS_FILE).exists():
-                write_cgroup_list(listed.parent, [*read_cgroup_list(listed.parent), *step.paths])
+            else:
+                self._list_cgroups(run, step.paths)
             return step
         except (CgroupError, OSError) as e:
             log.error("run %s: cannot make step %s's cgroup, it runs uncontained: %s", run.key, name, e)
             return None
+
+    def _list_cgroups(self, run: Run, paths: list[Path]) -> None:
+        """Add ``paths`` to the run's cgroups file (the batch node's), for its supervisor's fence."""
+        listed = self.workdir / "jobs" / run.key / CGROUPS_FILE
+        with self.lock:
+            if listed.exists():
+                known = read_cgroup_list(listed.parent)
+                write_cgroup_list(listed.parent, [*known, *(p for p in paths if p not in known)])
+
+    def list_engine_cgroups(self, run: Run, cg: Cgroup) -> None:
+        """A container engine has made its container's cgroups below ``cg`` (a step's, or the
+        job's): list them too, so a fence with no agent kills what runs in the container."""
+        try:
+            found = [d for top in [*cg.paths, *cg.engine_dirs()] if top.is_dir() for d in top.iterdir()
+                     if d.is_dir() and not d.name.startswith("step_")]
+            self._list_cgroups(run, found)
+        except OSError as e:
+            log.warning("run %s: cannot list its containers' cgroups for the fence: %s", run.key, e)
 
     def alive_keys(self) -> list[str]:
         with self.lock:
@@ -343,13 +377,14 @@ class Runtime:
             if status.reason:
                 log.error("job %s: %s (supervisor's log: %s)", run.key, status.reason, task.jobdir / supervise.LOG)
             cg = run.cgroup
-            usage = cg.usage() if cg is not None else None  # before the kill: what the job used
+            usage = batch_usage(cg) if cg is not None else None  # before the kill
             self.on_exit(run, status.exit_code, status.signal, status.end_time, status.reason, fenced=status.fenced,
                          usage=usage)
             # The batch script's end is the job's (proctrack/cgroup): what it left, detached or not, is
             # killed, after the exit is queued (not on the report's path). The run stays alive (watched,
             # then its cgroup populated) and so its cleanup row held until the cgroup is empty.
             if cg is not None:
+                self._before_empty(run)
                 self.containment.empty(run.key, cg)
                 run.cgroup = None
         finally:
@@ -360,9 +395,17 @@ class Runtime:
         cg = run.cgroup
         if cg is None:
             return None
+        self._before_empty(run)
         usage = self.containment.release(run.key, cg)
         run.cgroup = None
         return usage
+
+    def _before_empty(self, run: Run) -> None:
+        if self.before_empty is not None:
+            try:
+                self.before_empty(run.job_id)
+            except Exception:  # a container left: the cgroup's kill still ends it
+                log.exception("run %s: removing its containers failed", run.key)
 
     # ---------------------------------------------------------------- steps
 
@@ -382,7 +425,8 @@ class Runtime:
             if run.killing_since is None:
                 run.killing_since = now
                 for p in run.procs:
-                    if p.alive and not (fence and p.fences_itself):
+                    if p.alive and not p.termed and not (fence and p.fences_itself):
+                        p.termed = True
                         p.send(signal.SIGCONT)
                         p.send(signal.SIGTERM)
                 if run.cgroup is not None and not fence:  # and every process it tracks, detached ones too
@@ -395,6 +439,35 @@ class Runtime:
                         p.send(signal.SIGKILL)
                 if run.cgroup is not None:
                     self._signal_cgroup(run, signal.SIGKILL)
+
+    def terminate_step(self, run: Run, step_id: int, kill_wait: float) -> None:
+        """End one srun step as srun asks when it is itself signalled: SIGCONT and SIGTERM to
+        its tasks' groups, SIGKILL after ``kill_wait``. Nothing when the whole run is being
+        killed already: that kill TERMs and KILLs them, and a task gets one TERM."""
+        with self.lock:
+            if run.killing_since is not None:
+                return
+            procs = [p for p in run.procs if p.kind == "step" and p.step_id == step_id and p.alive and not p.termed]
+            for p in procs:
+                p.termed = True
+                p.send(signal.SIGCONT)
+                p.send(signal.SIGTERM)
+
+        def hard() -> None:
+            for p in procs:
+                if p.alive:
+                    p.send(signal.SIGKILL)
+
+        timer = threading.Timer(kill_wait, hard)
+        timer.daemon = True
+        timer.start()
+
+    def signal_step(self, run: Run, step_id: int, signum: int) -> None:
+        """Pass a signal srun got (a Ctrl-C) on to one step's tasks."""
+        with self.lock:
+            procs = [p for p in run.procs if p.kind == "step" and p.step_id == step_id and p.alive]
+        for p in procs:
+            p.send(signum)
 
     def _signal_cgroup(self, run: Run, sig: int) -> None:
         """Signal the processes in the run's cgroup that its process groups' signals missed

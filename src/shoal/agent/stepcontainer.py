@@ -5,24 +5,33 @@ node (or one per ``--container-name``, kept for the job), the step's tasks start
 lists (``create``, ``task``, ``remove``) and never joins them into a shell string.
 ``ImageCache`` pulls an image once per node (one lock per image: eight tasks starting at
 once pull once), keeps when each was last used, and evicts the least recently used ones
-over the node's size limit. ``StepContainers`` is what the step server calls.
+over the node's size limit; a registry login (the user's Enroot ``.credentials``) reaches
+the runtime in a file only root reads, never on a command line. ``StepContainers`` is what
+the step server calls; ``save`` carries out ``--container-save``.
 """
 
 from __future__ import annotations
 
+import base64
 import fcntl
 import hashlib
 import itertools
 import json
+import logging
 import os
 import shutil
+import stat
 import subprocess
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from shoal.model.container import ImageRef, Mount, image_ref, rewrite
+from shoal.agent.cgroups import Cgroup
+from shoal.model.container import ImageRef, Mount, image_ref, parse_credentials, registry_of, rewrite
+
+log = logging.getLogger("shoal.agent")
 
 PAUSE = "/.shoal/pause"  # where the keeper's pause process (catatonit -P) is mounted in a podman container
 PULL_TIMEOUT_S = 600.0
@@ -53,6 +62,7 @@ class Container:
     entrypoint: tuple[str, ...] = ()  # the image's ENTRYPOINT, run before a task's command (--container-entrypoint)
     labels: dict[str, str] = field(default_factory=dict)
     insecure: bool = False  # the registry speaks plain HTTP
+    cgroup_parent: str | None = None  # the job's (or step's) cgroup, so the container is inside it
 
 
 class StepRuntime:
@@ -64,8 +74,27 @@ class StepRuntime:
     def available(self) -> bool:
         return shutil.which(self.binary) is not None
 
-    def pull(self, ref: str, insecure: bool, dest: Path) -> list[str]:
+    def cgroups(self) -> tuple[str, int] | None:
+        """The engine's cgroup manager and cgroup version (``("cgroupfs", 1)``), when its
+        containers can be made in a cgroup of ours; None for engines that make none."""
+        return None
+
+    def pull(self, ref: str, insecure: bool, dest: Path, auth: Path | None = None) -> list[str]:
+        """The argv that pulls ``ref``; ``auth`` is a folder of login files (write_auth) for it."""
         raise NotImplementedError
+
+    def pull_env(self, auth: Path | None) -> dict[str, str]:
+        """Variables the pull needs besides the agent's own (where a runtime reads its login)."""
+        return {}
+
+    def save(self, c: Container, image: CachedImage | None, path: str) -> list[list[str]]:
+        """The argvs that write the container's file system to the image file ``path``
+        (``--container-save``), in order."""
+        raise ContainerStartError(f"{self.name} cannot save a container (--container-save)")
+
+    def save_cleanup(self, c: Container) -> list[str] | None:
+        """The argv that removes what ``save`` left behind, run whether it succeeded or not."""
+        return None
 
     def create(self, c: Container) -> list[str] | None:
         """The argv that starts the container for its tasks (None: each task starts its own)."""
@@ -88,11 +117,33 @@ class PodmanSteps(StepRuntime):
     name = "podman"
     binary = "podman"
 
-    def pull(self, ref, insecure, dest):
-        return [self.binary, "pull", "--quiet", *(["--tls-verify=false"] if insecure else []), ref]
+    def pull(self, ref, insecure, dest, auth=None):
+        return [self.binary, "pull", "--quiet", *(["--tls-verify=false"] if insecure else []),
+                *(["--authfile", str(auth / "auth.json")] if auth else []), ref]
+
+    def save(self, c, image, path):
+        """An OCI archive (what ``--container-image=FILE`` loads) of the container as it is,
+        with the image's own ENTRYPOINT back in place of the keeper's."""
+        tag = f"localhost/pyxis-save/{c.name.lower()}:latest"
+        entry = json.dumps(image.entrypoint if image is not None else [])
+        return [[self.binary, "commit", "--quiet", "--change", f"ENTRYPOINT {entry}", c.name, tag],
+                [self.binary, "save", "--quiet", "--format", "oci-archive", "--output", path, tag]]
+
+    def save_cleanup(self, c):
+        return [self.binary, "rmi", "--force", f"localhost/pyxis-save/{c.name.lower()}:latest"]
+
+    _INFO = "{{.Host.CgroupManager}} {{.Host.CgroupsVersion}}"
+
+    def cgroups(self):
+        out = subprocess.run([self.binary, "info", "--format", self._INFO], capture_output=True, text=True,
+                             timeout=60)
+        manager, _, version = out.stdout.strip().partition(" ")
+        return (manager, int(version.lstrip("v"))) if out.returncode == 0 and version.lstrip("v").isdigit() else None
 
     def create(self, c):
         argv = [self.binary, "run", "--detach", "--name", c.name, "--network", "host", "--pull", "never"]
+        if c.cgroup_parent:
+            argv += ["--cgroup-parent", c.cgroup_parent]
         for k, v in sorted(c.labels.items()):
             argv += ["--label", f"{k}={v}"]
         if c.host_user is not None:
@@ -141,9 +192,16 @@ class DockerSteps(PodmanSteps):
 
     name = "docker"
     binary = "docker"
+    _INFO = "{{.CgroupDriver}} {{.CgroupVersion}}"
 
-    def pull(self, ref, insecure, dest):
-        return [self.binary, "pull", "--quiet", ref]  # insecure registries are the daemon's setting
+    def pull(self, ref, insecure, dest, auth=None):
+        # Insecure registries are the daemon's setting; the login is config.json in --config's folder.
+        return [self.binary, *(["--config", str(auth)] if auth else []), "pull", "--quiet", ref]
+
+    def save(self, c, image, path):
+        argv = super().save(c, image, path)
+        argv[1] = [a for a in argv[1] if a not in ("--format", "oci-archive")]  # docker save: its own format
+        return argv
 
     def create(self, c):
         argv = super().create(c)
@@ -167,9 +225,15 @@ class EnrootSteps(StepRuntime):
     name = "enroot"
     binary = "enroot"
 
-    def pull(self, ref, insecure, dest):
+    def pull(self, ref, insecure, dest, auth=None):
         registry, _, rest = ref.partition("/")
         return [self.binary, "import", "--output", str(dest), f"docker://{registry}#{rest}"]
+
+    def pull_env(self, auth):
+        return {"ENROOT_CONFIG_PATH": str(auth)} if auth else {}  # its .credentials
+
+    def save(self, c, image, path):
+        return [[self.binary, "export", "--force", "--output", path, c.name]]  # a squashfs, as Pyxis'
 
     def create(self, c):
         return [self.binary, "create", "--force", "--name", c.name, c.image]
@@ -201,8 +265,14 @@ class ApptainerSteps(StepRuntime):
     name = "apptainer"
     binary = "apptainer"
 
-    def pull(self, ref, insecure, dest):
+    def pull(self, ref, insecure, dest, auth=None):
         return [self.binary, "pull", *(["--nohttps"] if insecure else []), str(dest), f"docker://{ref}"]
+
+    def pull_env(self, auth):
+        if not auth:
+            return {}
+        login, _, password = (auth / "login").read_text().partition("\n")
+        return {"APPTAINER_DOCKER_USERNAME": login, "APPTAINER_DOCKER_PASSWORD": password}
 
     def task(self, c, env_names, workdir, argv):
         out = [self.binary, "exec", "--cleanenv", "--pwd", workdir]
@@ -239,6 +309,11 @@ class CachedImage:
     last_used: float
 
 
+def _image_of(doc: dict) -> CachedImage:
+    """An index entry as a CachedImage (less the entry's own keys: private, users, source)."""
+    return CachedImage(**{k: v for k, v in doc.items() if k in CachedImage.__dataclass_fields__})
+
+
 class ImageCache:
     """The node's images, pulled once each: ``index.json`` keeps, per reference, its id,
     size, environment, entrypoint and last use; ``locks/`` holds one lock per image, so
@@ -265,25 +340,55 @@ class ImageCache:
 
     def images(self) -> list[CachedImage]:
         """What the node holds, most recently used first."""
-        return sorted((CachedImage(**doc) for doc in self._index().values()), key=lambda i: -i.last_used)
+        return sorted((_image_of(doc) for doc in self._index().values()), key=lambda i: -i.last_used)
 
-    def get(self, ref: str, insecure: bool) -> CachedImage:
+    def get(self, ref: str, insecure: bool, login: tuple[str, str] | None = None,
+            user: int | None = None, refresh: bool = False) -> CachedImage:
         """The image, pulled now unless the node has it; ContainerStartError with the
-        runtime's message when it cannot be pulled."""
+        runtime's message when it cannot be pulled.
+
+        ``login`` is the requester's (user, password) for the image's registry. An image
+        that needed one is private: a user it was not pulled or checked for pulls it again
+        with their own login (layers the node has are not fetched again), so the shared
+        cache never hands one user's private image to another whom the registry refuses.
+        ``refresh`` pulls even what the node has (imagePullPolicy Always: a moved tag).
+        """
         key = hashlib.sha256(ref.encode()).hexdigest()[:32]
         with open(self.root / "locks" / key, "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             with self._lock:
                 doc = self._index().get(ref)
-            if doc is None or not self._present(doc):
-                doc = self._pull(ref, insecure, key).__dict__
+            private = doc is not None and doc.get("private")
+            if refresh or doc is None or not self._present(doc) or (private and user not in doc.get("users", [])):
+                users = doc.get("users", []) if doc is not None else []
+                doc = self._pull(ref, insecure, key, login).__dict__
+                if login is not None:
+                    doc["private"], doc["users"] = True, sorted({*users, user})
             with self._lock:
                 index = self._index()
                 doc["last_used"] = self.clock()
                 index[ref] = doc
                 self._save(index)
         self.evict(keep=ref)
-        return CachedImage(**doc)
+        return _image_of(doc)
+
+    def lookup(self, key: str) -> dict | None:
+        with self._lock:
+            return self._index().get(key)
+
+    def adopt(self, key: str, image: CachedImage, source: str) -> CachedImage:
+        """An image that came from elsewhere (a file loaded into the engine) kept in the index
+        under ``key`` like a pulled one, so the size limit evicts it too."""
+        with self._lock:
+            index = self._index()
+            doc = {**image.__dict__, "ref": key, "last_used": self.clock(), "source": source}
+            index[key] = doc
+            self._save(index)
+        self.evict(keep=key)
+        return _image_of(doc)
+
+    def present(self, doc: dict) -> bool:
+        return self._present(doc)
 
     def _present(self, doc: dict) -> bool:
         if self.runtime.name in ("podman", "docker"):
@@ -291,13 +396,16 @@ class ImageCache:
                                    else "inspect", doc["id"]], capture_output=True).returncode == 0
         return Path(doc["id"]).exists()
 
-    def _pull(self, ref: str, insecure: bool, key: str) -> CachedImage:
+    def _pull(self, ref: str, insecure: bool, key: str, login: tuple[str, str] | None = None) -> CachedImage:
         dest = self.root / f"{key}.{'sif' if self.runtime.name == 'apptainer' else 'sqsh'}"
-        argv = self.runtime.pull(ref, insecure, dest)
-        try:
-            out = subprocess.run(argv, capture_output=True, text=True, timeout=PULL_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            raise ContainerStartError(f"pulling {ref} took over {PULL_TIMEOUT_S:.0f} s") from None
+        with tempfile.TemporaryDirectory(prefix="auth-", dir=self.root) as tmp:
+            auth = write_auth(Path(tmp), registry_of(ref), login) if login is not None else None
+            argv = self.runtime.pull(ref, insecure, dest, auth)
+            env = {**os.environ, **self.runtime.pull_env(auth)}
+            try:
+                out = subprocess.run(argv, capture_output=True, text=True, timeout=PULL_TIMEOUT_S, env=env)
+            except subprocess.TimeoutExpired:
+                raise ContainerStartError(f"pulling {ref} took over {PULL_TIMEOUT_S:.0f} s") from None
         if out.returncode != 0:
             raise ContainerStartError(_last_lines(out.stderr or out.stdout)
                                       or f"{argv[0]} exited {out.returncode} pulling {ref}")
@@ -325,7 +433,8 @@ class ImageCache:
                 if self.runtime.name in ("podman", "docker"):
                     gone = subprocess.run([self.runtime.binary, "rmi", doc["id"]], capture_output=True).returncode == 0
                 else:
-                    Path(doc["id"]).unlink(missing_ok=True)
+                    if not ref.startswith("file:"):  # the cache's own file, never a user's image file
+                        Path(doc["id"]).unlink(missing_ok=True)
                     gone = True
                 if gone:
                     total -= doc["size"]
@@ -333,6 +442,44 @@ class ImageCache:
                     removed.append(ref)
             self._save(index)
         return removed
+
+
+def write_auth(folder: Path, registry: str, login: tuple[str, str]) -> Path:
+    """A registry login in each runtime's own file, in ``folder`` (root's alone): podman's
+    auth.json, docker's config.json (the same document), Enroot's netrc ``.credentials``
+    and a plain one for apptainer's variables."""
+    folder.chmod(0o700)
+    user, password = login
+    token = base64.b64encode(f"{user}:{password}".encode()).decode()
+    doc = json.dumps({"auths": {registry: {"auth": token}}})
+    for name, text in (("auth.json", doc), ("config.json", doc),
+                       (".credentials", f"machine {registry} login {user} password {password}\n"),
+                       ("login", f"{user}\n{password}")):
+        fd = os.open(folder / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+    return folder
+
+
+def read_user_credentials(env: dict[str, str], home: str | None, uid: int) -> dict[str, tuple[str, str]]:
+    """The job user's Enroot credentials, ``$ENROOT_CONFIG_PATH/.credentials`` (Enroot's
+    default: ``$XDG_CONFIG_HOME/enroot``, ``~/.config/enroot``). The agent runs as root: the
+    file must be the user's own (a link to a file of root's is not followed, and one owned
+    by another is not read), so no job can make the agent send a file it cannot read itself."""
+    config = env.get("ENROOT_CONFIG_PATH") or (
+        os.path.join(env["XDG_CONFIG_HOME"], "enroot") if env.get("XDG_CONFIG_HOME")
+        else os.path.join(home, ".config", "enroot") if home else None)
+    if not config:
+        return {}
+    try:
+        fd = os.open(os.path.join(config, ".credentials"), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return {}
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if st.st_uid != uid or not stat.S_ISREG(st.st_mode) or st.st_size > 1 << 20:
+            return {}
+        return parse_credentials(f.read().decode(errors="replace"))
 
 
 def inspect_image(binary: str, ref: str, now: float) -> CachedImage | None:
@@ -345,6 +492,17 @@ def inspect_image(binary: str, ref: str, now: float) -> CachedImage | None:
     return CachedImage(ref, doc["Id"], int(doc.get("Size") or 0),
                        dict(v.split("=", 1) for v in config.get("Env") or [] if "=" in v),
                        list(config.get("Entrypoint") or []), now)
+
+
+def _is_squashfs_or_sif(path: str) -> bool:
+    """By the file's magic, not its name: ``--container-save=x.sqsh`` under podman writes an
+    OCI archive, which podman then loads by that same name."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+    except OSError:
+        return False
+    return head[:4] in (b"hsqs", b"sqsh") or b"SIF_MAGIC" in head
 
 
 def _last_lines(text: str, n: int = 3) -> str:
@@ -407,6 +565,7 @@ class StepContainer:
     keep_env: tuple[str, ...]  # --container-env: the host's value wins over the image's
     named: bool
     oci: OCIHandle | None = None  # enter through the OCI runtime itself (podman's exec costs 5x)
+    image: CachedImage | None = None
     _seq: itertools.count = field(default_factory=itertools.count)
 
     def task_argv(self, env: dict[str, str], workdir: str, argv: list[str]) -> tuple[list[str], dict[str, str]]:
@@ -414,6 +573,12 @@ class StepContainer:
         those the image sets itself (Pyxis: the image's values win) unless --container-env
         names them."""
         mine = {k: v for k, v in env.items() if k not in self.image_env or k in self.keep_env}
+        if "PYTORCH_VERSION" in self.image_env:
+            # Pyxis' PyTorch set-up for images that say they hold PyTorch (NGC's do):
+            # torch.distributed's env:// ranks from Slurm's.
+            for theirs, torchs in (("SLURM_PROCID", "RANK"), ("SLURM_LOCALID", "LOCAL_RANK")):
+                if theirs in env:
+                    mine[torchs] = env[theirs]
         if self.container.gpus and mine.get("CUDA_VISIBLE_DEVICES"):
             # CDI hands the container only these GPUs, which CUDA numbers from 0 there.
             where = {str(g): str(i) for i, g in enumerate(self.container.gpus)}
@@ -443,6 +608,21 @@ class StepContainers:
         # Names unique on the host: test clusters share one podman store, and number jobs alike.
         self.tag = hashlib.sha256(str(workdir.resolve()).encode()).hexdigest()[:8]
         self.cdi_kind: str | None = None  # set once the node's GPUs have a CDI specification (cdi.py)
+        self._engine_cgroups: tuple[str, int] | None | bool = False  # the engine's, once asked (False: not yet)
+        self._lock = threading.Lock()
+        self._unnamed: dict[int, set[str]] = {}  # job id -> its steps' containers not yet removed
+
+    def image_list(self) -> list[dict] | None:
+        """The node's cached images as Kubernetes' node.status.images names them (reference,
+        then the engine's id), most recently used first; None on a node with no runtime."""
+        if self.cache is None:
+            return None
+        def digest(i: CachedImage) -> list[str]:
+            hexid = i.id.removeprefix("sha256:")
+            return [f"sha256:{hexid}"] if len(hexid) == 64 and all(c in "0123456789abcdef" for c in hexid) else []
+
+        return [{"names": [i.ref, *digest(i)], "sizeBytes": i.size, "lastUsed": round(i.last_used, 3)}
+                for i in self.cache.images()]
 
     def configure(self, settings: Settings) -> None:
         self.settings = settings
@@ -450,8 +630,12 @@ class StepContainers:
             self.cache.limit = settings.image_cache_mb * 1024 * 1024
 
     def start(self, request: dict, *, job_id: int, step_id: int, user: tuple[int, int], home: str | None,
-              cwd: str, gpus: list[int]) -> StepContainer:
-        """The step's container on this node, created (or, named, found) and running."""
+              cwd: str, gpus: list[int], env: dict[str, str] | None = None,
+              cgroups: tuple[Cgroup | None, Cgroup | None] = (None, None)) -> StepContainer:
+        """The step's container on this node, created (or, named, found) and running;
+        ``env`` is the step's environment (where the user's Enroot credentials are). It is
+        made inside the step's cgroup (a named one, kept for the job: the job's) of
+        ``cgroups`` (job, step), so the job's memory limit and its end's kill hold for it too."""
         rt = self.runtime
         if rt is None:
             raise ContainerStartError(f"no container runtime on node {self.node} (its agent runs with --runtime "
@@ -465,8 +649,8 @@ class StepContainers:
             if name and self._running(cname):
                 image = self._named_image(cname)
             else:
-                image = self._image(request)
-            env = image.env if image is not None else {}
+                image = self._image(request, read_user_credentials(env or {}, home, user[0]), user[0], cwd)
+            image_env = image.env if image is not None else {}
             entry = tuple(image.entrypoint) if image is not None and request.get("entrypoint") else ()
             mounts = self._mounts(request, home, cwd)
             remap = bool(request.get("remap_root"))
@@ -476,20 +660,49 @@ class StepContainers:
                 gpus=tuple(gpus) if self.cdi_kind else (), cdi_kind=self.cdi_kind or "",
                 writable=request.get("writable", True) is not False,
                 entrypoint=entry, labels={"shoal.job": str(job_id)},
+                cgroup_parent=self._parent(cgroups[0] if name else cgroups[1] or cgroups[0]),
             )
             if not (name and self._running(cname)):
                 self._create(c)
                 if name:
                     (self.root / f"{cname}.json").write_text(json.dumps({"image": image.__dict__}))
+        if not name:
+            with self._lock:
+                self._unnamed.setdefault(job_id, set()).add(cname)
         files = self.root / f"{cname}.{step_id}.tasks"
-        return StepContainer(c, rt, env, tuple(request.get("env") or ()), bool(name), self._oci(cname, files))
+        return StepContainer(c, rt, image_env, tuple(request.get("env") or ()), bool(name),
+                             self._oci(cname, files), image=image)
 
-    def _image(self, request: dict):
+    def _parent(self, cg: Cgroup | None) -> str | None:
+        """``cg`` as the engine's --cgroup-parent; None (with a warning, once) when the engine
+        cannot make its containers there: another cgroup manager (systemd takes slices, not
+        paths) or version than the agent's."""
+        if cg is None or self.runtime is None:
+            return None
+        if self._engine_cgroups is False:
+            try:
+                self._engine_cgroups = self.runtime.cgroups()
+            except (OSError, subprocess.SubprocessError):
+                self._engine_cgroups = None
+            engine = self._engine_cgroups
+            if self.runtime.name in ("podman", "docker") and (not isinstance(engine, tuple) or engine != (
+                    "cgroupfs", cg.version)):
+                log.warning("%s's cgroups (%s) are not the agent's (cgroupfs, v%d): container steps run outside "
+                            "their job's cgroup", self.runtime.binary, engine or "unknown", cg.version)
+        if self._engine_cgroups != ("cgroupfs", cg.version):
+            return None
+        return cg.engine_parent()
+
+    def _image(self, request: dict, credentials: dict[str, tuple[str, str]], uid: int, cwd: str):
         ref = image_ref(request["image"])
+        if ref.kind == "file" and not ref.ref.startswith("/"):
+            ref = ImageRef("file", os.path.normpath(os.path.join(cwd, ref.ref)))  # the step's directory
         if ref.kind == "registry":
             pulled = rewrite(ref.ref, self.settings.registry_mirrors)
-            registry = pulled.partition("/")[0]
-            return self.cache.get(pulled, insecure=registry in self.settings.insecure_registries)
+            registry = registry_of(pulled)
+            # The login of the registry pulled from (a mirror's own, not the name it stands for).
+            return self.cache.get(pulled, insecure=registry in self.settings.insecure_registries,
+                                  login=credentials.get(registry), user=uid)
         return self._local(ref)
 
     def _local(self, ref: ImageRef) -> CachedImage:
@@ -501,14 +714,25 @@ class StepContainers:
                 raise ContainerStartError(f"image file {ref.ref} does not exist on node {self.node}")
             if not engine:
                 return CachedImage(ref.ref, ref.ref, os.path.getsize(ref.ref), {}, [], time.time())
-            if ref.ref.endswith((".sqsh", ".squashfs", ".sqfs", ".sif")):
+            if _is_squashfs_or_sif(ref.ref):
                 raise ContainerStartError(f"{ref.ref}: {self.runtime.name} cannot run a squashfs or SIF image "
                                           f"(an OCI or Docker archive, .tar, can)")
+            st = os.stat(ref.ref)
+            key, source = f"file:{ref.ref}", f"{st.st_mtime_ns}:{st.st_size}"
+            known = self.cache.lookup(key)
+            if known is not None and known.get("source") == source and self.cache.present(known):
+                return self.cache.adopt(key, _image_of(known), source)  # loaded before, unchanged since
             out = subprocess.run([self.runtime.binary, "load", "--quiet", "--input", ref.ref],
                                  capture_output=True, text=True, timeout=PULL_TIMEOUT_S)
             if out.returncode != 0:
                 raise ContainerStartError(_last_lines(out.stderr) or f"cannot load {ref.ref}")
             name = out.stdout.strip().rpartition("Loaded image: ")[2].split(",")[0].strip()
+            loaded = inspect_image(self.runtime.binary, name, time.time())
+            if loaded is None:
+                raise ContainerStartError(f"{ref.ref} was loaded but {self.runtime.binary} cannot inspect it")
+            # In the node's cache (its LRU eviction), by the file's path: the image's own name
+            # (a saved container's) would be taken again by the next file saved from it.
+            return self.cache.adopt(key, loaded, source)
         elif ref.kind != {"podman": "podman", "docker": "dockerd"}.get(self.runtime.name):
             raise ContainerStartError(f"{ref.kind}:// images are in another engine's store; "
                                       f"node {self.node} runs {self.runtime.name}")
@@ -577,6 +801,35 @@ class StepContainers:
             return None
         return OCIHandle(binary, f"/run/{oci}", cid, step_files)
 
+    def save(self, sc: StepContainer, path: str, cwd: str, user: tuple[int, int]) -> str:
+        """``--container-save=PATH`` after the node's tasks have ended: the container's file
+        system as an image file at PATH (relative to the step's directory, as Pyxis takes it),
+        written as the job's user (who must be able to write there) by a rename, so a step
+        reading it meanwhile sees the old file or the new one. Returns the path written."""
+        target = os.path.normpath(path if path.startswith("/") else os.path.join(cwd, path))
+        with tempfile.TemporaryDirectory(prefix="save-", dir=self.root) as tmp:
+            made = os.path.join(tmp, "image")
+            try:
+                for argv in self.runtime.save(sc.container, sc.image, made):
+                    out = subprocess.run(argv, capture_output=True, text=True, timeout=PULL_TIMEOUT_S)
+                    if out.returncode != 0:
+                        raise ContainerStartError(_last_lines(out.stderr or out.stdout)
+                                                  or f"{argv[0]} exited {out.returncode}")
+            finally:
+                if (cleanup := self.runtime.save_cleanup(sc.container)) is not None:
+                    subprocess.run(cleanup, capture_output=True, timeout=120)
+            switch = os.geteuid() == 0 and user != (0, 0)
+            partial = f"{target}.pyxis-save"
+            with open(made, "rb") as image:  # the user's process gets the file itself, not its path
+                for argv, stdin in ((["cp", "/dev/stdin", partial], image), (["mv", "-f", "--", partial, target], None)):
+                    put = subprocess.run(argv, stdin=stdin, capture_output=True, timeout=PULL_TIMEOUT_S, cwd="/",
+                                         user=user[0] if switch else None, group=user[1] if switch else None,
+                                         extra_groups=[] if switch else None)
+                    if put.returncode != 0:
+                        raise ContainerStartError(_last_lines(put.stderr.decode(errors="replace"))
+                                                  or f"cannot write {target}")
+        return target
+
     def finish(self, sc: StepContainer) -> None:
         """After the step: its container goes, unless it is named (kept for the job)."""
         if sc.oci is not None:
@@ -584,6 +837,9 @@ class StepContainers:
         if not sc.named:
             self.remove(sc.container)
             (self.root / f"{sc.container.name}.lock").unlink(missing_ok=True)
+            with self._lock:
+                for names in self._unnamed.values():
+                    names.discard(sc.container.name)
 
     def remove(self, c: Container) -> None:
         argv = self.runtime.remove(c) if self.runtime is not None else None
@@ -593,10 +849,24 @@ class StepContainers:
     def has_named(self, job_id: int) -> bool:
         return any(self.root.glob(f"pyxis_{job_id}_*.json"))
 
+    def has_job(self, job_id: int) -> bool:
+        """Whether the job has a container here: named, or a step's not yet removed."""
+        with self._lock:
+            if self._unnamed.get(job_id):
+                return True
+        return self.has_named(job_id)
+
     def remove_job(self, job_id: int) -> None:
-        """The job ended: its named containers go (Pyxis' container_scope=job)."""
+        """The job ended: its named containers go (Pyxis' container_scope=job), and any step's
+        not yet removed. Before the job's cgroup is emptied: a container killed from under
+        its engine (made inside the job's cgroup) can be left half-stopped."""
         if self.runtime is None:
             return
+        with self._lock:
+            unnamed = self._unnamed.pop(job_id, set())
+        for cname in unnamed:
+            self.remove(Container(cname, ""))
+            (self.root / f"{cname}.lock").unlink(missing_ok=True)
         for meta in self.root.glob(f"pyxis_{job_id}_*.json"):
             cname = meta.name[:-len(".json")]
             self.remove(Container(cname, ""))

@@ -5,12 +5,9 @@ As with srun and slurmd, the client talks to each node directly; the server only
 launch (an HMAC with this node's step key), so output streams node-to-client without
 passing through the control plane. The reply is NDJSON, one object per output chunk:
 ``{"t": procid, "o": text}`` (stdout) or ``{"t": procid, "e": text}`` (stderr), then
-``{"exit": {procid: [exit_code, signal]}}``.
-
-A launch that names ``"stdin": [procids]`` (srun's --input: task 0 by default) is followed, on
-the same connection, by srun's standard input in frames (a 4-byte big-endian length, then the
-bytes; length 0 is the end of input), written to those tasks' standard input; the end of the
-connection after that, as without stdin, means srun has gone.
+``{"exit": {procid: [exit_code, signal]}}``. A launch that names ``"stdin": [procids]`` (srun's
+--input: every task by default) is followed by srun's standard input as requests on the same
+connection (StdinRelay).
 
 Off loopback (``--tls``) it serves HTTPS only, with the certificate the cluster CA issued the
 agent (``agent.certs``): a plain HTTP request is answered 400, and nothing is served until
@@ -35,7 +32,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs
 
-from shoal.agent import supervise
+from shoal.agent import podstreams, supervise
 from shoal.agent.cgroups import close_all
 from shoal.agent.identity import UnknownUser, spawn
 from shoal.agent.pods import ContainerNotRunning, LogNotFound
@@ -191,9 +188,9 @@ class _Handler(BaseHTTPRequestHandler):
         self._json(200, {"node": self.server.agent.name, "steps": step_usage(run)})
 
     def do_POST(self):
-        if self.path not in ("/v1/steps", "/v1/pods/exec"):
+        if self.path not in ("/v1/steps", "/v1/pods/exec", "/v1/pods/stream"):
             return self._json(404, {"detail": "not found"})
-        what = "step" if self.path == "/v1/steps" else "exec"
+        what = {"/v1/steps": "step", "/v1/pods/exec": "exec"}.get(self.path, "stream")
         length = int(self.headers.get("Content-Length") or 0)
         if length > MAX_BODY:
             return self._json(413, {"detail": f"{what} request too large"})
@@ -205,6 +202,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._json(400, {"detail": f"{what} request is not a JSON object"})
         if what == "exec":
             return self._pod_exec(req)
+        if what == "stream":
+            return self._pod_stream(req)
         agent = self.server.agent
         err = _check(agent, req)
         if err:
@@ -215,18 +214,26 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Type", "application/x-ndjson")
         self.end_headers()
-        _run_step(agent.runtime, run, req, self.connection, self.wfile, agent.name, agent.containers, self.rfile)
+        _run_step(agent.runtime, run, req, self.connection, self.wfile, agent.name, agent.containers,
+                  agent.kill_wait, agent.step_ended)
+
+    def _signed_body(self, req: dict, what: str) -> bool:
+        """The request (less its ``sig``) was signed by the server; else False, the 403 answered."""
+        sig = str(req.pop("sig", ""))
+        err = _check_signed(self.server.agent, json.dumps(req, sort_keys=True), sig, req.get("t", 0), what)
+        if err:
+            self._json(403, {"detail": err})
+        return err is None
 
     def _pod_exec(self, req: dict) -> None:
         """``shoal exec``: run a command inside a pod's container and stream its output as a
         step's (one task, procid 0). The server signs the request as it signs log queries."""
         agent = self.server.agent
-        sig = str(req.pop("sig", ""))
-        err = _check_signed(agent, json.dumps(req, sort_keys=True), sig, req.get("t", 0), "exec")
-        if err:
-            return self._json(403, {"detail": err})
+        if not self._signed_body(req, "exec"):
+            return
         try:
-            target = agent.pods.exec_target(str(req["key"]), str(req["container"]), [str(a) for a in req["argv"]])
+            target = agent.pods.exec_target(str(req["key"]), str(req["container"]), [str(a) for a in req["argv"]],
+                                            stdin=bool(req.get("stdin")))
         except (KeyError, TypeError):
             return self._json(400, {"detail": "malformed exec request"})
         except LogNotFound as e:
@@ -251,6 +258,21 @@ class _Handler(BaseHTTPRequestHandler):
             _stream_tasks({0: p}, self.connection, _emitter(self.wfile), {})
         finally:
             target.procs.discard(p)
+
+    def _pod_stream(self, req: dict) -> None:
+        """``kubectl exec``/``attach``/``port-forward``: after the 200, frames both ways on this
+        connection (agent/podstreams.py). The server signs the request as it signs exec's."""
+        if not self._signed_body(req, "stream"):
+            return
+        try:
+            serve = podstreams.prepare(self.server.agent, req)
+        except podstreams.StreamRefused as e:
+            return self._json(e.status, {"detail": e.message})
+        self.send_response(200)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.end_headers()
+        self.wfile.flush()
+        serve(podstreams.Channel(self.rfile, self.wfile))
 
     def _json(self, status: int, doc: dict) -> None:
         self._text(status, json.dumps(doc), "application/json")
@@ -307,12 +329,10 @@ def step_usage(run) -> dict[str, dict]:
     out = {}
     for step in tasks:
         cg = run.cgroup.sub(f"step_{step}")
-        if not any(d.is_dir() for c, d in cg.dirs.items() if d != run.cgroup.dirs[c]):
-            continue  # uncontained, or a v1 node without memory and cpuacct
+        if not cg.made_below(run.cgroup):
+            continue
         u = cg.usage()
-        out[step] = {"max_rss_kb": u.max_rss_bytes // 1024, "cpu_s": round(u.cpu_seconds, 3),
-                     "user_cpu_s": round(u.user_seconds, 3), "system_cpu_s": round(u.system_seconds, 3),
-                     "tasks": tasks[step]}
+        out[step] = {**u.report(), "tasks": tasks[step]}
     return out
 
 
@@ -368,23 +388,40 @@ def _check(agent, req: dict) -> str | None:
     return None
 
 
-def _client_gone(conn: socket.socket) -> bool:
-    """The client's end is readable: has it gone away? Over TLS (which cannot peek) the record
-    is read: the end of the stream, or the client's close_notify."""
+def _from_client(conn: socket.socket, partial: bytearray) -> list[dict] | None:
+    """The client's end is readable: srun's requests (NDJSON lines: ``{"signal": N}`` to
+    pass a signal on, ``{"terminate": true}`` to end the step), or None once it has gone away."""
     try:
         if isinstance(conn, ssl.SSLSocket):
             conn.settimeout(1.0)
             try:
-                return conn.recv(1) == b""
+                data = conn.recv(4096)
             finally:
                 conn.settimeout(None)
-        return conn.recv(1, socket.MSG_PEEK) == b""
+        else:
+            data = conn.recv(4096)
     except OSError:
-        return True
+        return None
+    if not data:
+        return None
+    partial += data
+    *lines, rest = bytes(partial).split(b"\n")
+    partial[:] = rest
+    docs = []
+    for line in lines:
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(doc, dict):
+            docs.append(doc)
+    return docs
 
 
 def _run_step(runtime: Runtime, run, req: dict, conn: socket.socket, wfile, node: str, containers=None,
-              rfile=None) -> None:
+              kill_wait: float = 30.0, on_end=None) -> None:
+    """Run one srun step's tasks on this node and stream them to srun; at their end, what the
+    step's cgroup here says they used goes to ``on_end(run, step_id, usage)``."""
     procs: dict[int, subprocess.Popen] = {}
     exits: dict[int, list[int]] = {}
     emit = _emitter(wfile)
@@ -400,15 +437,19 @@ def _run_step(runtime: Runtime, run, req: dict, conn: socket.socket, wfile, node
     # script's does, even with no agent alive (docs/FENCING.md); none when fencing is off.
     lease = runtime.workdir / supervise.LEASE
     prefix = supervise.step_command(lease) if lease.exists() else []
+    step = runtime.step_cgroup(run, f"step_{req['step_id']}") if req["tasks"] else None
     step_container = None
     if req.get("container") and req["tasks"]:
-        step_container = _start_container(containers, req, run, ident, emit, exits)
+        step_container = _start_container(containers, req, run, ident, emit, exits, step)
         if step_container is None:
             req = {**req, "tasks": []}
+        elif step_container.container.cgroup_parent:
+            cg = run.cgroup if step_container.named else step
+            if cg is not None:
+                runtime.list_engine_cgroups(run, cg)
     cwd = req.get("cwd") or "/"
-    step = runtime.step_cgroup(run, f"step_{req['step_id']}") if req["tasks"] else None
     fds = step.open_procs() if step is not None else []  # each task joins them between fork and exec
-    stdin_to = set(req.get("stdin") or ()) if rfile is not None and step_container is None else set()
+    stdin_to = set(req.get("stdin") or ()) if step_container is None else set()
     for task in req["tasks"]:
         env = dict(req["env"])
         env.update({
@@ -440,22 +481,33 @@ def _run_step(runtime: Runtime, run, req: dict, conn: socket.socket, wfile, node
         runtime.add_step_proc(run, p, req["step_id"], fences_itself=bool(prefix))
         procs[task["procid"]] = p
     close_all(fds)
-    inputs = [p.stdin for p in procs.values() if p.stdin is not None]
-    gone = _relay_stdin(rfile, inputs) if "stdin" in req and rfile is not None else None
+
+    stdin = StdinRelay([p.stdin for p in procs.values() if p.stdin is not None])
+
+    def on_request(doc: dict) -> None:
+        """srun, itself signalled, asks for its step's end (with KillWait) or passes a signal on;
+        or sends its standard input on."""
+        if "stdin" in doc:
+            stdin.put(doc["stdin"])
+        elif doc.get("terminate"):
+            runtime.terminate_step(run, req["step_id"], kill_wait)
+            emit({"aborting": kill_wait})
+        elif isinstance(doc.get("signal"), int):
+            runtime.signal_step(run, req["step_id"], doc["signal"])
+
     try:
-        _stream_tasks(procs, conn, emit, exits, gone)
-        if gone is not None:  # the relay's read ends here, so closing the handler's rfile does not wait on it
-            try:
-                socket.socket.shutdown(conn, socket.SHUT_RD)  # the TCP socket's, under any TLS
-            except OSError:
-                pass
+        _stream_tasks(procs, conn, emit, exits, on_request)
+        if step is not None and procs and on_end is not None:
+            on_end(run, req["step_id"], step.usage())
+        if step_container is not None and req["container"].get("save"):
+            _save_container(containers, step_container, req, ident, emit)
     finally:
         if step_container is not None:
             # The tasks have ended and said so: srun need not wait for the container's removal.
             threading.Thread(target=containers.finish, args=(step_container,), daemon=True).start()
 
 
-def _start_container(containers, req: dict, run, ident, emit, exits: dict[int, list[int]]):
+def _start_container(containers, req: dict, run, ident, emit, exits: dict[int, list[int]], step=None):
     """The step's container (pulled, created) or None, every task then failed with the
     runtime's message, as Pyxis fails the step's tasks (the job's error output has it)."""
     from shoal.agent.stepcontainer import ContainerStartError
@@ -468,7 +520,8 @@ def _start_container(containers, req: dict, run, ident, emit, exits: dict[int, l
         if containers is None:
             raise ContainerStartError("this agent runs no containers")
         return containers.start(req["container"], job_id=req["job_id"], step_id=req["step_id"], user=(uid, gid),
-                                home=home, cwd=req.get("cwd") or "/", gpus=gpus)
+                                home=home, cwd=req.get("cwd") or "/", gpus=gpus, env=req.get("env") or {},
+                                cgroups=(run.cgroup, step))
     except (ContainerStartError, ContainerOptionError, OSError, subprocess.SubprocessError) as e:
         first = req["tasks"][0]["procid"]
         image = req["container"].get("image") or req["container"].get("name")
@@ -482,48 +535,67 @@ def _start_container(containers, req: dict, run, ident, emit, exits: dict[int, l
         return None
 
 
-def _relay_stdin(rfile, inputs: list) -> int:
-    """Copy srun's framed standard input to ``inputs`` (the tasks' stdin pipes) in a thread;
-    the read end of a pipe that becomes readable when srun's connection ends."""
-    gone_r, gone_w = os.pipe()
+class StdinRelay:
+    """srun's standard input (``{"stdin": base64}`` requests, ``{"stdin": null}`` at its end) to
+    the tasks' stdin pipes, from a thread of its own: a task that does not read its input must not
+    stall the output of the others."""
 
-    def relay() -> None:
-        try:
-            while True:
-                head = rfile.read(4)
-                size = int.from_bytes(head, "big") if len(head) == 4 else 0
-                data = rfile.read(size) if size else b""
-                if not data:
-                    break
-                for pipe in list(inputs):
-                    try:
+    def __init__(self, pipes: list) -> None:
+        import queue
+
+        self.pipes = pipes
+        self.chunks: queue.SimpleQueue = queue.SimpleQueue()
+        if pipes:
+            threading.Thread(target=self._run, daemon=True, name="step-stdin").start()
+
+    def put(self, text: str | None) -> None:
+        if self.pipes:
+            import binascii
+
+            try:
+                self.chunks.put(binascii.a2b_base64(text) if text else None)
+            except (binascii.Error, TypeError):
+                self.chunks.put(None)
+
+    def _run(self) -> None:
+        while True:
+            data = self.chunks.get()
+            for pipe in list(self.pipes):
+                try:
+                    if data is None:
+                        pipe.close()
+                    else:
                         pipe.write(data)
                         pipe.flush()
-                    except (OSError, ValueError):  # the task has ended or closed its input
-                        inputs.remove(pipe)
-            for pipe in inputs:
-                try:
-                    pipe.close()
-                except OSError:
-                    pass
-            if len(head) == 4:  # the end of input, not of the connection: wait for that
-                while rfile.read(65536):
-                    pass
-        except (OSError, ValueError):
-            pass
-        finally:
-            os.close(gone_w)
+                except (OSError, ValueError):  # the task has ended or closed its input
+                    self.pipes.remove(pipe)
+            if data is None:
+                return
 
-    threading.Thread(target=relay, daemon=True, name="step-stdin").start()
-    return gone_r
+
+def _save_container(containers, sc, req: dict, ident, emit) -> None:
+    """--container-save, once the node's tasks have all ended (Pyxis: the last task to exit
+    exports), before srun hears the node is done, so its next step can run the file."""
+    from shoal.agent.stepcontainer import ContainerStartError
+
+    first = req["tasks"][0]["procid"]
+    path = req["container"]["save"]
+    user = (ident.uid, ident.gid) if ident is not None else (os.getuid(), os.getgid())
+    try:
+        where = containers.save(sc, path, req.get("cwd") or "/", user)
+    except (ContainerStartError, OSError, subprocess.SubprocessError) as e:
+        emit({"t": first, "e": f"pyxis: failed to export container {sc.container.name} to {path}\n"
+                               + "".join(f"pyxis:     {line}\n" for line in str(e).splitlines())})
+        return
+    emit({"t": first, "e": f"pyxis: exported container {sc.container.name} to {where}\n"})
 
 
 def _stream_tasks(procs: dict[int, subprocess.Popen], conn: socket.socket, emit, exits: dict[int, list[int]],
-                  gone: int | None = None) -> None:
+                  on_request=None) -> None:
     """Forward the tasks' stdout and stderr as NDJSON lines, and each task's exit as it ends
     (srun says at once which task failed, and --kill-on-bad-exit acts on it); ``exits`` may
-    already hold tasks that never started. A client that goes away kills them: its connection
-    ends, or (when its stdin is relayed, which reads the connection) ``gone`` becomes readable."""
+    already hold tasks that never started. What the client sends goes to ``on_request``; a
+    client that goes away kills the tasks."""
     sel = selectors.DefaultSelector()
     pipes = {procid: 2 for procid in procs}  # open pipes per task: reaped once both are closed
     for procid, p in procs.items():
@@ -533,8 +605,9 @@ def _stream_tasks(procs: dict[int, subprocess.Popen], conn: socket.socket, emit,
         sel.register(p.stderr, selectors.EVENT_READ, (procid, "e"))
     # A chunk may end inside a multi-byte character: decode each stream incrementally.
     decoders = {(t, k): codecs.getincrementaldecoder("utf-8")("replace") for t in procs for k in "oe"}
-    sel.register(gone if gone is not None else conn, selectors.EVENT_READ, None)  # readable = the client went away
+    sel.register(conn, selectors.EVENT_READ, None)  # readable = the client went away
     client_gone = False
+    partial = bytearray()
     if exits:  # tasks that never started
         emit({"exit": {str(k): v for k, v in sorted(exits.items())}})
     running = set(procs)
@@ -544,11 +617,15 @@ def _stream_tasks(procs: dict[int, subprocess.Popen], conn: socket.socket, emit,
         closed = [t for t in running if not pipes[t]]
         for key, _ in sel.select(timeout=0.2 if closed else 1.0):
             if key.data is None:
-                if gone is not None or _client_gone(conn):
+                requests = _from_client(conn, partial)
+                if requests is None:
                     client_gone = True
-                    sel.unregister(key.fileobj)
+                    sel.unregister(conn)
                     for p in procs.values():
                         _killpg(p.pid, 9)
+                elif on_request is not None:
+                    for doc in requests:
+                        on_request(doc)
                 continue
             procid, stream = key.data
             try:
@@ -576,5 +653,3 @@ def _stream_tasks(procs: dict[int, subprocess.Popen], conn: socket.socket, emit,
         if ended and not client_gone:
             emit({"exit": dict(sorted(ended.items()))})
     sel.close()
-    if gone is not None:
-        os.close(gone)

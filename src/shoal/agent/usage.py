@@ -100,11 +100,23 @@ class GPUUsage:
     mem_copy_util: int  # DCGM_FI_DEV_MEM_COPY_UTIL, %
     fb_used_mb: int  # DCGM_FI_DEV_FB_USED, MiB
     fb_free_mb: int  # DCGM_FI_DEV_FB_FREE, MiB
+    power_w: float | None = None  # DCGM_FI_DEV_POWER_USAGE, W (None: the GPU does not say)
+    energy_mj: int | None = None  # DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, mJ since the driver loaded
+
+
+def _optional(call, *args) -> Any:
+    """An NVML figure some GPUs lack (power and energy on older boards): None when NotSupported."""
+    import pynvml
+
+    try:
+        return call(*args)
+    except pynvml.NVMLError_NotSupported:
+        return None
 
 
 def read_gpus(nvml: Any, indices: Iterable[int]) -> list[GPUUsage]:
-    """Utilisation and framebuffer use of each GPU NVML can read now; a GPU that fails
-    (lost, or no utilisation counters, as MIG-enabled GPUs) is left out."""
+    """Utilisation, framebuffer use, power and energy of each GPU NVML can read now; a GPU
+    that fails (lost, or no utilisation counters, as MIG-enabled GPUs) is left out."""
     import pynvml
 
     out = []
@@ -113,11 +125,14 @@ def read_gpus(nvml: Any, indices: Iterable[int]) -> list[GPUUsage]:
             handle = nvml.nvmlDeviceGetHandleByIndex(index)
             rates = nvml.nvmlDeviceGetUtilizationRates(handle)
             mem = nvml.nvmlDeviceGetMemoryInfo(handle)
+            power_mw = _optional(nvml.nvmlDeviceGetPowerUsage, handle)
+            energy_mj = _optional(nvml.nvmlDeviceGetTotalEnergyConsumption, handle)
         except pynvml.NVMLError as e:
             log.debug("GPU %d: no utilisation: %s", index, e)
             continue
         out.append(GPUUsage(index, int(rates.gpu), int(rates.memory), int(mem.used) // _MiB,
-                            int(mem.free) // _MiB))
+                            int(mem.free) // _MiB, None if power_mw is None else round(power_mw / 1000, 3),
+                            None if energy_mj is None else int(energy_mj)))
     return out
 
 
@@ -127,10 +142,16 @@ class Sample:
     gpus: tuple[GPUUsage, ...] = ()
     pod_cpu: Mapping[str, float] = field(default_factory=dict)  # run key -> cores used
 
-    def report(self) -> dict:
-        """The agent report's fields: ``gpu_util`` {"index": %} and ``pod_cpu`` {"run key": cores}."""
+    def report(self, holders: Mapping[int, tuple[int, int]] | None = None) -> dict:
+        """The agent report's fields: ``gpu_util`` {"index": %} and ``pod_cpu`` {"run key": cores}
+        for the HPA, and ``gpu_usage``, each GPU a run holds (``holders``: GPU index -> (job id,
+        run)) with its figures, for per-job GPU accounting."""
+        holders = holders or {}
         return {"gpu_util": {str(g.index): float(g.util) for g in self.gpus},
-                "pod_cpu": {k: round(v, 4) for k, v in self.pod_cpu.items()}}
+                "pod_cpu": {k: round(v, 4) for k, v in self.pod_cpu.items()},
+                "gpu_usage": [{"job_id": holders[g.index][0], "run": holders[g.index][1], "gpu": g.index,
+                               "util": float(g.util), "mem_mib": g.fb_used_mb, "energy_mj": g.energy_mj,
+                               "power_w": g.power_w} for g in self.gpus if g.index in holders]}
 
 
 class UsageSampler:
@@ -163,11 +184,15 @@ class UsageSampler:
 
 # --------------------------------------------------------------------------- Prometheus
 
+# dcgm-exporter's names, help and types (its default-counters.csv).
 _DCGM_FIELDS = (
-    ("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", lambda g: g.util),
-    ("DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).", lambda g: g.mem_copy_util),
-    ("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", lambda g: g.fb_used_mb),
-    ("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", lambda g: g.fb_free_mb),
+    ("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", "gauge", lambda g: g.util),
+    ("DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).", "gauge", lambda g: g.mem_copy_util),
+    ("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", "gauge", lambda g: g.fb_used_mb),
+    ("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", "gauge", lambda g: g.fb_free_mb),
+    ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", "gauge", lambda g: g.power_w),
+    ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "Total energy consumption since boot (in mJ).", "counter",
+     lambda g: g.energy_mj),
 )
 
 
@@ -196,9 +221,13 @@ def prometheus_text(sample: Sample | None, gpus: Iterable[GPU], hostname: str,
     if sample is None:
         return ""
     info = {g.index: g for g in gpus}
-    for name, help_text, value in _DCGM_FIELDS:
-        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
+    for name, help_text, kind, value in _DCGM_FIELDS:
+        if all(value(g) is None for g in sample.gpus):
+            continue  # a figure these GPUs do not give
+        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
         for g in sample.gpus:
+            if value(g) is None:
+                continue
             gpu = info.get(g.index)
             labels = {"gpu": str(g.index), "UUID": gpu.uuid if gpu else "", "device": f"nvidia{g.index}",
                       "modelName": gpu.product if gpu else "", "Hostname": hostname,

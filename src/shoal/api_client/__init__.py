@@ -203,7 +203,7 @@ class Client:
                 if b"\r\n\r\n" not in buf:
                     raise ClientError("the server sent a malformed HTTP response")
                 head, _, rest = buf.partition(b"\r\n\r\n")
-                status, _ = _parse_response(head + b"\r\n\r\n")
+                status, _ = _parse_head(head)
                 chunked = b"transfer-encoding: chunked" in head.lower()
                 if status >= 400:
                     while True:
@@ -211,7 +211,10 @@ class Client:
                         if not chunk:
                             break
                         rest += chunk
-                    data = _dechunk(rest) if chunked else rest
+                    try:
+                        data = _dechunk(rest) if chunked else rest
+                    except ClientError:
+                        data = rest
                     try:
                         doc = json.loads(data) if data else None
                     except ValueError:
@@ -439,8 +442,27 @@ def _address_host(host: str) -> str | bytes:
     return host.encode("ascii") if host.isascii() else host
 
 
+_CUT = "the Shoal server closed the connection before its answer was complete (did it stop?)"
+
+
 def _parse_response(data: bytes) -> tuple[int, bytes]:
-    head, _, body = data.partition(b"\r\n\r\n")
+    """The status and body of a whole HTTP answer; ClientError when it was cut short (a server
+    killed while answering), so a half-read answer is never taken for an empty one."""
+    head, sep, body = data.partition(b"\r\n\r\n")
+    status, headers = _parse_head(head)
+    if not sep:
+        raise ClientError(_CUT)
+    if headers.get(b"transfer-encoding", b"").lower() == b"chunked":
+        body = _dechunk(body)
+    elif b"content-length" in headers:
+        length = int(headers[b"content-length"])
+        if len(body) < length:
+            raise ClientError(_CUT)
+        body = body[:length]
+    return status, body
+
+
+def _parse_head(head: bytes) -> tuple[int, dict[bytes, bytes]]:
     lines = head.split(b"\r\n")
     try:
         status = int(lines[0].split()[1])
@@ -450,23 +472,24 @@ def _parse_response(data: bytes) -> tuple[int, bytes]:
     for line in lines[1:]:
         k, _, v = line.partition(b":")
         headers[k.strip().lower()] = v.strip()
-    if headers.get(b"transfer-encoding", b"").lower() == b"chunked":
-        body = _dechunk(body)
-    elif b"content-length" in headers:
-        body = body[: int(headers[b"content-length"])]
-    return status, body
+    return status, headers
 
 
 def _dechunk(body: bytes) -> bytes:
     out = []
     while body:
         size_line, _, rest = body.partition(b"\r\n")
-        size = int(size_line.split(b";")[0], 16)
+        try:
+            size = int(size_line.split(b";")[0], 16)
+        except ValueError:
+            raise ClientError("the server sent a malformed HTTP response") from None
         if size == 0:
+            return b"".join(out)
+        if len(rest) < size:
             break
         out.append(rest[:size])
         body = rest[size + 2 :]
-    return b"".join(out)
+    raise ClientError(_CUT)  # no last (empty) chunk: the answer was cut short
 
 
 def _json_or_none(data: bytes) -> Any:

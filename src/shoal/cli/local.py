@@ -11,6 +11,7 @@ a shared filesystem does.
 from __future__ import annotations
 
 import errno
+import fcntl
 import ipaddress
 import json
 import os
@@ -22,6 +23,7 @@ import time
 from pathlib import Path
 
 from shoal.api_client import Client, ClientError, config_path, write_config, write_private_json
+from shoal.model.hostlist import numbered
 
 HOSTS_FILE = "/etc/hosts"
 
@@ -53,11 +55,6 @@ def _read_state(sdir: Path) -> dict | None:
         return None
 
 
-def node_names(prefix: str, count: int) -> list[str]:
-    width = max(2, len(str(count)))
-    return [f"{prefix}{i:0{width}d}" for i in range(1, count + 1)]
-
-
 def default_config(names: list[str], partition: str, args) -> dict:
     from shoal.model.hostlist import compress
 
@@ -82,6 +79,12 @@ def up(args) -> int:
               f"{len(current['pids']['agents'])} nodes, state in {sdir}); run 'shoal down' first",
               file=sys.stderr)
         return 1
+    hollow = getattr(args, "hollow", None)
+    if hollow is not None:
+        if hollow < 1:
+            print("shoal up: --hollow must be at least 1", file=sys.stderr)
+            return 2
+        args.nodes = hollow
     if args.nodes < 1:
         print("shoal up: --nodes must be at least 1", file=sys.stderr)
         return 2
@@ -99,7 +102,7 @@ def up(args) -> int:
     except OSError as e:
         print(f"shoal up: error: cannot use the state dir {sdir}: {e.strerror}", file=sys.stderr)
         return 1
-    names = node_names(args.name_prefix, args.nodes)
+    names = numbered(args.name_prefix, args.nodes)
     addresses = [str(base + i) for i in range(args.nodes)]
     if not all(ipaddress.IPv4Address(a).is_loopback for a in addresses):
         print("shoal up: node addresses must stay in 127.0.0.0/8", file=sys.stderr)
@@ -147,7 +150,19 @@ def up(args) -> int:
     use_uts = os.geteuid() == 0 and shutil.which("unshare") is not None
     if os.geteuid() == 0:
         state["hosts"] = _hosts_add(sdir, names, addresses)
-    for name, address in zip(names, addresses):
+    if hollow is not None:
+        cmd = [py, "-m", "shoal", "agent", "--hollow", str(hollow), "--name", args.name_prefix,
+               "--server", server_url, "--join-token-file", str(join_file), "--address", addresses[0],
+               "--port", str(args.agent_port), "--cpus", str(args.cpus_per_node), "--memory", args.memory_per_node]
+        if ca_file:
+            cmd += ["--ca-file", ca_file]
+        if args.gpus_per_node:
+            cmd += ["--fake-gpus", str(args.gpus_per_node), "--gpu-model", args.gpu_model]
+        for label in args.label:
+            cmd += ["--label", label]
+        cmd += ["--hollow-stats", str(sdir / "hollow-stats.json")]
+        pids["hollow"] = _spawn(cmd, sdir / "logs" / "hollow.log")
+    for name, address in zip(names, addresses) if hollow is None else ():
         cmd = [py, "-m", "shoal", "agent", "--server", server_url, "--join-token-file", str(join_file),
                "--name", name, "--address", address, "--port", str(args.agent_port),
                "--workdir", str(sdir / "nodes" / name), "--cpus", str(args.cpus_per_node),
@@ -177,6 +192,8 @@ def up(args) -> int:
         dead = [n for n, pid in pids["agents"].items() if not _alive(pid)]
         if dead:
             return _failed(sdir, f"agent {dead[0]} exited during start-up", f"{dead[0]}.log")
+        if pids.get("hollow") and not _alive(pids["hollow"]):
+            return _failed(sdir, "the hollow agents exited during start-up", "hollow.log")
         try:
             nodes = client.get("/shoal/v1/nodes")["nodes"]
         except ClientError:
@@ -184,7 +201,7 @@ def up(args) -> int:
         ready = {n["name"] for n in nodes if n["state"] == "UP"}
         if set(names) <= ready:
             break
-        time.sleep(0.05)
+        time.sleep(0.05 if args.nodes < 100 else 0.5)  # listing a thousand nodes is not free
     else:
         return _failed(sdir, f"not every node registered within {args.timeout:g}s", None)
     write_config(config_path(), server_url, token, client.ca_pem())
@@ -217,7 +234,8 @@ def up(args) -> int:
             return _failed(sdir, str(e), "prometheus.log")
         _write_state(sdir, state)
     gpus = f"{args.gpus_per_node} x {model.product}" if model else "no GPUs"
-    print(f"Shoal local cluster is up: {args.nodes} nodes ({names[0]}..{names[-1]}), {gpus} each, "
+    print(f"Shoal local cluster is up: {args.nodes} {'hollow ' if hollow else ''}nodes ({names[0]}..{names[-1]}), "
+          f"{gpus} each, "
           f"{args.cpus_per_node} CPUs, {args.memory_per_node} memory")
     print(f"  server   {server_url}  (logs and state in {sdir})")
     print(f"  config   {config_path()}  (sbatch, squeue, sinfo... use it)")
@@ -286,8 +304,9 @@ def _marker(sdir: Path) -> tuple[str, str]:
 
 def _hosts_add(sdir: Path, names: list[str], addresses: list[str]) -> bool:
     begin, end = _marker(sdir)
-    try:
-        text = _hosts_strip(Path(HOSTS_FILE).read_text(), begin, end)
+
+    def add(text: str) -> str:
+        text = _hosts_strip(text, begin, end)
         # Names resolve to the first match: drop blocks left by clusters that are gone
         # (killed without `shoal down`), or they would shadow this cluster's nodes.
         for line in text.splitlines():
@@ -297,7 +316,22 @@ def _hosts_add(sdir: Path, names: list[str], addresses: list[str]) -> bool:
                 if state is None or not _alive(state["pids"]["server"]):
                     text = _hosts_strip(text, *_marker(other))
         block = [begin] + [f"{a}\t{n}" for n, a in zip(names, addresses)] + [end]
-        Path(HOSTS_FILE).write_text(text.rstrip("\n") + "\n" + "\n".join(block) + "\n")
+        return text.rstrip("\n") + "\n" + "\n".join(block) + "\n"
+
+    return _edit_hosts(add)
+
+
+def _edit_hosts(change) -> bool:
+    """Rewrite the hosts file in place under an exclusive lock, so that clusters starting and
+    stopping at once never read it half written (one did, and wrote back a file that had lost
+    its localhost line); in place, since /etc/hosts is often a bind mount."""
+    try:
+        with open(HOSTS_FILE, "r+", encoding="utf-8") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            text = change(f.read())
+            f.seek(0)
+            f.write(text)
+            f.truncate()
         return True
     except OSError:
         return False
@@ -329,16 +363,13 @@ def _stop(sdir: Path, quiet: bool) -> None:
     if state is None:
         return
     pids = state["pids"]
-    agents = [p for p in pids["agents"].values() if p]
+    agents = [p for p in [*pids["agents"].values(), pids.get("hollow")] if p]
     _terminate([pids[p] for p in ("gateway", "prometheus") if pids.get(p)])
     _terminate(agents)
     _terminate([pids["server"]] if pids["server"] else [])
     if state.get("hosts"):
         begin, end = _marker(sdir)
-        try:
-            Path(HOSTS_FILE).write_text(_hosts_strip(Path(HOSTS_FILE).read_text(), begin, end))
-        except OSError:
-            pass
+        _edit_hosts(lambda text: _hosts_strip(text, begin, end))
     try:
         conf = json.loads(Path(state["client_config"]).read_text())
         if conf.get("server") == state["server"]:

@@ -71,6 +71,14 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--cgroups", choices=("auto", "v1", "v2", "off"),
                    help="contain each job in a cgroup (memory, CPUs, GPU devices, every process): auto (default) "
                         "uses what the node mounts, v1 or v2 insist, off runs jobs uncontained")
+    a.add_argument("--hollow", type=int, metavar="N",
+                   help="run N hollow nodes in this process (as kubemark's hollow nodes): fake GPUs, real "
+                        "registrations, heartbeats and long-polls, runs that only wait out their script's sleeps; "
+                        "--name is their names' prefix (default hollow)")
+    a.add_argument("--hollow-runtime", type=float, metavar="SECONDS",
+                   help="how long a hollow run lasts when its script has no sleep (default 1)")
+    a.add_argument("--hollow-stats", metavar="FILE",
+                   help="write the hollow nodes' counts and report round trips to FILE (JSON) every second")
 
     u = sub.add_parser("up", help="start a local cluster (server + N agents) in the background")
     u.add_argument("--nodes", type=int, default=4)
@@ -107,6 +115,9 @@ def _parser() -> argparse.ArgumentParser:
                         "server and the agents (docs/METRICS.md)")
     u.add_argument("--heartbeat-timeout", type=float, help="seconds before a silent node is DOWN")
     u.add_argument("--kill-wait", type=float, help="seconds between SIGTERM and SIGKILL")
+    u.add_argument("--hollow", type=int, metavar="N",
+                   help="N hollow nodes (one `shoal agent --hollow N` process: fake nodes that only heartbeat "
+                        "and wait out their jobs' sleeps) instead of --nodes real agents")
     u.add_argument("--timeout", type=float, default=60.0, help="give up if the nodes are not ready in time")
 
     d = sub.add_parser("down", help="stop the local cluster")

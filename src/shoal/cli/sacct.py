@@ -17,6 +17,7 @@ from collections import namedtuple
 from shoal.api_client import Client, ClientError, fail
 from shoal.slurm.fmt import FormatError, argument_parser, emit, format_hms, split_list
 from shoal.slurm.squeue import STATE_CODES, collapse_arrays, elapsed, job_id_text
+from shoal.slurm.tresusage import consumed_energy, count_text, energy_text, node_text, usage_text
 from shoal.model.hostlist import expand
 from shoal.model.job import exit_code_text
 from shoal.model.timefmt import TimeFormatError, format_timestamp, parse_begin_time
@@ -122,23 +123,34 @@ def cpu_time_text(seconds: float | None) -> str | None:
 
 
 def size_text(kb: int | None) -> str | None:
-    """Slurm's sizes (MaxRSS) from KiB: divided by 1024 while no precision is lost (half
-    units count as exact), then ``%d`` or ``%.2f`` and the unit: ``1234K``, ``196M``, ``2.50G``."""
-    if kb is None:
-        return None
-    if kb == 0:
-        return "0"
-    num, unit = float(kb * 1024), 0
-    while num >= 1024 and int(num) % 512 == 0:
-        num /= 1024
-        unit += 1
-    suffix = ("", "K", "M", "G", "T", "P")[unit] if unit < 6 else "?"
-    return f"{int(num)}{suffix}" if num == int(num) else f"{num:.2f}{suffix}"
+    """Slurm's sizes (MaxRSS) from KiB: ``1234K``, ``196M``, ``2.50G`` (tresusage.count_text)."""
+    return None if kb is None else count_text(kb * 1024)
 
 
 def _job_cpu(key: str):
     """A job line's CPU time: the sum of its steps' (0 until one has ended)."""
     return lambda job, now: cpu_time_text(sum(s.get(key) or 0 for s in job.get("steps") or ()))
+
+
+def usage_columns(line) -> tuple[Column, ...]:
+    """ConsumedEnergy and the TRESUsageIn* fields (shoal.slurm.tresusage) of sacct and sstat;
+    ``line(row)`` gives the row as sacct's (step or None, job) pair."""
+    def tres(stat: str, text=usage_text):
+        return lambda row, now: text(*line(row), stat)
+
+    def energy(text):
+        return lambda row, now: text(consumed_energy(*line(row)))
+
+    return (
+        Column("ConsumedEnergy", 14, energy(energy_text)),
+        Column("ConsumedEnergyRaw", 17, energy(lambda j: None if j is None else int(j))),
+        Column("TRESUsageInAve", 14, tres("ave")),
+        Column("TRESUsageInMax", 14, tres("max")),
+        Column("TRESUsageInMaxNode", 18, tres("max", node_text)),
+        Column("TRESUsageInMin", 14, tres("min")),
+        Column("TRESUsageInMinNode", 18, tres("min", node_text)),
+        Column("TRESUsageInTot", 14, tres("tot")),
+    )
 
 
 COLUMNS: dict[str, Column] = {c.name.lower(): c for c in (
@@ -161,6 +173,7 @@ COLUMNS: dict[str, Column] = {c.name.lower(): c for c in (
     Column("JobIDRaw", -12, _either(lambda j, now: j["job_id"], lambda s, j, now: f"{j['job_id']}.{s['step_id']}")),
     Column("JobName", 10, _either(lambda j, now: j.get("name"), lambda s, j, now: s.get("name"))),
     Column("MaxRSS", 10, _either(lambda j, now: None, lambda s, j, now: size_text(s.get("max_rss_kb")))),
+    Column("MaxRSSNode", 10, _either(lambda j, now: None, lambda s, j, now: s.get("max_rss_node"))),
     Column("NCPUS", 10, _either(_alloc_cpus, _step_cpus)),
     Column("NNodes", 8, _either(lambda j, now: j.get("nodes"),
                                 lambda s, j, now: len(expand(s["nodelist"])) if s.get("nodelist") else 1)),
@@ -181,6 +194,7 @@ COLUMNS: dict[str, Column] = {c.name.lower(): c for c in (
     Column("User", 9, _job(lambda j, now: j.get("user"))),
     Column("UserCPU", 10, _either(_job_cpu("user_cpu_s"), lambda s, j, now: cpu_time_text(s.get("user_cpu_s")))),
     Column("WorkDir", 20, _job(lambda j, now: j.get("workdir"))),
+    *usage_columns(lambda row: (row["step"], row["job"])),
 )}
 
 

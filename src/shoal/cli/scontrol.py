@@ -192,6 +192,8 @@ def render_node(node: Mapping[str, Any], oneliner: bool = False) -> str:
         [("CfgTRES", cfg)],
         [("AllocTRES", ",".join(alloc))],
     ]
+    if node.get("images"):  # Shoal's: the node's image cache, most recently used first
+        lines.append([("Images", ",".join(i["names"][0] for i in node["images"] if i.get("names")))])
     if node.get("reason"):
         lines.append([("Reason", node["reason"])])
     return _layout(lines, oneliner)

@@ -169,26 +169,39 @@ class Launcher:
         self.lock = threading.Lock()
         self.partial: dict[tuple[int, str], str] = {}
         self.socks: list[socket.socket] = []
+        self.launched: list[socket.socket] = []  # those whose launch request has been sent
         self.failed: list[str] = []
         self.reason: str | None = None
         self.kill_on_bad_exit = bool(opts.get("kill_on_bad_exit"))
         self.terminated = False  # --kill-on-bad-exit has stopped the step
+        self.last_interrupt = 0.0  # when the last Ctrl-C came (a second within 1 s passes it on)
+        self.forcing = False  # srun, signalled, has asked the nodes to end the step
+        self.abort_deadline: float | None = None  # once a node said how long its KillWait is
         procids = [t["procid"] for n in step["nodes"] for t in n["tasks"]]
         self.stdin_to, self.stdin_source = _stdin_plan(opts.get("stdin"), procids)
         self.stdin_nodes = sum(1 for n in step["nodes"] if any(t["procid"] in self.stdin_to for t in n["tasks"]))
         self.stdin_socks: list[socket.socket] = []
+        self.stdin_heard: set[str] = set()  # the feeding nodes launched or failed
+        self.send_lock = threading.Lock()  # one request line at a time on each node's connection
 
     def run(self) -> tuple[int, int]:
         threads = [threading.Thread(target=self._node, args=(n,), daemon=True) for n in self.step["nodes"]]
-        old = signal.signal(signal.SIGINT, self._interrupt)
+        handlers = {signal.SIGINT: self._interrupt, signal.SIGTERM: self._force, signal.SIGHUP: self._force,
+                    signal.SIGQUIT: self._force}
+        old = {sig: signal.signal(sig, handler) for sig, handler in handlers.items()}
         try:
             for t in threads:
                 t.start()
             for t in threads:
                 while t.is_alive():
                     t.join(0.2)
+                    if self.abort_deadline is not None and time.monotonic() > self.abort_deadline:
+                        print("srun: error: Timed out waiting for job step to complete", file=sys.stderr)
+                        self._hang_up()
+                        self.abort_deadline = None
         finally:
-            signal.signal(signal.SIGINT, old)
+            for sig, handler in old.items():
+                signal.signal(sig, handler)
         self._flush_partial()
         total = sum(len(n["tasks"]) for n in self.step["nodes"])
         heard = dict(self.exits)
@@ -223,12 +236,64 @@ class Launcher:
                     pass
 
     def _interrupt(self, signum, frame):
+        """Ctrl-C, as Slurm's srun: the tasks' status; a second within a second passes SIGINT on
+        to the tasks and ends the step (SIGTERM, SIGKILL after KillWait)."""
+        now = time.monotonic()
+        if now - self.last_interrupt < 1.0:
+            print(f"srun: sending Ctrl-C to {self._step_name()}", file=sys.stderr)
+            self._tell({"signal": int(signal.SIGINT)})
+            self._force(signum, frame)
+            return
+        self.last_interrupt = now
         print("srun: interrupt (one more within 1 sec to abort)", file=sys.stderr)
+        with self.lock:
+            running = [t["procid"] for n in self.step["nodes"] for t in n["tasks"] if t["procid"] not in self.exits]
+        if running:
+            from shoal.model.hostlist import compress_numbers
+
+            tasks = f"task {running[0]}" if len(running) == 1 else f"tasks {compress_numbers(running)}"
+            print(f"srun: {self._step_name()} {tasks}: running", file=sys.stderr)
+
+    def _force(self, signum, frame):
+        """SIGTERM, SIGHUP, SIGQUIT (or a second Ctrl-C): ask every node to end the step, its
+        tasks getting SIGTERM and, after KillWait, SIGKILL; wait for them to end."""
+        if signum == signal.SIGQUIT:
+            print("srun: Quit", file=sys.stderr)
+        print("srun: forcing job termination", file=sys.stderr)
+        with self.lock:
+            first, self.forcing = not self.forcing, True
+        if first:
+            self._tell({"terminate": True})
+
+    def _aborting(self, kill_wait: float) -> None:
+        """A node has begun ending the step: say how long srun waits, as Slurm's srun does."""
+        with self.lock:
+            if self.abort_deadline is not None:
+                return
+            wait = int(kill_wait) + 2  # Slurm's KillWait + STEP_ABORT_TIME
+            self.abort_deadline = time.monotonic() + wait
+        print(f"srun: Job step aborted: Waiting up to {wait} seconds for job step to finish.", file=sys.stderr)
+
+    def _tell(self, doc: dict) -> None:
+        line = json.dumps(doc).encode() + b"\n"
+        with self.lock:
+            socks = list(self.launched)
+        for s in socks:
+            try:
+                with self.send_lock:
+                    s.sendall(line)
+            except OSError:
+                pass
+
+    def _hang_up(self) -> None:
         for s in self.socks:
             try:
                 s.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+
+    def _step_name(self) -> str:
+        return f"StepId={self.step['job_id']}.{self.step['step_id']}"
 
     def _node(self, node: dict) -> None:
         try:
@@ -260,8 +325,11 @@ class Launcher:
                 f"Content-Length: {len(body)}\r\n\r\n").encode()
         try:
             sock.sendall(head + body)
-            if feeds:
-                self._stdin_node(sock)
+            with self.lock:  # from now on srun's requests may follow the launch
+                self.launched.append(sock)
+                forcing = self.forcing
+            if forcing:  # srun was signalled while this node's launch was on its way
+                sock.sendall(json.dumps({"terminate": True}).encode() + b"\n")
             f = sock.makefile("rb")
             status = f.readline().split()
             while f.readline() not in (b"\r\n", b"\n", b""):
@@ -274,10 +342,14 @@ class Launcher:
                     pass
                 self._fail(node, f"{node['name']} refused the step: {detail}")
                 return
+            if feeds:  # after the answer's head: the node has read the launch, so input cannot join it
+                self._stdin_node(node["name"], sock)
             for line in f:
                 doc = json.loads(line)
                 if "reason" in doc:  # the node could not start the tasks (their container, say)
                     self.reason = str(doc["reason"])
+                elif "aborting" in doc:
+                    self._aborting(float(doc["aborting"]))
                 elif "exit" in doc:
                     self._exited(node, {int(k): (v[0], v[1]) for k, v in doc["exit"].items()})
                 elif "o" in doc:
@@ -294,12 +366,15 @@ class Launcher:
             self.failed.append(node["name"])
         print(f"srun: error: {message}", file=sys.stderr)
         if any(t["procid"] in self.stdin_to for t in node["tasks"]):
-            self._stdin_node(None)
+            self._stdin_node(node["name"], None)
 
-    def _stdin_node(self, sock: socket.socket | None) -> None:
+    def _stdin_node(self, name: str, sock: socket.socket | None) -> None:
         """A node that takes standard input has its launch (or has failed); once all have,
         the input is read and sent to them, as srun sends its stdin to the tasks' nodes."""
         with self.lock:
+            if name in self.stdin_heard:
+                return
+            self.stdin_heard.add(name)
             if sock is not None:
                 self.stdin_socks.append(sock)
             self.stdin_nodes -= 1
@@ -308,17 +383,22 @@ class Launcher:
         threading.Thread(target=self._pump_stdin, daemon=True, name="srun-stdin").start()
 
     def _pump_stdin(self) -> None:
-        """Frames of standard input (4-byte length, bytes; 0 at its end) to each feeding node."""
+        """Standard input to each feeding node, as requests: ``{"stdin": base64}``, then
+        ``{"stdin": null}`` at its end."""
+        import binascii
+
         fd = self.stdin_source if self.stdin_source is not None else 0
         while True:
             try:
                 data = os.read(fd, 65536)
             except OSError:  # no standard input at all: its end
                 data = b""
-            frame = len(data).to_bytes(4, "big") + data
+            text = binascii.b2a_base64(data, newline=False).decode("ascii") if data else None
+            line = json.dumps({"stdin": text}).encode() + b"\n"
             for sock in list(self.stdin_socks):
                 try:
-                    sock.sendall(frame)
+                    with self.send_lock:
+                        sock.sendall(line)
                 except OSError:
                     self.stdin_socks.remove(sock)
             if not data or not self.stdin_socks:

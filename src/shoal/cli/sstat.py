@@ -13,7 +13,7 @@ import sys
 
 from shoal.api_client import Client, ClientError, fail, print_error, program_name
 from shoal.slurm.fmt import FormatError, argument_parser, emit, split_list
-from shoal.cli.sacct import Column, cpu_time_text, parse_fields, print_fields, size_text
+from shoal.cli.sacct import Column, cpu_time_text, parse_fields, print_fields, size_text, usage_columns
 from shoal.model.hostlist import compress
 
 # Slurm 22.05's STAT_FIELDS (src/sstat/sstat.h).
@@ -66,8 +66,25 @@ def _of(pick, key: str, text=lambda v: v):
     return get
 
 
+def _as_sacct(row) -> tuple[dict, dict]:
+    """This step as sacct's (step, job) pair for shoal.slurm.tresusage: its cgroup figures over
+    its nodes (the largest and smallest node, the sum, the sum per task), and the job's GPU use
+    (``gpu_usage`` of GET /shoal/v1/jobs/ID/usage)."""
+    tres: dict[str, dict] = {stat: {} for stat in ("ave", "max", "min", "tot")}
+    for name, key, scale in (("cpu", "cpu_s", 1), ("mem", "max_rss_kb", 1024)):
+        nodes = [n for n in _nodes(row) if n.get(key) is not None]
+        if not nodes:
+            continue
+        total = sum(n[key] for n in nodes) * scale
+        top, low = max(nodes, key=lambda n: n[key]), min(nodes, key=lambda n: n[key])
+        tres["tot"][name], tres["ave"][name] = (total, None), (total / _tasks(row), None)
+        tres["max"][name], tres["min"][name] = (top[key] * scale, top["node"]), (low[key] * scale, low["node"])
+    step = {"step_id": row["step"]["step_id"], "tres": tres}
+    return step, {"gpu_usage": row.get("gpu_usage"), "steps": [{"step_id": "batch"}]}
+
+
 def _blank(row, now):
-    return None  # a figure cgroups do not give (virtual memory, pages, disk, energy, CPU frequency)
+    return None  # a figure cgroups do not give (virtual memory, pages, disk, CPU frequency)
 
 
 _FILLED = (
@@ -80,16 +97,16 @@ _FILLED = (
     Column("AveCPU", 10, _average("cpu_s", cpu_time_text)),
     Column("NTasks", 8, lambda row, now: _tasks(row) if _nodes(row) else None),
     Column("Nodelist", 20, lambda row, now: row["step"].get("nodelist") or compress(n["node"] for n in _nodes(row))),
+    *usage_columns(_as_sacct),
 )
 _WIDTHS = {  # sstat's fields[] (src/sstat/sstat.c): name -> default width
     "AveCPUFreq": 10, "AveDiskRead": 12, "AveDiskWrite": 12, "AvePages": 10, "AveVMSize": 10,
-    "ConsumedEnergy": 14, "ConsumedEnergyRaw": 17, "MaxDiskRead": 12, "MaxDiskReadNode": 15,
+    "MaxDiskRead": 12, "MaxDiskReadNode": 15,
     "MaxDiskReadTask": 15, "MaxDiskWrite": 12, "MaxDiskWriteNode": 16, "MaxDiskWriteTask": 16, "MaxPages": 8,
     "MaxPagesNode": 12, "MaxPagesTask": 14, "MaxRSSTask": 10, "MaxVMSize": 10, "MaxVMSizeNode": 14,
     "MaxVMSizeTask": 14, "MinCPUTask": 10, "Pids": 20, "ReqCPUFreq": 10, "ReqCPUFreqMin": 13,
-    "ReqCPUFreqMax": 13, "ReqCPUFreqGov": 13, "TRESUsageInAve": 14, "TRESUsageInMax": 14,
-    "TRESUsageInMaxNode": 18, "TRESUsageInMaxTask": 18, "TRESUsageInMin": 14, "TRESUsageInMinNode": 18,
-    "TRESUsageInMinTask": 18, "TRESUsageInTot": 14, "TRESUsageOutAve": 15, "TRESUsageOutMax": 15,
+    "ReqCPUFreqMax": 13, "ReqCPUFreqGov": 13,
+    "TRESUsageInMaxTask": 18, "TRESUsageInMinTask": 18, "TRESUsageOutAve": 15, "TRESUsageOutMax": 15,
     "TRESUsageOutMaxNode": 19, "TRESUsageOutMaxTask": 19, "TRESUsageOutMin": 15, "TRESUsageOutMinNode": 19,
     "TRESUsageOutMinTask": 19, "TRESUsageOutTot": 15,
 }
@@ -178,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
         if not usage["steps"] or (step is not None and not steps):
             print_error(sys.stderr, program_name(), not_running(job_id, step))
             continue
-        emit(print_fields(columns, [{"job_id": job_id, "step": s} for s in steps], options, 0.0))
+        emit(print_fields(columns, [{"job_id": job_id, "step": s, "gpu_usage": usage.get("gpu_usage")}
+                                    for s in steps], options, 0.0))
     return 0
 
 

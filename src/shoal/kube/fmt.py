@@ -49,6 +49,7 @@ RESOURCES = (
     Resource("rolebindings", "rolebinding", "RoleBinding", "rbac.authorization.k8s.io", (), True),
     Resource("nodes", "node", "Node", "", ("no",), False),
     Resource("jobs", "job", "Job", "batch", (), True),
+    Resource("secrets", "secret", "Secret", "", (), True),
 )
 BY_PLURAL = {r.plural: r for r in RESOURCES}
 BY_KIND = {r.kind: r for r in RESOURCES}
@@ -698,6 +699,10 @@ def _priorityclass_row(o, now, wide):
             age(meta(o).get("creationTimestamp"), now), o.get("preemptionPolicy") or "PreemptLowerPriority"]
 
 
+def _secret_row(o, now, wide):
+    return [o.get("type") or "Opaque", str(len(o.get("data") or {})), age(meta(o).get("creationTimestamp"), now)]
+
+
 def _rolebinding_row(o, now, wide):
     ref = o.get("roleRef") or {}
     row = [f"{ref.get('kind', 'ClusterRole')}/{ref.get('name', '')}", age(meta(o).get("creationTimestamp"), now)]
@@ -752,6 +757,7 @@ PRINTERS = {
     "jobs": Printer(["STATUS", "COMPLETIONS", "DURATION", "AGE"], ["CONTAINERS", "IMAGES", "SELECTOR"], _job_row),
     "priorityclasses": Printer(["VALUE", "GLOBAL-DEFAULT", "AGE", "PREEMPTIONPOLICY"], [], _priorityclass_row),
     "rolebindings": Printer(["ROLE", "AGE"], ["USERS", "GROUPS", "SERVICEACCOUNTS"], _rolebinding_row),
+    "secrets": Printer(["TYPE", "DATA", "AGE"], [], _secret_row),
     "events": Printer(["LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"],
                       ["SUBOBJECT", "SOURCE", "MESSAGE", "FIRST SEEN", "COUNT"], _event_row),
     "nodes": Printer(["STATUS", "ROLES", "AGE", "VERSION"],

@@ -11,6 +11,7 @@ user: every error is rewritten as ``FieldError(path, message)``.
 
 from __future__ import annotations
 
+import base64
 import json
 import types
 from decimal import Decimal
@@ -272,6 +273,12 @@ def _apply_defaults(obj: dict) -> None:
         meta.pop("namespace", None)
     else:
         meta.setdefault("namespace", "default")
+    if kind == "Secret":
+        # stringData is write-only: merged into data, base64, and not kept (as the API server).
+        obj["type"] = obj.get("type") or "Opaque"  # the API server's default for an empty type
+        data = obj.setdefault("data", {})
+        for key, text in (obj.pop("stringData", None) or {}).items():
+            data[key] = base64.b64encode(text.encode()).decode()
     spec = obj.get("spec")
     if kind == "Pod":
         _default_pod_spec(spec)

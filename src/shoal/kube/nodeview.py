@@ -30,7 +30,7 @@ def node_object(n: Mapping[str, Any], version: str) -> dict:
     capacity = {"cpu": str(n.get("cpus") or 0), "memory": f"{int(n.get('memory_mb') or 0) * 1024}Ki",
                 GPU: str(gpus), "pods": "110"}
     addresses = [{"type": "InternalIP", "address": n.get("address") or ""}, {"type": "Hostname", "address": n["name"]}]
-    return {
+    node: dict[str, Any] = {
         "apiVersion": "v1", "kind": "Node",
         "metadata": {"name": n["name"], "uid": str(uuid.uuid5(uuid.NAMESPACE_URL, f"shoal-node:{n['name']}")),
                      "labels": dict(n.get("labels") or {}),
@@ -47,6 +47,11 @@ def node_object(n: Mapping[str, Any], version: str) -> dict:
                       "gpus": n.get("gpus") or []},
         },
     }
+    if n.get("images"):  # the node's image cache; kubelet's nodeStatusMaxImages: the 50 largest
+        node["status"]["images"] = [
+            {"names": list(i.get("names") or ()), "sizeBytes": int(i.get("sizeBytes") or 0)}
+            for i in sorted(n["images"], key=lambda i: -int(i.get("sizeBytes") or 0))[:50]]
+    return node
 
 
 def iso(epoch: float | None) -> str | None:

@@ -5,6 +5,9 @@ selectors, strategies, containers, probes, affinity, Services and HPAs, each pro
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
 import re
 from decimal import Decimal
 
@@ -39,6 +42,7 @@ from shoal.kube.schema import (
     ReplicaSet,
     ResourceRequirements,
     RollingUpdateDeployment,
+    Secret,
     Service,
     show,
     unsupported,
@@ -121,6 +125,8 @@ def check_object(obj: KubeObject, r: Report) -> None:
         _check_service(obj, r)
     elif isinstance(obj, HorizontalPodAutoscaler):
         _check_hpa(obj.spec, r)
+    elif isinstance(obj, Secret):
+        _check_secret(obj, r)
     elif isinstance(obj, PriorityClass):
         if obj.value > MAX_USER_PRIORITY:
             r.error("value", f"Invalid value: {obj.value}: maximum allowed value of a user defined priority "
@@ -128,6 +134,57 @@ def check_object(obj: KubeObject, r: Report) -> None:
         if (obj.metadata.name or "").startswith("system-"):
             r.error("metadata.name", f"Invalid value: {show(obj.metadata.name)}: priority class names with "
                                      "'system-' prefix are reserved for system use only")
+
+
+_SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]+")
+MAX_SECRET_BYTES = 1024 * 1024
+# The key each typed Secret must hold (the API server's ValidateSecret).
+SECRET_REQUIRED_KEYS = {"kubernetes.io/dockerconfigjson": ".dockerconfigjson", "kubernetes.io/dockercfg": ".dockercfg",
+                        "kubernetes.io/tls": "tls.crt", "kubernetes.io/ssh-auth": "ssh-privatekey"}
+
+
+def secret_values(obj: Secret) -> dict[str, bytes]:
+    """A Secret's data decoded, with stringData over it (as the API server merges them);
+    keys whose value is not base64 are left out (the check reports them)."""
+    out: dict[str, bytes] = {}
+    for key, value in (obj.data or {}).items():
+        try:
+            out[key] = base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError):
+            continue
+    for key, text in (obj.stringData or {}).items():
+        out[key] = text.encode()
+    return out
+
+
+def _check_secret(obj: Secret, r: Report) -> None:
+    for part in ("data", "stringData"):
+        for key in getattr(obj, part) or {}:
+            if len(key) > 253 or not _SECRET_KEY.fullmatch(key) or key in (".", ".."):
+                r.error(f"{part}[{key}]", f"Invalid value: {show(key)}: a valid config key must consist of "
+                                          "alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or "
+                                          "'KEY_NAME',  or 'key-name', regex used for validation is "
+                                          "'[-._a-zA-Z0-9]+')")
+    for key, value in (obj.data or {}).items():
+        try:
+            base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError):
+            r.error(f"data[{key}]", f"Invalid value: {show(value)}: illegal base64 data")
+    values = secret_values(obj)
+    if sum(len(v) for v in values.values()) > MAX_SECRET_BYTES:
+        r.error("data", f"Too long: must have at most {MAX_SECRET_BYTES} bytes")
+    if len(obj.type) > 253:
+        r.error("type", f"Invalid value: {show(obj.type)}: must be no more than 253 characters")
+    need = SECRET_REQUIRED_KEYS.get(obj.type)
+    if need is not None and need not in values:
+        r.error(f"data[{need}]", "Required value")
+    elif need in (".dockerconfigjson", ".dockercfg"):
+        try:
+            doc = json.loads(values[need])
+            if not isinstance(doc, dict):
+                raise ValueError("not an object")
+        except ValueError as e:
+            r.error(f"data[{need}]", f"Invalid value: \"<secret contents redacted>\": {e}")
 
 
 def _check_meta(meta: ObjectMeta, path: str, kind: str, r: Report, template: bool = False) -> None:
@@ -317,9 +374,16 @@ def _check_env(env: EnvVar, path: str, r: Report) -> None:
         r.error(f"{path}.valueFrom", "Invalid value: must specify exactly one of `fieldRef`, `resourceFieldRef`, "
                                      "`configMapKeyRef` or `secretKeyRef`")
         return
-    if given[0] != "fieldRef":
-        r.error(f"{path}.valueFrom.{given[0]}", "not supported by Shoal (no Secrets, ConfigMaps or resource "
-                                               f"fields); use `value` or a fieldRef to {', '.join(FIELD_REFS)}")
+    if given[0] == "secretKeyRef":
+        ref = src.secretKeyRef
+        if dns_subdomain_error(ref.name):
+            r.error(f"{path}.valueFrom.secretKeyRef.name", f"Invalid value: {show(ref.name)}: {DNS_SUBDOMAIN_RULE}")
+        if not _SECRET_KEY.fullmatch(ref.key):
+            r.error(f"{path}.valueFrom.secretKeyRef.key", f"Invalid value: {show(ref.key)}: a valid config key "
+                                                          "must consist of alphanumeric characters, '-', '_' or '.'")
+    elif given[0] != "fieldRef":
+        r.error(f"{path}.valueFrom.{given[0]}", "not supported by Shoal (no ConfigMaps or resource fields); use "
+                                               f"`value`, a secretKeyRef or a fieldRef to {', '.join(FIELD_REFS)}")
     elif src.fieldRef.fieldPath not in FIELD_REFS:
         r.error(f"{path}.valueFrom.fieldRef.fieldPath", unsupported(src.fieldRef.fieldPath, FIELD_REFS))
 

@@ -96,10 +96,20 @@ class ObjectFieldSelector(Model):
     apiVersion: str | None = None
 
 
+class SecretKeySelector(Model):
+    name: str
+    key: str
+    optional: bool | None = None
+
+
+class LocalObjectReference(Model):
+    name: str
+
+
 class EnvVarSource(Model):
     fieldRef: ObjectFieldSelector | None = None
+    secretKeyRef: SecretKeySelector | None = None
     # Defined by Kubernetes; refused below rather than ignored, or the variable would go missing.
-    secretKeyRef: Any = None
     configMapKeyRef: Any = None
     resourceFieldRef: Any = None
 
@@ -265,7 +275,7 @@ class TolerationSpec(Model):
 class PodSpec(Model):
     IGNORED = frozenset({
         "initContainers", "ephemeralContainers", "volumes", "serviceAccountName", "serviceAccount",
-        "automountServiceAccountToken", "imagePullSecrets", "hostNetwork", "hostPID",
+        "automountServiceAccountToken", "hostNetwork", "hostPID",
         "hostIPC", "hostUsers", "shareProcessNamespace", "dnsPolicy", "dnsConfig", "hostAliases", "hostname",
         "subdomain", "setHostnameAsFQDN", "enableServiceLinks", "readinessGates", "topologySpreadConstraints",
         "activeDeadlineSeconds", "preemptionPolicy", "overhead", "os", "nodeName", "schedulingGates",
@@ -281,6 +291,7 @@ class PodSpec(Model):
     runtimeClassName: str | None = None
     schedulerName: str = "default-scheduler"
     securityContext: SecurityContext | None = None
+    imagePullSecrets: list[LocalObjectReference] | None = None
 
 
 class PodTemplateSpec(Model):
@@ -509,6 +520,21 @@ class PriorityClass(KubeObject):
     description: str | None = None
 
 
+SECRET_TYPES = ("Opaque", "kubernetes.io/dockerconfigjson", "kubernetes.io/dockercfg", "kubernetes.io/basic-auth",
+                "kubernetes.io/ssh-auth", "kubernetes.io/tls", "kubernetes.io/service-account-token",
+                "bootstrap.kubernetes.io/token")
+
+
+class Secret(KubeObject):
+    """A v1 Secret: ``data`` values base64, ``stringData`` merged into it on write (and not
+    kept), as the API server does. No spec and no status."""
+
+    type: str = "Opaque"
+    data: dict[str, str] | None = None
+    stringData: dict[str, str] | None = None
+    immutable: bool | None = None
+
+
 class Subject(Model):
     """Who a RoleBinding grants to: a user or a group (as on their Shoal token)."""
 
@@ -541,6 +567,7 @@ KINDS: dict[tuple[str, str], type[KubeObject]] = {
     ("scheduling.k8s.io/v1", "PriorityClass"): PriorityClass,
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): RoleBinding,
     ("batch/v1", "Job"): Job,
+    ("v1", "Secret"): Secret,
 }
 CLUSTER_SCOPED = frozenset({"Namespace", "PriorityClass"})
 

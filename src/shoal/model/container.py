@@ -227,3 +227,39 @@ def request_to_env(doc: dict) -> dict[str, str]:
         else:
             env[var] = str(value)
     return env
+
+
+def parse_credentials(text: str) -> dict[str, tuple[str, str]]:
+    """Enroot's ``$ENROOT_CONFIG_PATH/.credentials``, netrc's format: ``machine HOST login
+    USER password SECRET`` entries (on one line or several; ``#`` starts a comment line),
+    as registry host -> (login, password). ``default`` entries and macros are netrc's, not
+    Enroot's, and are skipped."""
+    words = [w for line in text.splitlines() if not line.lstrip().startswith("#") for w in line.split()]
+    out: dict[str, tuple[str, str]] = {}
+    host: str | None = None
+    login = password = ""
+    i = 0
+    while i < len(words):
+        word = words[i]
+        value = words[i + 1] if i + 1 < len(words) else ""
+        if word in ("machine", "default"):
+            if host and login:
+                out.setdefault(host, (login, password))
+            host, login, password = (value if word == "machine" else None), "", ""
+            i += 2 if word == "machine" else 1
+        elif word in ("login", "password", "account"):
+            if word == "login":
+                login = value
+            elif word == "password":
+                password = value
+            i += 2
+        else:
+            i += 1
+    if host and login:
+        out.setdefault(host, (login, password))
+    return out
+
+
+def registry_of(ref: str) -> str:
+    """The registry host of a Docker-form reference (``host[:port]/repo:tag``)."""
+    return ref.partition("/")[0]

@@ -82,6 +82,12 @@ def compress(names: Iterable[str]) -> str:
     return ",".join(text for _, text in items)
 
 
+def numbered(prefix: str, count: int) -> list[str]:
+    """``count`` node names ``prefix`` + a zero-padded number from 1 (node01..node04)."""
+    width = max(2, len(str(count)))
+    return [f"{prefix}{i:0{width}d}" for i in range(1, count + 1)]
+
+
 def compress_numbers(numbers: Iterable[int]) -> str:
     """Numbers as Slurm writes task ranks: ``[0, 1, 2, 5]`` gives ``0-2,5``."""
     ranges = _ranges([(n, str(n)) for n in sorted(set(numbers))])

@@ -200,12 +200,23 @@ def _names(names: list[str], where: dict[str, str], keys=("name", "names")) -> l
 
 
 def apply(session: Session, state: Accounting, body: dict[str, Any], cluster: str, now: float) -> list[str]:
-    """POST /shoal/v1/accounting: make (or, with dry_run, only check) one sacctmgr change in the
-    caller's transaction; what sacctmgr prints of it."""
+    """Make (or, with dry_run, only check) one sacctmgr change in the caller's transaction; what
+    sacctmgr prints of it."""
     recs, lines = change(state, body["op"], body["kind"], body["names"], body["where"], body["set"], cluster)
     if not body.get("dry_run"):
         save(session, state.records, recs, now)
     return lines
+
+
+def change_request(server, session: Session, body: dict[str, Any]) -> dict[str, list[str]]:
+    """POST /shoal/v1/accounting: the change stored, then every server's accounting refreshed and
+    the scheduler woken, so its next pass applies it."""
+    with session.begin():
+        lines = apply(session, server.accounting, body, server.config.cluster_name, server.clock())
+    if not body.get("dry_run"):
+        server.refresh_accounting()
+        server.controller.wake()
+    return {"lines": lines}
 
 
 def _require(recs: Records, kind: str, names: list[str]) -> None:

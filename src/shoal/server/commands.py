@@ -23,9 +23,8 @@ import sys
 import time
 from collections import namedtuple
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from fastapi import APIRouter, Header, Request
-from fastapi.responses import Response
 from pydantic import ValidationError
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm.exc import StaleDataError
@@ -37,6 +36,9 @@ from shoal.server.auth import AuthError, Principal
 from shoal.server.fastpath import in_thread
 from shoal.server.jobs import JobError
 from shoal.server.limits import store_failure
+
+if TYPE_CHECKING:
+    from shoal.server.endpoints import LocalApi
 
 MEDIA_TYPE = "application/x-shoal-invocation"
 COMMANDS = ("sbatch", "squeue", "scancel")
@@ -99,12 +101,6 @@ def decode_invocation(data: bytes) -> Invocation:
     return Invocation(argv, cwd, environ, user, files)
 
 
-class LocalRoutes(namedtuple("LocalRoutes", "submit test_only list_jobs bulk_cancel cancel")):
-    """The job routes the commands call, as plain functions of (body or params, principal)."""
-
-    __slots__ = ()
-
-
 class InProcessApi:
     """The Client interface (get/post) answered by this process's routes: no HTTP, no JSON.
 
@@ -112,32 +108,23 @@ class InProcessApi:
     status, so the commands print the same words either way.
     """
 
-    def __init__(self, routes: LocalRoutes, resolve: Callable[[], Principal]):
-        self.routes = routes
+    def __init__(self, local: LocalApi, resolve: Callable[[], Principal]):
+        self.local = local
         self._resolve = resolve
         self._principal: Principal | None = None
 
     def get(self, path: str, params: dict | None = None, timeout: float | None = None):
-        if path != "/shoal/v1/jobs":
+        if self.local.find("GET", path) is None:
             raise RunLocally(f"GET {path}")
-        params = {k: v for k, v in (params or {}).items() if v is not None}
-        return self._call(lambda p: self.routes.list_jobs(params, p))
+        return self._call(lambda p: self.local.call("GET", path, p, query=params))
 
     def post(self, path: str, body: dict | None = None, timeout: float | None = None):
-        body = body or {}
-        if path == "/shoal/v1/jobs":
-            return self._call(lambda p: self.routes.submit(body, p))
-        if path == "/shoal/v1/jobs/test":
-            return self._call(lambda p: self.routes.test_only(body, p))
-        if path == "/shoal/v1/jobs/cancel":
-            return self._call(lambda p: self.routes.bulk_cancel(body, p))
-        job_id, _, tail = path.removeprefix("/shoal/v1/jobs/").partition("/")
-        if tail == "cancel":
-            return self._call(lambda p: self.routes.cancel(job_id, body, p))
-        raise RunLocally(f"POST {path}")
+        if self.local.find("POST", path) is None:
+            raise RunLocally(f"POST {path}")
+        return self._call(lambda p: self.local.call("POST", path, p, body=body or {}))
 
     def _call(self, route: Callable[[Principal], dict]):
-        # The same exception handlers as the HTTP app's (app.py), as ClientErrors.
+        # The same exception handlers as the HTTP app's (errors.py), as ClientErrors.
         try:
             if self._principal is None:
                 self._principal = self._resolve()
@@ -198,8 +185,8 @@ def _sbatch(argv: list[str], inv: Invocation, api: InProcessApi, out: io.StringI
                       connect=lambda: api, out=out, err=err, prog=inv.prog, may_wait=False)
 
 
-async def answer(routes: LocalRoutes, resolve: Callable[[str | None, str | None, str | None], Principal],
-                 name: str, body: bytes, headers: dict[str, str]) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+async def answer(local: LocalApi, resolve: Callable[[str | None, str | None, str | None], Principal],
+                 name: str, body: bytes, headers: dict[str, str | None]) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
     """One command run for the front end: (status, headers, body), as the route answers it.
     ``headers`` by lower-case name; the server's fast path calls this directly."""
     if name not in COMMANDS:
@@ -208,7 +195,7 @@ async def answer(routes: LocalRoutes, resolve: Callable[[str | None, str | None,
         inv = decode_invocation(body)
     except InvocationError as e:
         return 400, [], str(e).encode()
-    api = InProcessApi(routes, lambda: resolve(headers.get("authorization"), headers.get("x-shoal-job-token"),
+    api = InProcessApi(local, lambda: resolve(headers.get("authorization"), headers.get("x-shoal-job-token"),
                                               headers.get("x-shoal-user")))
     try:
         rc, out, err = await in_thread(run_command, name, inv, api)
@@ -217,20 +204,3 @@ async def answer(routes: LocalRoutes, resolve: Callable[[str | None, str | None,
     stdout = out.encode("utf-8", "surrogateescape")
     return 200, [(b"content-type", b"application/octet-stream"), (b"x-shoal-exit", str(rc).encode()),
                  (b"x-shoal-stdout", str(len(stdout)).encode())], stdout + err.encode("utf-8", "surrogateescape")
-
-
-def router(routes: LocalRoutes, resolve: Callable[[str | None, str | None, str | None], Principal]) -> APIRouter:
-    """POST /shoal/v1/commands/{sbatch,squeue,scancel} (in the OpenAPI schema; the server's
-    fast path answers it the same way, without FastAPI's layers)."""
-    r = APIRouter(prefix="/shoal/v1/commands")
-
-    @r.post("/{name}")
-    async def command(name: str, request: Request, authorization: str | None = Header(default=None),
-                      x_shoal_job_token: str | None = Header(default=None),
-                      x_shoal_user: str | None = Header(default=None)):
-        headers = {"authorization": authorization, "x-shoal-job-token": x_shoal_job_token,
-                   "x-shoal-user": x_shoal_user}
-        status, extra, content = await answer(routes, resolve, name, await request.body(), headers)
-        return Response(content, status_code=status, headers={k.decode(): v.decode() for k, v in extra})
-
-    return r

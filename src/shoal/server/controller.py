@@ -17,6 +17,7 @@ from sqlalchemy.orm.exc import StaleDataError
 from shoal.model.job import JobState
 from shoal.model.node import NodeState
 from shoal.model.resources import Allocation
+from shoal.sched import cycle
 from shoal.sched.placement import Headroom, PlacementCache, headroom
 from shoal.sched.schedule import schedule
 from shoal.server import jobs as jobsvc
@@ -174,8 +175,8 @@ class Controller(KickedLoop):
         # the first job that cannot start, which delays no reservation) in between. Only a
         # full pass plans start times, so only a full pass updates them.
         config = s.sched_config
-        full = config.policy != "backfill" or now - self._last_full >= config.bf_interval_s
-        plan = schedule(snap, config if full else config.quick(), self._placement)
+        full = cycle.full_pass_due(config, now, self._last_full)
+        plan = schedule(snap, cycle.pass_config(config, full), self._placement)
         if full:
             self._last_full = now
         reasons = {**plan.reasons, **plan.never}

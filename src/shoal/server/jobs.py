@@ -22,6 +22,7 @@ from shoal.model.accounting import DEFAULT_QOS, QOS
 from shoal.model.job import MAX_SCRIPT_BYTES, JobState, check_transition, script_sha256, script_too_large
 from shoal.model.resources import Allocation, ResourceRequest
 from shoal.model.snapshot import NodeInfo, Partition
+from shoal.sched import cycle
 from shoal.sched.fairshare import AccountTree
 from shoal.sched.preempt import outcome as preempt_outcome
 from shoal.sched.qos import max_submit_error
@@ -204,27 +205,8 @@ def submit(session: Session, principal: Principal, body: JobSubmit, *, partition
         raise JobError(f"Requested node configuration is not available: {reason}")
     if body.container is not None:
         _check_container_runtime(members)
-    deps, dep_any = (), False
-    if body.dependency:
-        try:
-            deps, dep_any = parse_dependency(body.dependency)
-        except DependencyError as e:
-            raise JobError(f"invalid --dependency: {e}") from None
-        wanted = {j for d in deps for j in d.job_ids}
-        if wanted:
-            found = set(session.scalars(select(JobRow.id).where(JobRow.id.in_(wanted))))
-            missing = sorted(wanted - found)
-            if missing:
-                raise JobError(f"Job dependency problem: no such job {', '.join(map(str, missing))}")
-    task_ids: list[int] | None = None
-    throttle = None
-    if body.array:
-        try:
-            task_ids, throttle = parse_array(body.array, max_size=max_array_size)
-        except ArraySpecError as e:
-            raise JobError(f"invalid --array: {e}") from None
-        if body.interactive:
-            raise JobError("--array is for batch jobs only")
+    deps, dep_any = _dependencies(session, body)
+    task_ids, throttle = _array_tasks(body, max_array_size)
     signal_spec = None
     if body.signal:
         signal_spec = _parse_signal_option(body.signal)
@@ -248,6 +230,53 @@ def submit(session: Session, principal: Principal, body: JobSubmit, *, partition
             if error:
                 raise JobError(error)
     name = body.name or ("interactive" if body.interactive else "sbatch")
+    spec = _spec(body, digest, task_ids, signal_spec, deps, dep_any, account, job_qos)
+    common = dict(
+        name=name, user=principal.user, partition=partition.name, state=JobState.PENDING.value,
+        # A held job says so from the start, as Slurm's does, not from the next pass.
+        reason="JobHeldUser" if body.hold else "BeginTime" if (body.begin_time or 0) > now else "None",
+        held=body.hold, interactive=body.interactive,
+        requeue=body.requeue,
+        submit_time=now, begin_time=body.begin_time, time_limit_s=time_limit,
+        request=request_to_json(req), spec=spec, workdir=body.workdir, dependency=body.dependency,
+        comment=body.comment, reservation=reservation,
+    )
+    return _insert(session, common, task_ids, throttle)
+
+
+def _dependencies(session: Session, body: JobSubmit) -> tuple[tuple, bool]:
+    """--dependency parsed, every job it names known."""
+    if not body.dependency:
+        return (), False
+    try:
+        deps, dep_any = parse_dependency(body.dependency)
+    except DependencyError as e:
+        raise JobError(f"invalid --dependency: {e}") from None
+    wanted = {j for d in deps for j in d.job_ids}
+    if wanted:
+        found = set(session.scalars(select(JobRow.id).where(JobRow.id.in_(wanted))))
+        missing = sorted(wanted - found)
+        if missing:
+            raise JobError(f"Job dependency problem: no such job {', '.join(map(str, missing))}")
+    return deps, dep_any
+
+
+def _array_tasks(body: JobSubmit, max_array_size: int) -> tuple[list[int] | None, int | None]:
+    """--array's task ids and throttle (None, None: not an array)."""
+    if not body.array:
+        return None, None
+    try:
+        task_ids, throttle = parse_array(body.array, max_size=max_array_size)
+    except ArraySpecError as e:
+        raise JobError(f"invalid --array: {e}") from None
+    if body.interactive:
+        raise JobError("--array is for batch jobs only")
+    return task_ids, throttle
+
+
+def _spec(body: JobSubmit, digest, task_ids: list[int] | None, signal_spec, deps, dep_any: bool,
+          account, job_qos) -> dict:
+    """The job's spec column: what it runs and how, as submitted."""
     spec = {
         "script": body.script,
         "script_sha256": digest,
@@ -269,16 +298,11 @@ def submit(session: Session, principal: Principal, body: JobSubmit, *, partition
     }
     if task_ids is not None:
         spec["array_env"] = array_env(task_ids)
-    common = dict(
-        name=name, user=principal.user, partition=partition.name, state=JobState.PENDING.value,
-        # A held job says so from the start, as Slurm's does, not from the next pass.
-        reason="JobHeldUser" if body.hold else "BeginTime" if (body.begin_time or 0) > now else "None",
-        held=body.hold, interactive=body.interactive,
-        requeue=body.requeue,
-        submit_time=now, begin_time=body.begin_time, time_limit_s=time_limit,
-        request=request_to_json(req), spec=spec, workdir=body.workdir, dependency=body.dependency,
-        comment=body.comment, reservation=reservation,
-    )
+    return spec
+
+
+def _insert(session: Session, common: dict, task_ids: list[int] | None, throttle: int | None) -> dict:
+    """The job's row, or one per array task; the submit's answer."""
     # Core INSERTs (insert_rows): the version column starts at 1, as the ORM's would.
     if task_ids is None:
         first = insert_rows(session, JobRow, [{**common, "version": 1}])[0]
@@ -392,7 +416,7 @@ def preemption_grace_s(row: JobRow, cap_s: float) -> float:
     """How long a preempted job runs on after its --signal: the signal's @secs, at most
     ``cap_s`` (GraceTime); 0 when it asked for no signal (SIGTERM, then SIGKILL after KillWait)."""
     sig = row.spec.get("signal")
-    return min(float(sig["time"]), cap_s) if sig else 0.0
+    return cycle.preemption_grace_s(sig["time"] if sig else None, cap_s)
 
 
 def end_preempted(session: Session, row: JobRow, now: float, qos: Mapping[str, QOS], *,
@@ -493,10 +517,38 @@ def _usage_of(row: JobRow) -> dict:
     usage = row.usage
     if not usage or usage.get("run") != row.restart_count:
         return {}  # none, or an earlier run's (before a requeue)
-    return {k: v for k, v in usage.items() if k != "run" and v is not None}
+    out = {k: v for k, v in usage.items() if k != "run" and v is not None}
+    if out.get("max_rss_kb") is not None:
+        out["max_rss_node"] = row.batch_host
+    return out
 
 
-def to_json(row: JobRow, *, steps: list[StepRow] = (), completing: bool = False) -> dict:
+USAGE_KEYS = ("max_rss_kb", "cpu_s", "user_cpu_s", "system_cpu_s")
+
+
+def record_step_usage(s, row: JobRow, node: str, ev) -> None:
+    """An agent's report of what an srun step used on its node (its step cgroup there), kept
+    per node on the step's row; a report about an earlier run's step is dropped."""
+    st = s.get(StepRow, (row.id, ev.step_id))
+    if st is None or st.run != ev.run or ev.max_rss_kb is None:
+        return
+    st.usage = {**(st.usage or {}), node: {k: getattr(ev, k) for k in USAGE_KEYS}}
+
+
+def step_usage(per_node: dict | None) -> dict:
+    """A step's usage over its nodes, as sacct shows a step's: the largest node's peak memory
+    (MaxRSS, and MaxRSSNode), CPU times summed."""
+    if not per_node:
+        return {}
+    top = max(sorted(per_node), key=lambda n: per_node[n].get("max_rss_kb") or 0)
+    out = {"max_rss_kb": per_node[top].get("max_rss_kb"), "max_rss_node": top}
+    for k in ("cpu_s", "user_cpu_s", "system_cpu_s"):
+        out[k] = round(sum(u.get(k) or 0 for u in per_node.values()), 3)
+    return out
+
+
+def to_json(row: JobRow, *, steps: list[StepRow] = (), completing: bool = False,
+            gpu_usage: dict | None = None) -> dict:
     req = row.request
     alloc = row.allocation
     nodelist = compress(n["name"] for n in alloc["nodes"]) if alloc else ""
@@ -519,7 +571,7 @@ def to_json(row: JobRow, *, steps: list[StepRow] = (), completing: bool = False)
         out_steps.append({
             "step_id": str(st.step_id), "name": st.name, "state": st.state, "start_time": st.start_time,
             "end_time": st.end_time, "exit_code": st.exit_code, "signal": st.signal, "ntasks": st.ntasks,
-            "nodelist": st.nodelist,
+            "nodelist": st.nodelist, **step_usage(st.usage),
         })
     return {
         "job_id": row.id,
@@ -570,6 +622,8 @@ def to_json(row: JobRow, *, steps: list[StepRow] = (), completing: bool = False)
         "reservation": row.reservation,
         "array_spec": None,
         "steps": out_steps,
+        # The current run's GPU use from the agents' samples (shoal.model.gpuusage.summarise), or None.
+        "gpu_usage": gpu_usage,
     }
 
 

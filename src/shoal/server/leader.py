@@ -14,8 +14,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from shoal.store.lease import NotLeader, PostgresLease, SingleServer
+from shoal.store.lease import NotLeader, PostgresLease, SingleServer, current_leader
+
+if TYPE_CHECKING:
+    from shoal.server.core import Server
 
 log = logging.getLogger("shoal.leader")
 
@@ -108,3 +112,16 @@ class Leadership:
                       self.url, self.term, why)
             self.term = None
             self.lease.release()
+
+
+def leader_json(server: Server) -> dict:
+    """Which server leads (schedules, runs the controllers) and what this one is (scontrol ping)."""
+    lead = server.leader
+    me = {"url": server.url, "role": "leader" if lead.is_leader else "follower", "term": lead.term}
+    if not lead.shared:
+        return {"shared_store": False, "leader": {"url": server.url, "term": lead.term, "since": None},
+                "self": me}
+    with server.sessions() as s:
+        row = current_leader(s)
+        known = {"url": row.holder, "term": row.term, "since": row.since} if row is not None else None
+    return {"shared_store": True, "leader": known, "self": me}

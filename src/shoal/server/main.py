@@ -97,8 +97,9 @@ def run(args) -> int:
         logging.getLogger("shoal.server").info("serving HTTPS at %s; agents and clients need the cluster CA %s",
                                                url, files.ca)
     app = create_app(server)
+    # wsproto: the websockets package refuses kubectl port-forward's subprotocol (docs/KUBERNETES-API.md)
     uvicorn.run(app, host=host or "127.0.0.1", port=int(port), log_level="warning", access_log=False,
-                timeout_keep_alive=30, timeout_graceful_shutdown=2, **ssl_files)
+                timeout_keep_alive=30, timeout_graceful_shutdown=2, ws="wsproto", **ssl_files)
     return 0
 
 

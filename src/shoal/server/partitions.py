@@ -8,7 +8,7 @@ every server sharing the store sees them. ``apply_changes`` is the pure part.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -16,7 +16,11 @@ from sqlalchemy.orm import Session
 from shoal.model.hostlist import HostlistError, compress, expand
 from shoal.model.snapshot import Partition
 from shoal.server.jobs import JobError
-from shoal.store.models import PartitionRow
+from shoal.server.schemas import PartitionUpdate
+from shoal.store.models import NodeRow, PartitionRow
+
+if TYPE_CHECKING:
+    from shoal.server.core import Server
 
 STATES = ("UP", "DOWN", "DRAIN", "INACTIVE")
 # The Partition fields an update may set, and the API's names for them.
@@ -76,3 +80,27 @@ def update(session: Session, current: tuple[Partition, ...], name: str, body: di
     row.changes = {**row.changes, **body}
     row.updated = now
     return dict(row.changes)
+
+
+def list_json(partitions: tuple[Partition, ...]) -> dict:
+    """The partitions as sinfo and scontrol show partition read them."""
+    return {"partitions": [
+        {"name": pt.name, "nodes": compress(pt.nodes) if pt.nodes else "", "node_names": list(pt.nodes),
+         "default": pt.default, "default_time_s": pt.default_time_s, "max_time_s": pt.max_time_s,
+         "max_nodes": pt.max_nodes, "state": pt.state, "priority_job_factor": pt.priority_job_factor}
+        for pt in partitions
+    ]}
+
+
+def change(server: Server, s: Session, name: str, body: PartitionUpdate) -> dict:
+    """scontrol update partition: stored, then every server's partitions refreshed."""
+    changes = body.model_dump(exclude_unset=True)
+    for key in ("state", "default", "priority_job_factor", "nodes"):  # these have no "unlimited"
+        if key in changes and changes[key] is None:
+            raise JobError(f"{key} may not be null")
+    with s.begin():
+        known = set(s.scalars(select(NodeRow.name)))
+        stored = update(s, server.partitions, name, changes, known, server.clock())
+    server.refresh_partitions()
+    server.controller.wake()
+    return {"name": name, "changes": stored}

@@ -6,10 +6,16 @@ what the commands explain is what the scheduler decides.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from shoal.model.snapshot import Snapshot
 from shoal.sched.config import SchedConfig
 from shoal.sched.fairshare import share_view
 from shoal.sched.priority import fairshare_state, job_priorities
+from shoal.server.joblist import parse_job_ids
+
+if TYPE_CHECKING:
+    from shoal.server.core import Server
 
 
 def weights_json(config: SchedConfig) -> dict:
@@ -55,3 +61,18 @@ def shares_json(snapshot: Snapshot, config: SchedConfig) -> dict:
              "effective_usage": r.effective_usage, "fairshare": r.fairshare}
             for r in share_view(fs.tree, fs.usage)]
     return {"weights": weights_json(config), "shares": rows}
+
+
+def priorities(server: Server, job_id: list[str], user: str | None) -> dict:
+    """sprio's answer, from a snapshot with usage as a scheduling pass takes it."""
+    ids, _arrays = parse_job_ids(job_id)
+    with server.sessions() as s:
+        snap = server.snapshot(s, server.clock(), usage=True)
+    return priorities_json(snap, server.sched_config, set(ids) or None, set(user.split(",")) if user else None)
+
+
+def shares(server: Server) -> dict:
+    """sshare's answer, from a snapshot with usage as a scheduling pass takes it."""
+    with server.sessions() as s:
+        snap = server.snapshot(s, server.clock(), usage=True)
+    return shares_json(snap, server.sched_config)

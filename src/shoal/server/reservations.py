@@ -1,11 +1,14 @@
 """Reservation services: create, update, delete and show advance reservations, and check a
-job's ``--reservation`` at submit. Services take a Session; the caller commits.
+job's ``--reservation`` at submit. Services take a Session; the caller commits, except
+the API's use cases at the end (``*_reservation``), which own their transaction.
 
 Errors follow scontrol's wording where it has one ("Requested nodes are busy",
 "Requested reservation is invalid") and add what to change.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -15,8 +18,12 @@ from shoal.model.job import JobState
 from shoal.model.reservation import FLAGS, IGNORE_JOBS, MAINT
 from shoal.sched.placement import natural_key
 from shoal.server.jobs import JobError
+from shoal.server.retry import retry_on_conflict
 from shoal.server.schemas import ReservationCreate, ReservationUpdate
 from shoal.store.models import JobRow, NodeRow, ReservationRow
+
+if TYPE_CHECKING:
+    from shoal.server.core import Server
 
 INVALID = "Requested reservation is invalid"
 
@@ -204,3 +211,27 @@ def _busy_nodes(session: Session, start: float, now: float) -> dict[str, int]:
             for n in (job.allocation or {"nodes": []})["nodes"]:
                 out.setdefault(n["name"], job.id)
     return out
+
+
+@retry_on_conflict
+def create_reservation(server: Server, s: Session, body: ReservationCreate, creator: str) -> dict:
+    with s.begin():
+        out = create(s, body, creator=creator, partitions=server.partitions, now=server.clock())
+    server.controller.wake()
+    return out
+
+
+@retry_on_conflict
+def update_reservation(server: Server, s: Session, name: str, body: ReservationUpdate) -> dict:
+    with s.begin():
+        out = update(s, name, body, partitions=server.partitions, now=server.clock())
+    server.controller.wake()
+    return out
+
+
+@retry_on_conflict
+def delete_reservation(server: Server, s: Session, name: str) -> dict:
+    with s.begin():
+        delete(s, name, server.clock())
+    server.controller.wake()
+    return {"ok": True}

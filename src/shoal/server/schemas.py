@@ -320,10 +320,11 @@ class AgentRegister(StoredText):
 
 
 class AgentEvent(BaseModel):
-    type: str  # "exit"
+    type: str  # "exit"; "step": an srun step's end on the node, with what it used there
     key: str
     job_id: int
     run: int
+    step_id: int | None = None  # a "step" event's step
     exit_code: int | None = None
     signal: int | None = None
     time: float | None = None
@@ -350,6 +351,16 @@ class PodReport(BaseModel):
     events: list[dict] = Field(default_factory=list, max_length=256)
 
 
+class NodeImage(BaseModel):
+    """One image a node holds, as Kubernetes' node.status.images lists them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    names: list[str] = Field(max_length=8)
+    sizeBytes: int = Field(ge=0)
+    lastUsed: float | None = None
+
+
 class GPUProblem(BaseModel):
     """One GPU health problem the agent's NVML watch found (shoal.agent.gpus.GPUHealthEvent)."""
 
@@ -362,6 +373,19 @@ class GPUProblem(BaseModel):
     reason: str = Field(max_length=200)  # "GPU 1 XID 79 (GPU has fallen off the bus)"
 
 
+class GPUUsageSample(BaseModel):
+    """One GPU held by a run, at one heartbeat (shoal.agent.usage.Sample.report)."""
+    model_config = ConfigDict(extra="forbid")
+
+    job_id: int
+    run: int = Field(ge=0)
+    gpu: int = Field(ge=0)
+    util: float = Field(ge=0, le=100)  # %
+    mem_mib: int = Field(ge=0)
+    energy_mj: int | None = Field(default=None, ge=0)  # the GPU's counter since the driver loaded
+    power_w: float | None = Field(default=None, ge=0)
+
+
 class AgentReport(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -371,8 +395,12 @@ class AgentReport(BaseModel):
     # Per-GPU utilisation (%, DCGM_FI_DEV_GPU_UTIL) and per-pod CPU use (cores), for the HPA.
     gpu_util: dict[str, float] = Field(default_factory=dict)
     pod_cpu: dict[str, float] = Field(default_factory=dict)
+    # The GPUs held by runs, for per-job GPU accounting (sacct's gres/gpuutil, gres/gpumem).
+    gpu_usage: list[GPUUsageSample] = Field(default_factory=list, max_length=1024)
     # What is wrong with the node's GPUs now, and XIDs since the last report; [] when healthy.
     gpu_health: list[GPUProblem] = Field(default_factory=list, max_length=256)
+    # The images in the node's cache; None: unchanged since the agent's last report.
+    images: list[NodeImage] | None = Field(default=None, max_length=1024)
 
 
 class ApplyRequest(BaseModel):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 
 from sqlalchemy import or_, select
@@ -17,6 +16,7 @@ from shoal.model.snapshot import ActiveJob, Dependency, JobRecord, NodeInfo, Pen
 from shoal.server.jobs import ACTIVE, request_from_json
 from shoal.server.kube.pods import POD, gang_of, terms_of
 from shoal.model.topology import Topology
+from shoal.sched import cycle
 from shoal.store.models import CleanupRow, JobRow, NodeRow, ReservationRow
 
 
@@ -167,7 +167,7 @@ def mark_preemptors(session: Session, pending: tuple[PendingJob, ...]) -> tuple[
     claimants = set(session.scalars(
         select(JobRow.id).join(victim, victim.preemptor_id == JobRow.id)
         .where(JobRow.state == JobState.PENDING.value).distinct()))
-    return tuple(dataclasses.replace(p, preemptor=True) if p.id in claimants else p for p in pending)
+    return cycle.mark_preemptors(pending, claimants)
 
 
 LIVE = ACTIVE  # pending or running: the rows a pass reads
@@ -238,17 +238,13 @@ class JobRowCache:
                 tuple(rows[jid][2] for jid in live if rows[jid][2] is not None))
 
 
-USAGE_HALF_LIVES = 30
-"""Runs that ended more than this many half-lives ago weigh under 2^-30: not read at all."""
-
-
 def usage_records(session: Session, now: float, half_life_s: float) -> tuple[UsageRecord, ...]:
     """Every run that counts towards fair-share, in one query of small columns (not the spec)."""
     q = select(JobRow.user, JobRow.spec["account"].as_string(), JobRow.allocation,
                JobRow.start_time, JobRow.end_time).where(JobRow.start_time.is_not(None),
                                                           JobRow.allocation.is_not(None))
-    if half_life_s > 0:
-        q = q.where(or_(JobRow.end_time.is_(None), JobRow.end_time >= now - USAGE_HALF_LIVES * half_life_s))
+    if (horizon := cycle.usage_horizon(now, half_life_s)) is not None:
+        q = q.where(or_(JobRow.end_time.is_(None), JobRow.end_time >= horizon))
     out = []
     for user, account, alloc, start, end in session.execute(q):
         nodes = (alloc or {}).get("nodes") or ()

@@ -14,11 +14,9 @@ from shoal.server.work import slurm_environment, task_layout, tasks_per_node_tex
 from shoal.store.models import JobRow, NodeRow, StepRow
 
 
-def create_step(session: Session, server, job: JobRow, body: StepCreate, nodes: dict[str, NodeRow],
-                now: float) -> dict:
-    if job.state != JobState.RUNNING.value:
-        raise JobError(f"job {job.id} is {job.state}, not RUNNING: a step can only start inside a running job", 409)
-    alloc = job.allocation["nodes"]
+def _step_shape(job: JobRow, body: StepCreate, alloc: list[dict]) -> tuple[list[str], int, int | None]:
+    """The step's nodes (--nodelist, --exclude, --nodes over the allocation), its task count
+    and tasks per node, from its options or else the job's."""
     names = [n["name"] for n in alloc]
     if body.nodelist:
         try:
@@ -47,6 +45,16 @@ def create_step(session: Session, server, job: JobRow, body: StepCreate, nodes: 
         tpn = req.get("ntasks_per_node")
     else:
         ntasks = len(names) * (req.get("ntasks_per_node") or 1)
+    return names, ntasks, tpn
+
+
+def create_step(session: Session, server, job: JobRow, body: StepCreate, nodes: dict[str, NodeRow],
+                now: float) -> dict:
+    if job.state != JobState.RUNNING.value:
+        raise JobError(f"job {job.id} is {job.state}, not RUNNING: a step can only start inside a running job", 409)
+    alloc = job.allocation["nodes"]
+    req = job.request
+    names, ntasks, tpn = _step_shape(job, body, alloc)
     if ntasks < len(names):
         names = names[:ntasks]
     counts = task_layout(ntasks, len(names), tpn)

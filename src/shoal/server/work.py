@@ -18,6 +18,7 @@ from shoal.model.hostlist import compress
 from shoal.model.job import JobState
 from shoal.server.auth import job_credential
 from shoal.server.jobs import job_run_key
+from shoal.server.kube.secrets import pod_secrets
 from shoal.store.models import CleanupRow, JobRow
 
 
@@ -93,17 +94,21 @@ def slurm_environment(row: JobRow, cluster_name: str, submit_host: str, secret: 
     return env
 
 
-def pod_entry(row: JobRow, node: str, server) -> dict:
-    """What the agent needs to run a pod (docs/SERVING.md, "Pod run entry")."""
+def pod_entry(row: JobRow, node: str, server, session: Session | None = None) -> dict:
+    """What the agent needs to run a pod (docs/SERVING.md, "Pod run entry"), with what it
+    needs of the namespace's Secrets (only the node running the pod is told them)."""
     pod = row.spec["pod"]
     address = server.node_address(node)
-    return {
+    entry = {
         "namespace": pod["namespace"], "name": pod["name"], "uid": pod["uid"],
         "labels": pod.get("labels") or {}, "spec": pod["spec"],
         "runtime": pod["spec"].get("runtimeClassName"),
         "env": {"POD_NAME": pod["name"], "POD_NAMESPACE": pod["namespace"], "POD_IP": address,
                 "NODE_NAME": node, "SHOAL_JOB_ID": str(row.id)},
     }
+    if session is not None:
+        entry.update(pod_secrets(session, pod["namespace"], pod["spec"]))
+    return entry
 
 
 class RunEntries:
@@ -157,12 +162,12 @@ class RunEntries:
                     if (k := self._kept.get(jid)) is not None and k[0] == version}
 
 
-def _entries_by_node(row: JobRow, server) -> dict[str, str]:
+def _entries_by_node(row: JobRow, server, session: Session | None = None) -> dict[str, str]:
     nodes = (row.allocation or {"nodes": []})["nodes"]
-    return {n["name"]: json.dumps(run_entry(row, n, i, server)) for i, n in enumerate(nodes)}
+    return {n["name"]: json.dumps(run_entry(row, n, i, server, session)) for i, n in enumerate(nodes)}
 
 
-def run_entry(row: JobRow, mine: dict, nodeid: int, server) -> dict:
+def run_entry(row: JobRow, mine: dict, nodeid: int, server, session: Session | None = None) -> dict:
     """What the agent of the node ``mine`` (the allocation's ``nodeid``-th) needs of a run."""
     node = mine["name"]
     entry = {
@@ -171,7 +176,7 @@ def run_entry(row: JobRow, mine: dict, nodeid: int, server) -> dict:
         "memory_mb": mine.get("memory_mb"),  # the run's cgroup memory limit on this node
     }
     if row.kind == "pod":  # a draining pod keeps running until the controller cancels it
-        entry["pod"] = pod_entry(row, node, server)
+        entry["pod"] = pod_entry(row, node, server, session)
     elif row.batch_host == node and not row.interactive:
         spec = row.spec
         entry["batch"] = {
@@ -204,7 +209,7 @@ def node_work(session: Session, server, node: str, gen: int) -> bytes:
     pods = [jid for jid, _, kind in running if kind == "pod"]
     if pods:
         for row in session.scalars(select(JobRow).where(JobRow.id.in_(pods)).order_by(JobRow.id)):
-            if (entry := _entries_by_node(row, server).get(node)) is not None:
+            if (entry := _entries_by_node(row, server, session).get(node)) is not None:
                 runs.append(entry)
     kills = [
         {"key": job_run_key(c.job_id, c.run), "job_id": c.job_id, "run": c.run, "signal": c.signal}

@@ -37,7 +37,7 @@ from shoal.model.accounting import DEFAULT_QOS, UsageRecord
 from shoal.model.job import JobState
 from shoal.model.node import NodeState
 from shoal.model.snapshot import ActiveJob, PendingJob, Snapshot
-from shoal.sched import PlacementCache, SchedConfig, check_feasible, schedule
+from shoal.sched import PlacementCache, SchedConfig, check_feasible, cycle, schedule
 from shoal.sched.preempt import outcome as preempt_outcome
 from shoal.sched.qos import qos_table
 from shoal.sched.queue import PRIORITY, RESOURCES
@@ -130,7 +130,7 @@ class Simulator:
         self.qos = qos_table(cluster.qos)
         # A victim's grace, as the server's preemption_grace_s: the --signal's @secs (every
         # job as if submitted with it), at most GraceTime; 0 without a signal.
-        self.grace = min(signal_s, cluster.preempt_grace_s) if signal_s else 0.0
+        self.grace = cycle.preemption_grace_s(signal_s, cluster.preempt_grace_s)
         self.claimants: set[int] = set()  # pending jobs that jobs were preempted for
         self.usage: list[UsageRecord] = []  # ended runs, for fair-share (multifactor only)
         self.nodes = {n.name: n for n in cluster.nodes}
@@ -254,7 +254,7 @@ class Simulator:
         one. A quick pass that is bound to start nothing is skipped."""
         c = self.config
         if c.policy == "backfill" and c.bf_interval_s > 0:
-            if self.changed and t - self.last_full >= c.bf_interval_s:
+            if self.changed and cycle.full_pass_due(c, t, self.last_full):
                 self._schedule(t, c)
                 self.last_full = t
                 self.changed = False
@@ -340,8 +340,7 @@ class Simulator:
 
     def _schedule(self, t: float, config: SchedConfig) -> None:
         pending = self._snapshot_queue(config.depth)
-        if self.claimants:
-            pending = self._with_claimants(pending)
+        pending = cycle.mark_preemptors(pending, self.claimants, self.pending)
         snap = Snapshot(now=t, nodes=self.node_tuple, partitions=self.cluster.partitions,
                         pending=pending, active=tuple(self.active.values()),
                         accounts=self.cluster.accounts, qos=self.cluster.qos,
@@ -387,20 +386,12 @@ class Simulator:
             self.blocker = min((self.pending[j] for j in blocked),
                                key=lambda j: (-j.priority, j.submit_time, j.id))
 
-    def _with_claimants(self, pending: tuple[PendingJob, ...]) -> tuple[PendingJob, ...]:
-        """The pass's queue with the jobs that jobs were preempted for marked, as the server
-        marks them, and added if the depth left them out: they go first until they start."""
-        there = {p.id for p in pending}
-        extra = [self.pending[j] for j in sorted(self.claimants) if j not in there]
-        return tuple(replace(p, preemptor=True) if p.id in self.claimants else p
-                     for p in (*extra, *pending))
-
     def _usage(self, t: float) -> tuple[UsageRecord, ...]:
         """Fair-share usage: ended runs (older than 30 half-lives dropped, as the server
         drops them) and the running ones up to now."""
-        half_life = self.config.multifactor.decay_half_life_s
-        if half_life > 0 and self.usage and self.usage[0].end < t - 30 * half_life:  # type: ignore[operator]
-            self.usage = [r for r in self.usage if r.end >= t - 30 * half_life]  # type: ignore[operator]
+        horizon = cycle.usage_horizon(t, self.config.multifactor.decay_half_life_s)
+        if horizon is not None and self.usage and self.usage[0].end < horizon:  # type: ignore[operator]
+            self.usage = [r for r in self.usage if r.end >= horizon]  # type: ignore[operator]
         running = [UsageRecord(a.user, a.account, self.outcomes[a.id].gpus, self.outcomes[a.id].cpus,
                                a.start_time) for a in self.active.values()]
         return (*self.usage, *running)

@@ -47,6 +47,9 @@ class NodeRow(Base):
     # The lasting GPU problems the agent last reported (lost GPUs, uncorrected ECC), as
     # schemas.GPUProblem dicts: while any is left the node is not resumed.
     gpu_health: Mapped[list] = mapped_column(JSON, default=list)
+    # The container images in the node's cache, as its agent last reported them:
+    # [{names: [reference, id], sizeBytes, lastUsed}], most recently used first.
+    images: Mapped[list] = mapped_column(JSON, default=list, server_default="[]")
     registered_at: Mapped[float] = mapped_column(Float)
     last_heartbeat: Mapped[float] = mapped_column(Float)
     boot_time: Mapped[float | None] = mapped_column(Float, nullable=True)
@@ -134,6 +137,25 @@ class StepRow(Base):
     end_time: Mapped[float | None] = mapped_column(Float, nullable=True)
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     signal: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # What the step used on each of its nodes, from its cgroup there, as each agent reported at
+    # the step's end: {node: {max_rss_kb, cpu_s, user_cpu_s, system_cpu_s}}.
+    usage: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+
+
+class JobGPUUsageRow(Base):
+    """What one run of a job did with its GPUs on one node, folded from that node's heartbeats
+    (shoal.model.gpuusage): sacct's and sstat's gres/gpuutil, gres/gpumem and energy, kept
+    after the job ends. One row per node, written only by that node's reports, so the nodes
+    of a multi-node job never contend, and the job's own row is never touched."""
+
+    __tablename__ = "job_gpu_usage"
+
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    run: Mapped[int] = mapped_column(Integer, primary_key=True)
+    node: Mapped[str] = mapped_column(String(64), primary_key=True)
+    record: Mapped[dict] = mapped_column(JSON)
+    # The record's utilisation-weighted GPU-seconds, as a column: the console sums it per account.
+    busy_s: Mapped[float] = mapped_column(Float, default=0.0)
 
 
 class CleanupRow(Base):

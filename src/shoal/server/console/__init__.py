@@ -19,6 +19,7 @@ from sqlalchemy import select
 
 from shoal.model.job import JobState
 from shoal.server.auth import AuthError, Principal
+from shoal.server import gpuacct
 from shoal.server.console import views
 from shoal.store.models import CleanupRow, JobRow, NodeRow
 
@@ -103,16 +104,7 @@ def router(server, *, nodes_json, private_jobs) -> APIRouter:
         out.delete_cookie(COOKIE, path="/")
         return out
 
-    @r.get("/static/{name}")
-    def static(name: str):
-        ext = name.rpartition(".")[2]
-        if "/" in name or ext not in _TYPES:
-            raise AuthError(404, f"no such file: {name}")
-        try:
-            body = _asset(name)
-        except FileNotFoundError:
-            raise AuthError(404, f"no such file: {name}") from None
-        return Response(body, media_type=_TYPES[ext], headers={"cache-control": "no-cache"})
+    r.add_api_route("/static/{name}", static, methods=["GET"])
 
     def page_route(name: str):
         def route(request: Request):
@@ -126,6 +118,12 @@ def router(server, *, nodes_json, private_jobs) -> APIRouter:
     def job_page(request: Request, job_id: int):
         return page(request, "job", job_id)
 
+    _data_routes(r, server, viewer, nodes_json, private_jobs)
+    return r
+
+
+def _data_routes(r: APIRouter, server, viewer, nodes_json, private_jobs) -> None:
+    """The pages' live updates and the data the API has not (the GPU grid, GPU-hours, pod load)."""
     # ---------------------------------------------------------------- live updates
 
     @r.get("/events")
@@ -163,21 +161,45 @@ def router(server, *, nodes_json, private_jobs) -> APIRouter:
 
     @r.get("/api/usage")
     def usage(p: Principal = Depends(viewer)):
-        """GPU-hours per account and user of the jobs the caller may see (all that started)."""
+        """GPU-hours per account and user of the jobs the caller may see (all that started), in
+        total and over time, and how busy those GPUs were (the agents' samples)."""
         own = private_jobs(p)
+        now = server.clock()
         with server.sessions() as s:
             q = select(JobRow.user, JobRow.spec["account"].as_string(), JobRow.start_time, JobRow.end_time,
                        JobRow.allocation).where(JobRow.start_time.is_not(None))
             if own is not None:
                 q = q.where(own)
-            return JSONResponse(views.gpu_hours(s.execute(q), server.clock()))
+            found = s.execute(q).all()
+            busy_rows = gpuacct.busy_hours(s, own)
+        tree = server.account_tree
+
+        def charged(user: str, account: str | None) -> str | None:
+            """The account a job charges: its own, else its user's default (as sshare counts it)."""
+            return account or (None if tree.empty else tree.default_account.get(user))
+
+        rows = [(user, charged(user, acct), *rest) for user, acct, *rest in found]
+        busy: dict[tuple[str, str], float] = {}
+        for acct, user, hours in busy_rows:
+            key = (charged(user, acct) or views.DEFAULT_ACCOUNT, user)
+            busy[key] = busy.get(key, 0.0) + hours
+        return JSONResponse({**views.gpu_hours(rows, now, busy), "over_time": views.gpu_hours_over_time(rows, now)})
 
     @r.get("/api/pod-load")
     def pod_load(p: Principal = Depends(viewer)):
         """The gateways' last request rate and in-flight count per pod (as the HPA reads them)."""
         return JSONResponse({"pods": server.kube.metrics.pod_load(server.clock())})
 
-    return r
+
+def static(name: str):
+    ext = name.rpartition(".")[2]
+    if "/" in name or ext not in _TYPES:
+        raise AuthError(404, f"no such file: {name}")
+    try:
+        body = _asset(name)
+    except FileNotFoundError:
+        raise AuthError(404, f"no such file: {name}") from None
+    return Response(body, media_type=_TYPES[ext], headers={"cache-control": "no-cache"})
 
 
 def _asset(name: str) -> bytes:

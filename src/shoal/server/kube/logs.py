@@ -9,6 +9,7 @@ verified against the cluster CA, its node name being the host name its certifica
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from dataclasses import dataclass
@@ -54,6 +55,11 @@ def exec_request(secret: bytes, agent: AgentEndpoint, key: str, container: str, 
     return {**req, "sig": sign(_step_key(secret, agent), json.dumps(req, sort_keys=True))}
 
 
+def stream_request(secret: bytes, agent: AgentEndpoint, fields: dict, now: float) -> dict:
+    req = {**fields, "t": f"{now:.0f}"}
+    return {**req, "sig": sign(_step_key(secret, agent), json.dumps(req, sort_keys=True))}
+
+
 def _step_key(secret: bytes, agent: AgentEndpoint) -> bytes:
     return node_step_key(secret, agent.node, agent.generation).encode()
 
@@ -85,6 +91,33 @@ class PodLogs:
         """The command's NDJSON output lines as srun reads them (the first chunk is empty)."""
         body = exec_request(self.server.secret, agent, key, container, argv, stdin, time.time())
         return self._from_agent(agent, "POST", "/v1/pods/exec", body, None)
+
+    async def open_stream(self, agent: AgentEndpoint, fields: dict):
+        """A duplex stream to the agent (``kubectl exec``/``attach``/``port-forward``): the
+        (reader, writer) of a connection on which the agent said yes, frames from here on
+        (``model.frames``). Raises ObjectError with the agent's reason."""
+        body = json.dumps(stream_request(self.server.secret, agent, fields, time.time())).encode()
+        tls = {"ssl": self.server.ca.client_context(), "server_hostname": agent.node} if agent.tls else {}
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(agent.address, agent.port, **tls), 10)
+        except (OSError, asyncio.TimeoutError) as e:
+            raise ObjectError(f"cannot reach the agent of node {agent.node} at {agent.address}:{agent.port}: "
+                              f"{e or 'timed out'}", 502) from None
+        try:
+            writer.write(b"POST /v1/pods/stream HTTP/1.0\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
+            code = int(head.split(b" ", 2)[1])
+            if code != 200:
+                text = (await asyncio.wait_for(reader.read(65536), 10)).decode("utf-8", "replace")
+                raise ObjectError(_detail(text) or f"the node's agent answered {code}", 400 if code < 500 else 502)
+        except (OSError, ValueError, IndexError, asyncio.TimeoutError, asyncio.IncompleteReadError) as e:
+            writer.close()
+            raise ObjectError(f"the agent of node {agent.node} broke off the stream: {e}", 502) from None
+        except ObjectError:
+            writer.close()
+            raise
+        return reader, writer
 
     def _from_agent(self, agent: AgentEndpoint, method: str, path: str, body: dict | None, total: float | None):
         tls = {"ssl": self.server.ca.client_context(), "server_hostname": agent.node} if agent.tls else {}

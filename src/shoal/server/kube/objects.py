@@ -47,10 +47,11 @@ KINDS = {k.plural: k for k in (
     Kind("events", "Event", "v1"),
     Kind("rolebindings", "RoleBinding", "rbac.authorization.k8s.io/v1"),
     Kind("jobs", "Job", "batch/v1"),
+    Kind("secrets", "Secret", "v1"),
 )}
 BY_KIND = {k.kind: k for k in KINDS.values()}
 STORED = frozenset({"Deployment", "ReplicaSet", "Service", "HorizontalPodAutoscaler", "Namespace", "PriorityClass",
-                    "RoleBinding", "Job"})
+                    "RoleBinding", "Job", "Secret"})
 BUILTIN_NAMESPACES = ("default", "kube-system")
 CLUSTER = ""  # the namespace column of cluster-scoped kinds
 
@@ -102,7 +103,7 @@ def to_json(row: ObjectRow) -> dict:
     for k, v in body.items():
         if k not in ("apiVersion", "kind", "metadata"):
             out[k] = v
-    if row.kind not in ("Namespace", "PriorityClass") or row.status:
+    if row.kind not in ("Namespace", "PriorityClass", "Secret") or row.status:
         out["status"] = row.status or {}
     if row.kind == "Namespace":
         out["status"] = {"phase": "Active"}

@@ -21,7 +21,7 @@ from shoal.model.job import JobState
 from shoal.model.snapshot import PodTerms
 from shoal.server.jobs import request_to_json
 from shoal.model.resources import ResourceRequest
-from shoal.server.kube.objects import CLUSTER, get as get_object, list_rows, random_suffix, rfc3339
+from shoal.server.kube.objects import CLUSTER, KINDS, get as get_object, list_rows, not_found, random_suffix, rfc3339
 from shoal.store.models import CleanupRow, JobRow
 
 POD = "pod"
@@ -207,7 +207,30 @@ _ENDED = {
 }
 
 
+# The conditions a pod's node (or the scheduler) owns; others are written by controllers
+# through pods/status (readiness gates) and kept beside the pod's spec.
+KUBELET_CONDITIONS = frozenset({"PodScheduled", "Initialized", "ContainersReady", "Ready",
+                                "PodReadyToStartContainers", "DisruptionTarget"})
+
+
+def set_extra_conditions(session: Session, namespace: str, name: str, conditions: list) -> None:
+    """The conditions of ``conditions`` the kubelet does not own, kept as the pod's (pods/status)."""
+    row = find(session, namespace, name)
+    if row is None:
+        raise not_found(KINDS["pods"], name)
+    extra = [dict(c) for c in conditions if isinstance(c, dict) and c.get("type") not in KUBELET_CONDITIONS]
+    row.spec = {**row.spec, "pod": {**row.spec["pod"], "conditions": extra}}
+
+
 def status_of(row: JobRow) -> dict:
+    status = _status_of(row)
+    extra = row.spec["pod"].get("conditions")
+    if extra:
+        status["conditions"] = [*(status.get("conditions") or ()), *extra]
+    return status
+
+
+def _status_of(row: JobRow) -> dict:
     state = row.state
     node = row.batch_host
     if state == JobState.PENDING.value:

@@ -6,7 +6,7 @@ on their Shoal token):
 
 | ClusterRole | in its namespace |
 |---|---|
-| view | read every object, pod logs |
+| view | read every object but Secrets (as Kubernetes' view), pod logs |
 | edit | view, plus create, change, delete, scale, undo, exec |
 | admin | edit, plus the namespace's RoleBindings |
 
@@ -63,8 +63,10 @@ class Access:
     def rank(self, namespace: str) -> int:
         return self.ranks.get(namespace, 0)
 
-    def may_read(self, namespace: str, owner: str | None) -> bool:
+    def may_read(self, namespace: str, owner: str | None, kind: str = "") -> bool:
         p = self.principal
+        if kind == "Secret":  # Kubernetes' view role reads no Secrets; nor do read-only tokens
+            return p.is_admin or owner == p.user or self.rank(namespace) >= EDIT
         return p.sees_everything or owner is None or owner == p.user or self.rank(namespace) >= VIEW
 
     def may_change(self, kind: str, namespace: str, owner: str | None) -> bool:
@@ -95,25 +97,28 @@ class Access:
     # -- refusals, worded as the Kubernetes API server words them
 
     def check_read(self, kind: objs.Kind, namespace: str, name: str, owner: str | None) -> None:
-        if not self.may_read(namespace, owner):
+        if not self.may_read(namespace, owner, kind.kind):
             raise self.forbidden("get", kind, namespace, name)
 
-    def check_change(self, verb: str, kind: objs.Kind, namespace: str, name: str, owner: str | None) -> None:
+    def check_change(self, verb: str, kind: objs.Kind, namespace: str, name: str, owner: str | None,
+                     resource: str | None = None) -> None:
+        """``resource``: what the refusal names when it is a subresource (``pods/exec``)."""
         if not self.may_change(kind.kind, namespace, owner):
-            raise self.forbidden(verb, kind, namespace, name)
+            raise self.forbidden(verb, kind, namespace, name, resource)
 
     def check_create(self, kind: objs.Kind, namespace: str, name: str) -> None:
         if not self.may_create(kind.kind, namespace):
             raise self.forbidden("create", kind, namespace, name)
 
-    def forbidden(self, verb: str, kind: objs.Kind, namespace: str, name: str) -> ObjectError:
+    def forbidden(self, verb: str, kind: objs.Kind, namespace: str, name: str,
+                  resource: str | None = None) -> ObjectError:
         p = self.principal
         group = kind.api_version.rpartition("/")[0]
         where = f' in the namespace "{namespace}"' if kind.namespaced and namespace else ""
         why = ("a read-only token changes nothing" if p.role == "read-only" and verb != "get"
                else "this credential cannot use serving objects" if not p.may_change and p.role != "read-only"
                else f"no RoleBinding there grants it (ask an admin: ClusterRole "
-                    f"{'view' if verb == 'get' else 'admin' if kind.kind == 'RoleBinding' else 'edit'})"
+                    f"{'view' if verb == 'get' and kind.kind != 'Secret' else 'admin' if kind.kind == 'RoleBinding' else 'edit'})"
                if kind.namespaced else "cluster-scoped objects are the admins'")
         return ObjectError(f'{kind.group_plural} "{name}" is forbidden: User "{p.user}" cannot {verb} '
-                           f'resource "{kind.plural}" in API group "{group}"{where}: {why}', 403, "Forbidden")
+                           f'resource "{resource or kind.plural}" in API group "{group}"{where}: {why}', 403, "Forbidden")

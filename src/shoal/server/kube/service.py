@@ -148,7 +148,7 @@ def delete(session: Session, access: Access, kind: Kind, namespace: str, name: s
     row = objs.require(session, kind, ns, name)
     access.check_change("delete", kind, ns, name, owner_of(row))
     if kind.kind == "Namespace":
-        for k in ("Deployment", "Job", "Service", "HorizontalPodAutoscaler", "RoleBinding"):
+        for k in ("Deployment", "Job", "Service", "HorizontalPodAutoscaler", "RoleBinding", "Secret"):
             for child in objs.list_rows(session, k, name):
                 delete(session, access, BY_KIND[k], name, child.name, now)
         for pod in podsvc.live(session, namespace=name):

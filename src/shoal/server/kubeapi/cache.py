@@ -106,6 +106,12 @@ class WatchCache:
 
     def since(self, resource: Resource, rv: int) -> Iterator[Event]:
         """The events of ``resource`` after position ``rv``, oldest first."""
+        return iter(self.since_at(resource, rv)[0])
+
+    def since_at(self, resource: Resource, rv: int) -> tuple[list[Event], int]:
+        """The events of ``resource`` after position ``rv``, oldest first, and the position
+        they bring a watcher to: the cache's, every change of ``resource`` up to it included
+        (a bookmark's)."""
         with self.lock:
             recent = []
             for e in reversed(self.events):
@@ -113,7 +119,7 @@ class WatchCache:
                     break
                 if e.resource == resource.resource:
                     recent.append(e)
-        return reversed(recent)
+            return recent[::-1], self.rv
 
     def too_old(self, rv: int) -> bool:
         return rv < self.oldest

@@ -47,3 +47,12 @@ def table(resource: str, objects: list[dict], now: float, rv: str, include: str 
     return {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": {"resourceVersion": rv},
             "columnDefinitions": columns(resource) if headers else [],
             "rows": [row(resource, o, now, include) for o in objects]}
+
+
+def status(message: str, code: int, reason: str, details: dict | None = None) -> dict:
+    """A ``Status``: how the API server answers a refusal (kubectl prints its message)."""
+    out = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure" if code >= 300 else "Success",
+           "message": message, "reason": reason, "code": code}
+    if details:
+        out["details"] = details
+    return out

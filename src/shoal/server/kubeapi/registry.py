@@ -72,6 +72,7 @@ class Resource:
 
 
 SCALE = Subresource("scale", "Scale", ("get", "update", "patch"), "autoscaling", "v1")
+STATUS_VERBS = ("get", "update", "patch")
 ALL = ("all",)
 
 RESOURCES: tuple[Resource, ...] = (
@@ -79,21 +80,27 @@ RESOURCES: tuple[Resource, ...] = (
              verbs=("get", "list", "watch", "create", "update", "patch", "delete")),
     Resource("", "v1", "pods", "Pod", short_names=("po",), categories=ALL, source="pods",
              verbs=("get", "list", "watch", "create", "update", "patch", "delete"),
-             subresources=(Subresource("log", "Pod", ("get",)),),
+             subresources=(Subresource("log", "Pod", ("get",)), Subresource("exec", "PodExecOptions", ("create", "get")),
+                           Subresource("attach", "PodAttachOptions", ("create", "get")),
+                           Subresource("portforward", "PodPortForwardOptions", ("create", "get")),
+                           Subresource("status", "Pod", STATUS_VERBS)),
              notes="a pod is a Shoal job of kind pod; updates may change nothing but what apply leaves alone"),
     Resource("", "v1", "services", "Service", short_names=("svc",), categories=ALL),
     Resource("", "v1", "nodes", "Node", namespaced=False, short_names=("no",), verbs=READ, source="nodes",
              notes="read-only: nodes join with `shoal agent`; drain with scontrol"),
     Resource("", "v1", "events", "Event", short_names=("ev",), verbs=READ, source="events"),
+    Resource("", "v1", "secrets", "Secret",
+             notes="read by the view ClusterRole's holders only where they own the Secret, as Kubernetes' view "
+                   "has no secrets"),
     Resource("apps", "v1", "deployments", "Deployment", short_names=("deploy",), categories=ALL,
-             subresources=(SCALE,)),
+             subresources=(SCALE, Subresource("status", "Deployment", STATUS_VERBS))),
     Resource("apps", "v1", "replicasets", "ReplicaSet", short_names=("rs",), categories=ALL,
              verbs=("get", "list", "watch", "delete"), notes="made by their Deployment; not created by users"),
     Resource("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler", short_names=("hpa",),
              categories=ALL),
     Resource("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False, short_names=("pc",)),
     Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding"),
-    Resource("batch", "v1", "jobs", "Job", categories=ALL,
+    Resource("batch", "v1", "jobs", "Job", categories=ALL, subresources=(Subresource("status", "Job", STATUS_VERBS),),
              notes="pods run to completion; no work queues, pod failure policies or suspension yet"),
 )
 

@@ -10,20 +10,24 @@ import json
 import time
 
 import yaml
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Request, WebSocket
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from shoal.kube.jobs import seconds
 from shoal.server.auth import Principal
 from shoal.server.kube import api as shoal_kube_api
 from shoal.server.kube.objects import ObjectError
-from shoal.server.kubeapi import openapi, printing
+from shoal.server.kubeapi import openapi, printing, protobuf, streams
+from shoal.server.kubeapi.protobuf import ProtobufError
 from shoal.server.kubeapi.cache import POLL_S, Entry, with_rv
 from shoal.server.kubeapi.registry import (
     RESOURCES, Resource, api_group, api_group_list, api_versions, resource_list, version_info,
 )
+from shoal.server.kubeapi.printing import status
 from shoal.server.kubeapi.service import Invalid, KubeService, Selection
 
+BOOKMARK_S = 5.0  # a bookmark at most this often while a watcher's position moves without its events
 WATCH_TIMEOUT_S = 1800  # a watch without timeoutSeconds ends after this, as the API server's min-request-timeout
 PATCH_TYPES = {
     "application/json-patch+json": "json",
@@ -31,14 +35,6 @@ PATCH_TYPES = {
     "application/strategic-merge-patch+json": "strategic",
     "application/apply-patch+yaml": "apply",
 }
-
-
-def status(message: str, code: int, reason: str, details: dict | None = None) -> dict:
-    out = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure" if code >= 300 else "Success",
-           "message": message, "reason": reason, "code": code}
-    if details:
-        out["details"] = details
-    return out
 
 
 def is_kube_path(path: str) -> bool:
@@ -70,6 +66,11 @@ async def call(fn, *args, code: int = 200):
 async def body_of(request: Request):
     raw = await request.body()
     ctype = request.headers.get("content-type", "")
+    if "protobuf" in ctype:  # kubectl create namespace/secret: client-go's typed clients
+        try:
+            return protobuf.decode(raw)
+        except ProtobufError:
+            pass
     if "protobuf" in ctype or "cbor" in ctype:
         raise ObjectError("the body of the request was in an unknown format - accepted media types include: "
                           "application/json, application/yaml", 415, "UnsupportedMediaType")
@@ -136,6 +137,10 @@ def router(server, principal, nodes_json, retry_on_conflict) -> APIRouter:
                 _scale_routes(r, res, svc, principal)
             elif sub.name == "log":
                 _log_route(r, res, server, principal)
+            elif sub.name == "status":
+                _status_routes(r, res, svc, principal)
+            elif sub.name in ("exec", "attach", "portforward"):
+                _stream_routes(r, res, server, sub.name)
     return r
 
 
@@ -190,7 +195,11 @@ def _read_routes(r: APIRouter, res: Resource, svc: KubeService, principal) -> No
 
 async def watch(request: Request, res: Resource, svc: KubeService, p: Principal, sel: Selection):
     """Chunked JSON watch events from ``resourceVersion`` (0 or none: the current objects as
-    ADDED first); a position older than the cache keeps gets an ERROR event with 410."""
+    ADDED first); a position older than the cache keeps gets an ERROR event with 410. With
+    ``allowWatchBookmarks``, a BOOKMARK (the object's kind and a resourceVersion only) moves
+    the watcher's position on while nothing it watches changes (every ``BOOKMARK_S`` at most,
+    and as the watch times out); ``sendInitialEvents`` sends the current objects first, then a
+    bookmark marking their end (``k8s.io/initial-events-end``), as watch-list clients expect."""
     q = request.query_params
     a = await run_in_threadpool(svc.access, p)
     svc.check_list(a, res, sel.namespace, "watch")
@@ -198,6 +207,14 @@ async def watch(request: Request, res: Resource, svc: KubeService, p: Principal,
     since = q.get("resourceVersion") or "0"
     if not since.isdigit():
         raise ObjectError(f"invalid resource version: {since}", 400)
+    bookmarks = q.get("allowWatchBookmarks") in ("1", "true", "True") and not table
+    initial = q.get("sendInitialEvents") in ("1", "true", "True")
+    if initial and not bookmarks:
+        raise ObjectError("sendInitialEvents: Forbidden: sendInitialEvents is forbidden for watch unless "
+                          "allowWatchBookmarks=true", 422, "Invalid")
+    if initial and q.get("resourceVersionMatch") != "NotOlderThan":
+        raise ObjectError("resourceVersionMatch: Forbidden: sendInitialEvents requires setting "
+                          "resourceVersionMatch to NotOlderThan", 422, "Invalid")
     timeout = min(number(request, "timeoutSeconds", WATCH_TIMEOUT_S), WATCH_TIMEOUT_S)
     cache = svc.cache
     headers_sent: list = []
@@ -210,24 +227,40 @@ async def watch(request: Request, res: Resource, svc: KubeService, p: Principal,
             headers_sent.append(True)
         return (json.dumps({"type": type_, "object": obj}) + "\n").encode()
 
+    def bookmark(rv: int, initial_end: bool = False) -> bytes:
+        meta: dict = {"resourceVersion": str(rv)}
+        if initial_end:
+            meta["annotations"] = {"k8s.io/initial-events-end": "true"}
+        return (json.dumps({"type": "BOOKMARK", "object": {"kind": res.kind, "apiVersion": res.group_version,
+                                                            "metadata": meta}}) + "\n").encode()
+
     async def events():
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         pos = int(since)
-        if pos == 0:
+        if pos == 0 or initial:
             pos, entries = await run_in_threadpool(cache.items, res)
             for e in svc.visible(a, res, entries, sel):
                 yield line("ADDED", e)
+            if initial:
+                yield bookmark(pos, initial_end=True)
         elif cache.too_old(pos):
             gone = status(f"too old resource version: {pos} ({cache.oldest})", 410, "Expired")
             yield (json.dumps({"type": "ERROR", "object": gone}) + "\n").encode()
             return
+        told, told_at = pos, loop.time()  # the position the client last heard of, and when
         while loop.time() < deadline:
             await cache.poll(res)
-            for ev in cache.since(res, pos):
-                pos = ev.rv
+            changes, head = cache.since_at(res, pos)
+            for ev in changes:
                 if next(svc.visible(a, res, [ev.entry], sel), None) is not None:
                     yield line(ev.type, ev.entry)
+                    told, told_at = ev.rv, loop.time()
+            pos = max(pos, head)
+            if bookmarks and pos > told and (loop.time() - told_at >= BOOKMARK_S
+                                             or loop.time() + POLL_S >= deadline):
+                yield bookmark(pos)
+                told, told_at = pos, loop.time()
             if await request.is_disconnected():
                 return
             await asyncio.sleep(POLL_S)
@@ -295,6 +328,27 @@ def _scale_routes(r: APIRouter, res: Resource, svc: KubeService, principal) -> N
     r.add_api_route(path, set_scale, methods=["PUT", "PATCH"])
 
 
+def _status_routes(r: APIRouter, res: Resource, svc: KubeService, principal) -> None:
+    """``{name}/status``: the object; PUT and PATCH change only its status (controllers' writes)."""
+
+    async def get_status(name: str, namespace: str | None = None, p: Principal = Depends(principal)):
+        return await call(svc.get, res, p, namespace, name)
+
+    async def set_status(request: Request, name: str, namespace: str | None = None,
+                         p: Principal = Depends(principal)):
+        kind = "replace" if request.method == "PUT" else PATCH_TYPES.get(
+            request.headers.get("content-type", "").split(";")[0].strip(), "merge")
+        try:
+            body = await body_of(request)
+        except ObjectError as e:
+            return error_response(e)
+        return await call(svc.write_status, res, p, namespace, name, kind, body, dry_run(request))
+
+    path = f"{_paths(res)[1]}/status"
+    r.add_api_route(path, get_status, methods=["GET"])
+    r.add_api_route(path, set_status, methods=["PUT", "PATCH"])
+
+
 def _log_route(r: APIRouter, res: Resource, server, principal) -> None:
     """``pods/{name}/log`` (``kubectl logs``): the agent's log stream, as text."""
 
@@ -302,8 +356,12 @@ def _log_route(r: APIRouter, res: Resource, server, principal) -> None:
         q = request.query_params
         try:
             tail = int(number(request, "tailLines")) if q.get("tailLines") else None
+            since = log_since(request)
             agent, key, cname = await run_in_threadpool(shoal_kube_api.locate, server, p, namespace, name,
                                                         q.get("container"), "get")
+            if since is not None:
+                await run_in_threadpool(server.kube_api.check_log_window, res, p, namespace, name, cname,
+                                        q.get("previous") == "true", since)
             chunks = server.logs.stream(agent, key=key, container=cname, previous=q.get("previous") == "true",
                                         follow=q.get("follow") == "true", tail=tail)
             first = await chunks.__anext__()
@@ -312,3 +370,36 @@ def _log_route(r: APIRouter, res: Resource, server, principal) -> None:
         return StreamingResponse(shoal_kube_api.prepend(first, chunks), media_type="text/plain")
 
     r.add_api_route(f"{_paths(res)[1]}/log", pod_log, methods=["GET"])
+
+
+def log_since(request: Request) -> float | None:
+    """The start of ``sinceSeconds``/``sinceTime``'s window (None: the whole log); the
+    lines carry no times, so ``timestamps`` is refused."""
+    q = request.query_params
+    if q.get("timestamps") == "true":
+        raise ObjectError("the lines of Shoal's container logs carry no times: --timestamps cannot be served",
+                          400, "BadRequest")
+    if q.get("sinceSeconds"):
+        return time.time() - number(request, "sinceSeconds")
+    if q.get("sinceTime"):
+        try:
+            return seconds(q["sinceTime"])
+        except ValueError:
+            raise ObjectError(f"sinceTime: invalid value {q['sinceTime']!r}: not an RFC 3339 time", 400,
+                              "BadRequest") from None
+    return None
+
+
+def _stream_routes(r: APIRouter, res: Resource, server, mode: str) -> None:
+    """``pods/{name}/exec`` and ``/attach``: kubectl's WebSocket (server/kubeapi/streams.py);
+    its SPDY fallback (POST) gets the reason the upgrade was refused."""
+    path = f"{_paths(res)[1]}/{mode}"
+
+    async def stream(ws: WebSocket, namespace: str, name: str):
+        await streams.serve(ws, server, namespace, name, mode)
+
+    async def spdy(request: Request, namespace: str, name: str):
+        return await streams.spdy_refusal(server, request, namespace, name, mode)
+
+    r.add_api_websocket_route(path, stream)
+    r.add_api_route(path, spdy, methods=["GET", "POST"])

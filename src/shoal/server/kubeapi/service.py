@@ -10,11 +10,13 @@ import base64
 import time
 from collections.abc import Iterator
 
+from shoal.kube.jobs import seconds
 from shoal.kube.patch import PatchError, json_patch, merge_patch, strategic_merge
 from shoal.model.selectors import SelectorError, parse_selector_text
 from shoal.server.auth import Principal
 from shoal.server.kube import api as shoal_kube_api
 from shoal.server.kube import objects as objs
+from shoal.server.kube import pods as podsvc
 from shoal.server.kube import service as objsvc
 from shoal.server.kube.objects import ObjectError, random_suffix
 from shoal.server.kube.rbac import VIEW, Access
@@ -112,7 +114,7 @@ class KubeService:
     def visible(self, a: Access, res: Resource, entries: list[Entry], sel: Selection) -> Iterator[Entry]:
         for e in entries:
             ns = (e.obj.get("metadata") or {}).get("namespace") or ""
-            if a.may_read(ns, e.owner) and sel.matches(res, e.obj):
+            if a.may_read(ns, e.owner, res.kind) and sel.matches(res, e.obj):
                 yield e
 
     def changed(self) -> None:
@@ -148,9 +150,21 @@ class KubeService:
         if entry is None:
             raise objs.not_found(res.shoal_kind, name)
         a = self.access(p)
-        if not a.may_read(key_namespace(res, namespace), entry.owner):
+        if not a.may_read(key_namespace(res, namespace), entry.owner, res.kind):
             raise a.forbidden("get", res.shoal_kind, key_namespace(res, namespace), name)
         return with_rv(entry)
+
+    def check_log_window(self, res: Resource, p: Principal, namespace: str, name: str, container: str,
+                         previous: bool, since: float) -> None:
+        """``kubectl logs --since/--since-time``: a container's log lines carry no times, so the
+        log is served whole when the run began within the window, and refused otherwise."""
+        pod = self.get(res, p, namespace, name)
+        started = log_start(pod, container, previous)
+        if started is None or started < since:
+            began = f" (it started at {started_text(started)})" if started is not None else ""
+            raise ObjectError(f'the log of container "{container}" in pod "{name}" has no times on its lines: '
+                              f"--since and --since-time may reach back only to the container's start{began}; "
+                              f"use --tail", 400, "BadRequest")
 
     # -- writes
 
@@ -195,18 +209,9 @@ class KubeService:
                 return self.write(res, p, namespace, patch, None, dry_run)
             raise objs.not_found(res.shoal_kind, name)
         a = self.access(p)
-        if not a.may_read(key_namespace(res, namespace), current.owner):
+        if not a.may_read(key_namespace(res, namespace), current.owner, res.kind):
             raise a.forbidden("patch", res.shoal_kind, key_namespace(res, namespace), name)
-        base = with_rv(current)
-        try:
-            doc = (json_patch(base, patch) if patch_type == "json" else merge_patch(base, patch)
-                   if patch_type == "merge" else strategic_merge(base, patch))
-        except PatchError as e:
-            raise ObjectError(str(e), 422, "Invalid") from None
-        if not isinstance(doc, dict):
-            raise ObjectError("the patched object is not a JSON object", 400)
-        rv = (patch.get("metadata") or {}).get("resourceVersion") if isinstance(patch, dict) else None
-        (doc.get("metadata") or {}).pop("resourceVersion", None)
+        doc, rv = patched(with_rv(current), patch_type, patch)
         return self.write(res, p, namespace, doc, name, dry_run, expect_rv=rv or "")
 
     def _delete(self, res: Resource, p: Principal, namespace: str | None, name: str) -> str | None:
@@ -222,6 +227,44 @@ class KubeService:
             objsvc.delete(s, a, res.shoal_kind, key_namespace(res, namespace), name, self.server.clock())
         self.changed()
         return (entry.obj.get("metadata") or {}).get("uid") if entry else None
+
+    # -- the status subresource
+
+    def write_status(self, res: Resource, p: Principal, namespace: str | None, name: str, patch_type: str,
+                     body, dry_run: bool) -> dict:
+        """PUT (``patch_type`` "replace") or PATCH ``.../status``: only the object's status
+        changes, whatever else the body says, as the API server's status strategy does. A pod's
+        status is its node's: only conditions of types the kubelet does not own are kept
+        (readiness gates' conditions, written by controllers)."""
+        ns = key_namespace(res, namespace)
+        current = self.cache.get(res, ns, name)
+        if current is None:
+            raise objs.not_found(res.shoal_kind, name)
+        if patch_type == "replace":
+            if not isinstance(body, dict):
+                raise ObjectError("the request body must be a JSON object", 400)
+            doc, rv = body, (body.get("metadata") or {}).get("resourceVersion")
+        else:
+            doc, rv = patched(with_rv(current), patch_type, body)
+        if rv and rv != str(current.rv):
+            raise ObjectError(f'Operation cannot be fulfilled on {res.qualified} "{name}": the object has been '
+                              "modified; please apply your changes to the latest version and try again",
+                              409, "Conflict")
+        status = doc.get("status") or {}
+        if not isinstance(status, dict):
+            raise Invalid(res, name, [{"path": "status", "message": "Invalid value: must be an object"}])
+        with self.server.sessions() as s, s.begin():
+            a = Access.of(s, p, self.server.config.auth.default_namespace_open)
+            a.check_change("update" if patch_type == "replace" else "patch", res.shoal_kind, ns, name, current.owner)
+            if res.source == "pods":
+                podsvc.set_extra_conditions(s, ns, name, status.get("conditions") or [])
+            else:
+                objs.set_status(objs.require(s, res.shoal_kind, ns, name), status)  # its controller may write over it
+            if dry_run:
+                s.rollback()
+        if not dry_run:
+            self.changed()
+        return self.get(res, p, namespace, name)
 
     # -- the scale subresource
 
@@ -280,3 +323,30 @@ def _prepare(res: Resource, doc, namespace: str | None, name: str | None) -> str
     if meta.get("name") != name:
         raise ObjectError("the name of the object does not match the name on the URL", 400)
     return name
+
+
+def log_start(pod: dict, container: str, previous: bool) -> float | None:
+    """When the run whose log ``kubectl logs`` reads began (``previous``: the one before)."""
+    st = next((c for c in pod.get("status", {}).get("containerStatuses", []) if c.get("name") == container), {})
+    state = st.get("lastState" if previous else "state") or {}
+    when = next((v.get("startedAt") for v in state.values() if isinstance(v, dict) and v.get("startedAt")), None)
+    return seconds(when) if when else None
+
+
+def started_text(epoch: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+
+
+def patched(base: dict, patch_type: str, patch) -> tuple[dict, str | None]:
+    """``base`` with a JSON, merge or strategic merge patch (or an applied object) laid on it,
+    less its resourceVersion; and the resourceVersion the patch expects (None: any)."""
+    try:
+        doc = (json_patch(base, patch) if patch_type == "json" else merge_patch(base, patch)
+               if patch_type == "merge" else strategic_merge(base, patch))
+    except PatchError as e:
+        raise ObjectError(str(e), 422, "Invalid") from None
+    if not isinstance(doc, dict):
+        raise ObjectError("the patched object is not a JSON object", 400)
+    rv = (patch.get("metadata") or {}).get("resourceVersion") if isinstance(patch, dict) else None
+    (doc.get("metadata") or {}).pop("resourceVersion", None)
+    return doc, rv

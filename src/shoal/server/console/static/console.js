@@ -58,6 +58,95 @@ function flash(message, bad = false) {
   flash.timer = setTimeout(() => { f.className = ""; }, 4000);
 }
 
+// ------------------------------------------------------------------ charts (inline SVG, no library)
+
+const PALETTE = ["#2f6fd6", "#e07b24", "#14a37f", "#c8434b", "#7e57c2", "#8d6e00", "#00838f", "#d81b60"];
+const colour = (i) => PALETTE[i % PALETTE.length];
+const clock = (t) => new Date(t * 1000).toISOString().slice(11, 19);
+const day = (t) => new Date(t * 1000).toISOString().slice(5, 16).replace("T", " ");
+function niceMax(v) {
+  if (!(v > 0)) return 1;
+  const p = 10 ** Math.floor(Math.log10(v)), m = v / p;
+  return (m <= 1 ? 1 : m <= 2 ? 2 : m <= 5 ? 5 : 10) * p;
+}
+const fmt = (v) => String(v >= 100 ? Math.round(v) : Number(v >= 10 ? v.toFixed(1) : v.toPrecision(2)));
+const chartLegend = (names) => `<div class="legend">${names.map((n, i) => `<span><i class="swatch" style="background:${colour(i)}"></i>${esc(n)}</span>`).join("")}</div>`;
+
+// The frame both charts share: y grid lines with labels, the plot area, x labels under it.
+const W = 640, H = 190, L = 46, R = 10, T = 10, B = 24;
+function frame(yMax, unit, xLabels, body, title) {
+  const grid = [0, 0.25, 0.5, 0.75, 1].map((f) => {
+    const y = T + (H - T - B) * (1 - f);
+    return `<line x1="${L}" x2="${W - R}" y1="${y}" y2="${y}" class="gridline"/><text x="${L - 6}" y="${y + 4}" text-anchor="end">${fmt(yMax * f)}</text>`;
+  }).join("");
+  // The labels at the edges are anchored inwards, so none is cut by the frame.
+  const anchor = (x) => x <= L + 40 ? "start" : x >= W - R - 40 ? "end" : "middle";
+  const xs = xLabels.map(([x, label]) => `<text x="${x}" y="${H - 6}" text-anchor="${anchor(x)}">${esc(label)}</text>`).join("");
+  return `<figure class="chart"><figcaption>${esc(title)} <span class="muted">(${esc(unit)})</span></figcaption>` +
+    `<svg viewBox="0 0 ${W} ${H}" role="img" aria-label="${esc(title)}">${grid}${body}${xs}</svg></figure>`;
+}
+
+// Lines over time: series [{name, points: [[t, v], ...]}].
+function lineChart(title, unit, series, yMax) {
+  const all = series.flatMap((s) => s.points);
+  if (!all.length) return "";
+  let t0 = Math.min(...all.map((p) => p[0])), t1 = Math.max(...all.map((p) => p[0]));
+  if (t1 <= t0) t1 = t0 + 1;
+  const top = yMax ?? niceMax(Math.max(...all.map((p) => p[1])));
+  const x = (t) => L + (W - L - R) * (t - t0) / (t1 - t0), y = (v) => T + (H - T - B) * (1 - Math.min(v, top) / top);
+  const lines = series.map((s, i) => s.points.length === 1
+    ? `<circle cx="${x(s.points[0][0])}" cy="${y(s.points[0][1])}" r="3" fill="${colour(i)}"/>`
+    : `<polyline fill="none" stroke="${colour(i)}" stroke-width="2" points="${s.points.map((p) => `${x(p[0]).toFixed(1)},${y(p[1]).toFixed(1)}`).join(" ")}"/>`).join("");
+  const xLabels = [0, 0.5, 1].map((f) => [L + (W - L - R) * f, clock(t0 + (t1 - t0) * f)]);
+  return frame(top, unit, xLabels, lines, title);
+}
+
+// Stacked bars per time bucket: over {bucket_s, start, buckets}, stacks {name: [value per bucket]}.
+function barChart(title, unit, over, stacks) {
+  const names = Object.keys(stacks);
+  if (!names.length || !over.buckets) return "";
+  const totals = Array.from({length: over.buckets}, (_, i) => names.reduce((a, n) => a + stacks[n][i], 0));
+  const top = niceMax(Math.max(...totals));
+  const slot = (W - L - R) / over.buckets, bw = Math.max(1, slot * 0.8);
+  const y = (v) => (H - T - B) * v / top;
+  let bars = "";
+  for (let i = 0; i < over.buckets; i++) {
+    let base = H - B;
+    names.forEach((n, k) => {
+      const h = y(stacks[n][i]);
+      if (h > 0) bars += `<rect x="${(L + i * slot + (slot - bw) / 2).toFixed(1)}" y="${(base - h).toFixed(1)}" width="${bw.toFixed(1)}" height="${h.toFixed(1)}" fill="${colour(k)}"><title>${esc(n)}: ${fmt(stacks[n][i])} ${esc(unit)} from ${esc(day(over.start + i * over.bucket_s))}</title></rect>`;
+      base -= h;
+    });
+  }
+  const label = over.bucket_s >= 86400 ? day : clock;
+  const xLabels = [0, Math.floor((over.buckets - 1) / 2), over.buckets - 1].filter((v, i, a) => a.indexOf(v) === i)
+    .map((i) => [L + (i + 0.5) * slot, label(over.start + i * over.bucket_s)]);
+  return frame(top, unit, xLabels, bars, title) + chartLegend(names);
+}
+
+function bucketWords(s) {
+  const [n, unit] = s % 604800 === 0 ? [s / 604800, "week"] : s % 86400 === 0 ? [s / 86400, "day"]
+    : s % 3600 === 0 ? [s / 3600, "hour"] : [s / 60, "minute"];
+  return n === 1 ? unit : `${n} ${unit}s`;
+}
+
+// A job's GPU use: its summary (sacct's TRESUsageIn* figures) and each node's lines.
+function gpuUse(u) {
+  if (!u || !u.summary) return empty("No GPU samples yet: the agents report with each heartbeat.");
+  const g = u.summary, gib = (b) => b >= 2 ** 30 ? (b / 2 ** 30).toFixed(2) + " GiB" : Math.round(b / 2 ** 20) + " MiB";
+  const fields = [["GPUs sampled", g.gpus], ["Utilisation, average", `${g.gpuutil.ave}%`],
+    ["Utilisation, peak", `${g.gpuutil.max}% (${g.gpuutil.max_node})`], ["Memory, peak", `${gib(g.gpumem_bytes.max)} (${g.gpumem_bytes.max_node})`],
+    ["Energy", `${(g.energy_j.tot / 3.6e6).toFixed(4)} kWh (${Math.round(g.energy_j.tot)} J)`],
+    ["Busy GPU-hours", (g.busy_gpu_s / 3600).toFixed(3)], ["Sampled", `${time(g.first_time)} to ${clock(g.last_time)}`]];
+  const nodes = u.nodes.map((n) => n.node);
+  const utilSeries = u.nodes.map((n) => ({name: n.node, points: n.points.map((p) => [p[0], p[1]])}));
+  const peak = Math.max(0, ...utilSeries.flatMap((s) => s.points.map((p) => p[1])));
+  const util = lineChart("GPU utilisation, mean of the node's GPUs", "%", utilSeries, Math.min(100, niceMax(peak)));
+  const mem = lineChart("GPU memory used, sum of the node's GPUs", "MiB", u.nodes.map((n) => ({name: n.node, points: n.points.map((p) => [p[0], p[2]])})));
+  return `<div class="cols gpu-use"><section><dl class="fields" id="gpu-summary">${fields.map(([k, v]) => `<dt>${esc(k)}</dt><dd>${esc(v)}</dd>`).join("")}</dl></section>` +
+    `<section id="gpu-plots">${util}${mem}${chartLegend(nodes)}</section></div>`;
+}
+
 // ------------------------------------------------------------------ pages
 
 const HOLDERS = ["training", "serving", "completing", "idle", "drained", "down"];
@@ -157,7 +246,12 @@ async function jobPage() {
     if (e.status === 404) return empty(`Job ${JOB} does not exist, or is not yours to see.`);
     throw e;
   }
-  let script = null, output = null;
+  let script = null, output = null, gpu = null;
+  if (j.gpus_per_node || j.gpu_usage) {
+    try {
+      gpu = await api(`/shoal/v1/jobs/${JOB}/gpu-usage`);
+    } catch (e) { /* shown as no samples */ }
+  }
   try {
     script = await api(`/shoal/v1/jobs/${JOB}/script`);  // the bytes as submitted
   } catch (e) { /* not the owner: the page says so */ }
@@ -193,6 +287,7 @@ async function jobPage() {
     <section><h3>State history</h3>${table(["time", "state", ""], stateHistory(j).map(([t, s, n]) => `<tr><td>${esc(time(t))}</td><td>${stateBadge(s)}</td><td>${esc(n)}</td></tr>`), "history")}
     <h3>Nodes and GPUs</h3>${alloc.length ? table(["node", "CPUs", "memory MB", "GPU indices"], alloc) : empty("No allocation yet.")}
     ${steps.length ? "<h3>Steps</h3>" + table(["step", "name", "state", "nodes", "start", "end"], steps) : ""}</section></div>
+    ${j.gpus_per_node || j.gpu_usage ? `<h3>GPU use</h3>${gpuUse(gpu)}` : ""}
     <h3>Output <span class="muted">${esc(j.stdout || "")}${following ? " (following)" : ""}</span></h3>${output == null ? empty(j.start_time == null ? "No output before the job starts." : "Shown only to the job's owner and operators.") : output.error ? `<p class="error">${esc(output.error)}</p>` : `<pre class="output" id="output">${esc(output) || " "}</pre>`}
     <h3>Directives</h3>${directives == null ? empty("Shown only to the job's owner and operators.") : directives.length ? `<pre class="directives">${esc(directives.join("\n"))}</pre>` : empty("No #SBATCH lines.")}
     <h3>Script</h3>${script == null ? empty(j.command && j.command !== "(script)" ? "Submitted as: " + j.command + " (the script is shown only to its owner and operators)" : "Shown only to the job's owner and operators.") : `<pre class="script" id="script">${esc(script)}</pre>`}`;
@@ -273,15 +368,19 @@ async function accounting() {
   const [shares, usage] = await Promise.all([api("/shoal/v1/shares"), api("/console/api/usage")]);
   const max = Math.max(1e-9, ...usage.accounts.map((a) => a.gpu_hours));
   const bar = (h) => `<span class="bar"><i style="width:${(100 * h / max).toFixed(1)}%"></i></span>`;
-  const accounts = usage.accounts.map((a) => `<tr><td>${esc(a.account)}</td><td class="num">${a.gpu_hours.toFixed(2)}</td><td>${bar(a.gpu_hours)}</td></tr>`);
-  const users = usage.users.map((u) => `<tr><td>${esc(u.account)}</td><td>${esc(u.user)}</td><td class="num">${u.gpu_hours.toFixed(2)}</td><td>${bar(u.gpu_hours)}</td></tr>`);
+  const busy = (x) => x.gpu_hours > 0 ? `${Math.round(100 * x.busy_gpu_hours / x.gpu_hours)}%` : "";
+  const accounts = usage.accounts.map((a) => `<tr data-account="${esc(a.account)}"><td>${esc(a.account)}</td><td class="num">${a.gpu_hours.toFixed(2)}</td><td class="num">${a.busy_gpu_hours.toFixed(2)}</td><td class="num">${busy(a)}</td><td>${bar(a.gpu_hours)}</td></tr>`);
+  const users = usage.users.map((u) => `<tr data-user="${esc(u.user)}"><td>${esc(u.account)}</td><td>${esc(u.user)}</td><td class="num">${u.gpu_hours.toFixed(2)}</td><td class="num">${u.busy_gpu_hours.toFixed(2)}</td><td class="num">${busy(u)}</td><td>${bar(u.gpu_hours)}</td></tr>`);
+  const over = usage.over_time, per = bucketWords(over.bucket_s);
+  const charts = over.buckets ? `<h2>GPU-hours over time</h2><div class="cols" id="usage-charts"><section>${barChart(`GPU-hours by account, per ${per}`, "GPU-hours", over, over.accounts)}</section>` +
+    `<section>${barChart(`GPU-hours by user, per ${per}`, "GPU-hours", over, over.users)}</section></div>` : "";
   const fs = (shares.shares || []).map((r) => `<tr${r.user === shares.user ? ' class="mine"' : ""}><td>${"&nbsp;".repeat(2 * r.depth)}${esc(r.account)}</td><td>${esc(r.user || "")}</td>` +
     `<td class="num">${r.raw_shares ?? ""}</td><td class="num">${r.norm_shares?.toFixed(6) ?? ""}</td><td class="num">${Math.round(r.raw_usage ?? 0)}</td>` +
     `<td class="num">${r.effective_usage?.toFixed(6) ?? ""}</td><td class="num">${r.fairshare != null ? r.fairshare.toFixed(6) : ""}</td></tr>`);
-  return `<div class="cols"><section><h2>GPU-hours by account</h2>${accounts.length ? table(["account", "GPU-hours", ""], accounts) : empty("No job has used a GPU yet.")}</section>
-    <section><h2>GPU-hours by user</h2>${users.length ? table(["account", "user", "GPU-hours", ""], users) : empty("No job has used a GPU yet.")}</section></div>
+  return `${charts}<div class="cols"><section><h2>GPU-hours by account</h2>${accounts.length ? table(["account", "GPU-hours", "busy", "busy %", ""], accounts) : empty("No job has used a GPU yet.")}</section>
+    <section><h2>GPU-hours by user</h2>${users.length ? table(["account", "user", "GPU-hours", "busy", "busy %", ""], users) : empty("No job has used a GPU yet.")}</section></div>
     <h2>Fair share (sshare)</h2>${fs.length ? table(["Account", "User", "RawShares", "NormShares", "RawUsage", "EffectvUsage", "FairShare"], fs, "shares") : empty("No accounts are configured.")}
-    <p class="muted">GPU-hours: every job that started, over its run so far${me && (me.role === "user") ? " (yours alone when the cluster keeps jobs private)" : ""}. Usage in the fair-share table decays with a half-life of ${duration(shares.weights?.decay_half_life_s)}.</p>`;
+    <p class="muted">GPU-hours: GPUs held, every job that started, over its run so far; busy: those hours weighted by the GPUs' utilisation as the agents sampled it${me && (me.role === "user") ? " (yours alone when the cluster keeps jobs private)" : ""}. Usage in the fair-share table decays with a half-life of ${duration(shares.weights?.decay_half_life_s)}.</p>`;
 }
 
 async function nodes() {

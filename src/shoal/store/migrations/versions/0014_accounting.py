@@ -1,13 +1,13 @@
 """accounting: accounts, users and QOS as sacctmgr changed them, over the cluster file's
 
 Revision ID: 0014
-Revises: 0011
+Revises: 0015
 """
 import sqlalchemy as sa
 from alembic import op
 
 revision = "0014"
-down_revision = "0011"
+down_revision = "0015"
 branch_labels = None
 depends_on = None
 

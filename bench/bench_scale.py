@@ -1,0 +1,396 @@
+#!/usr/bin/env python3
+"""Scale benchmark: one server holding 100 / 300 / 1,000 hollow nodes (8 fake GPUs each).
+
+For each size it starts a server (SQLite, the default heartbeat of 5 s and timeout of 60 s)
+and one ``shoal agent --hollow N`` process, waits for every node to register, then:
+
+1. idle: for ``--idle-s`` seconds only heartbeats and long-polls: the server's CPU per
+   heartbeat (its process CPU time over the reports the hollow nodes sent), that as a share
+   of one core, and the reports' round trips (p50/p99, as the hollow nodes timed them);
+2. submit: ``--jobs`` single-GPU jobs (``sleep 2``) through the HTTP API from 4 threads,
+   one request per job: jobs per second accepted;
+3. run: until every job has ended, counted: each COMPLETED exactly once (restart count 0),
+   no node DOWN; the end-to-end rate (first submission to last end), the scheduler's mean
+   pass time (/metrics' shoal_scheduler_pass_duration_seconds, over the run), and the heartbeat
+   round trips meanwhile;
+4. reads: ``--reads`` rounds of the requests squeue and sinfo make (``GET /jobs?view=queue``;
+   ``GET /nodes`` + ``GET /partitions``) with the finished jobs still listed.
+
+Each size runs ``--rounds`` times, sizes interleaved; the tables give medians. ``--save``
+keeps the results as JSON and ``--baseline FILE`` puts an earlier saved run beside them
+(before/after a change). Writes the ``## Scale`` section of BENCHMARKS.md.
+
+    .venv/bin/python bench/bench_scale.py                         # 100, 300, 1000 nodes, 3 rounds
+    .venv/bin/python bench/bench_scale.py --sizes 1000 --rounds 1 --profile /tmp/prof  # + py-spy
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+
+import psutil
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from benchmarks_md import write_section  # bench/ is on sys.path as the script's folder
+
+from bench.bench_foundation import ensure_bytecode, load_average, machine_facts, summarise_raw_profile
+from shoal.api_client import Client, ClientError
+from tests.integration.cluster import BIN, free_port
+
+SECTION = "## Scale"
+GPUS = 8
+SCRIPT = "#!/bin/sh\nsleep 2\n"
+
+
+def pct(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(q * len(s)))] if s else float("nan")
+
+
+def cpu_s(p: psutil.Process) -> float:
+    t = p.cpu_times()
+    return t.user + t.system
+
+
+class Hollow:
+    """A server and one hollow-agents process, in a temporary directory."""
+
+    def __init__(self, root: Path, nodes: int, env: dict) -> None:
+        self.root, self.nodes, self.env = root, nodes, env
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.stats_file = root / "hollow-stats.json"
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self, timeout: float = 300) -> None:
+        width = max(2, len(str(self.nodes)))
+        conf = {"cluster_name": "scale",
+                "partitions": [{"name": "gpu", "nodes": f"hollow[{1:0{width}d}-{self.nodes:0{width}d}]",
+                                "default": True}],
+                "scheduler": {"max_array_size": 100_001}}
+        (self.root / "cluster.yaml").write_text(json.dumps(conf))
+        join = self.root / "join.token"
+        join.write_text("join_scale_benchmark_token")
+        py = str(BIN / "python")
+        server = subprocess.Popen([py, "-m", "shoal", "server", "--listen", f"127.0.0.1:{self.port}", "--config",
+                                   str(self.root / "cluster.yaml"), "--state-dir", str(self.root / "server"),
+                                   "--join-token-file", str(join), "--tls", "off"],
+                                  stdout=open(self.root / "server.log", "wb"), stderr=subprocess.STDOUT, env=self.env)
+        self.procs.append(server)
+        self.server = psutil.Process(server.pid)
+        admin = self.root / "server" / "admin.token"
+        deadline = time.time() + 60
+        while not admin.exists() or not _healthy(self.url):
+            if time.time() > deadline or server.poll() is not None:
+                raise RuntimeError(f"server did not start: {(self.root / 'server.log').read_text()[-2000:]}")
+            time.sleep(0.1)
+        self.admin = Client(self.url, admin.read_text().strip(), timeout=120)
+        self.admin.job_token = None
+        hollow = subprocess.Popen([py, "-m", "shoal", "agent", "--hollow", str(self.nodes), "--name", "hollow",
+                                   "--server", self.url, "--join-token-file", str(join), "--fake-gpus", str(GPUS),
+                                   "--cpus", "128", "--memory", "2T", "--hollow-stats", str(self.stats_file)],
+                                  stdout=open(self.root / "hollow.log", "wb"), stderr=subprocess.STDOUT, env=self.env)
+        self.procs.append(hollow)
+        self.hollow = hollow
+        deadline = time.time() + timeout
+        while (self.stats() or {}).get("registered", 0) < self.nodes:
+            if time.time() > deadline or hollow.poll() is not None:
+                raise RuntimeError(f"hollow nodes did not register: {(self.root / 'hollow.log').read_text()[-2000:]}")
+            time.sleep(0.5)
+
+    def stats(self) -> dict | None:
+        try:
+            return json.loads(self.stats_file.read_text())
+        except (OSError, ValueError):
+            return None
+
+    def fresh_stats(self, after: float) -> dict:
+        """The stats file written after ``after`` (it is written every second)."""
+        while True:
+            st = self.stats()
+            if st and st["time"] > after:
+                return st
+            time.sleep(0.2)
+
+    def metric(self, name: str) -> float:
+        text = self.admin.get_bytes("/metrics").decode()
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith(name) and (len(line) == len(name) or line[len(name)] in " {"))
+
+    def stop(self) -> None:
+        for p in reversed(self.procs):
+            p.send_signal(signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def _healthy(url: str) -> bool:
+    try:
+        Client(url).get("/healthz", timeout=1)
+        return True
+    except ClientError:
+        return False
+
+
+def window(h: Hollow, seconds: float) -> dict:
+    """Server CPU and heartbeats over ``seconds`` of whatever is going on."""
+    os.kill(h.hollow.pid, signal.SIGUSR1)  # a new window of report round trips
+    t0 = time.time()
+    before, cpu0 = h.fresh_stats(t0), cpu_s(h.server)
+    time.sleep(seconds)
+    after, cpu1 = h.fresh_stats(time.time()), cpu_s(h.server)
+    span = after["time"] - before["time"]
+    reports = after["reports"] - before["reports"]
+    used = cpu1 - cpu0
+    lat = after["report_latency_s"]
+    return {"reports_per_s": reports / span, "server_cpu_share": used / span,
+            "cpu_ms_per_report": 1000 * used / reports if reports else float("nan"),
+            "report_p50_ms": 1000 * (lat["p50"] or 0), "report_p99_ms": 1000 * (lat["p99"] or 0)}
+
+
+def one_size(nodes: int, jobs: int, idle_s: float, reads: int, env: dict, profile: Path | None) -> dict:
+    with tempfile.TemporaryDirectory(prefix=f"scale{nodes}-") as tmp:
+        h = Hollow(Path(tmp), nodes, env)
+        t_start = time.time()
+        try:
+            h.start()
+            out: dict = {"nodes": nodes, "register_s": time.time() - t_start}
+            time.sleep(6)  # every node past its first heartbeat
+            out["server_rss_mb"] = h.server.memory_info().rss / 2 ** 20
+            spy = _py_spy(h.server.pid, profile / f"idle-{nodes}.txt") if profile else None
+            out["idle"] = window(h, idle_s)
+            if spy:
+                _py_spy_stop(spy)
+            # Submit from 4 threads, one request per job.
+            workdir = str(Path(tmp))
+            passes0 = (h.metric("shoal_scheduler_pass_duration_seconds_sum"),
+                       h.metric("shoal_scheduler_pass_duration_seconds_count"))
+            clients = [Client(h.url, h.admin.token, timeout=120) for _ in range(4)]
+            for c in clients:
+                c.job_token = None
+            ids: list[int] = []
+            lock = threading.Lock()
+
+            def submit(k: int) -> None:
+                c = clients[k]
+                mine = []
+                for _ in range(k, jobs, 4):
+                    mine.append(c.post("/shoal/v1/jobs", {"name": "scale", "script": SCRIPT, "workdir": workdir,
+                                                          "gpus_per_node": 1, "stdout": "/dev/null"})["job_id"])
+                with lock:
+                    ids.extend(mine)
+
+            spy = _py_spy(h.server.pid, profile / f"run-{nodes}.txt") if profile else None
+            t0 = time.perf_counter()
+            with ThreadPoolExecutor(4) as pool:
+                list(pool.map(submit, range(4)))
+            out["submit_per_s"] = jobs / (time.perf_counter() - t0)
+            os.kill(h.hollow.pid, signal.SIGUSR1)
+            cpu0, st0 = cpu_s(h.server), h.fresh_stats(time.time())
+            deadline = time.time() + 600
+            while True:
+                live = [j for j in h.admin.get("/shoal/v1/jobs", {"view": "queue"})["jobs"]
+                        if j["state"] in ("PENDING", "RUNNING")]
+                if not live:
+                    break
+                if time.time() > deadline:
+                    raise RuntimeError(f"{len(live)} jobs still live after 600 s")
+                time.sleep(1)
+            took = time.perf_counter() - t0
+            st1 = h.fresh_stats(time.time())
+            if spy:
+                _py_spy_stop(spy)
+            out["end_to_end_per_s"] = jobs / took
+            out["run"] = {"server_cpu_share": (cpu_s(h.server) - cpu0) / (st1["time"] - st0["time"]),
+                          "report_p50_ms": 1000 * (st1["report_latency_s"]["p50"] or 0),
+                          "report_p99_ms": 1000 * (st1["report_latency_s"]["p99"] or 0)}
+            passes1 = (h.metric("shoal_scheduler_pass_duration_seconds_sum"),
+                       h.metric("shoal_scheduler_pass_duration_seconds_count"))
+            n_passes = passes1[1] - passes0[1]
+            out["passes"] = n_passes
+            out["pass_ms"] = 1000 * (passes1[0] - passes0[0]) / n_passes if n_passes else float("nan")
+            done = [j for j in h.admin.get("/shoal/v1/jobs", {"all": "true"})["jobs"] if j["job_id"] in set(ids)]
+            out["completed"] = sum(1 for j in done if j["state"] == "COMPLETED" and j["restart_count"] == 0)
+            out["lost_or_twice"] = jobs - out["completed"]
+            out["nodes_down"] = sum(1 for n in h.admin.get("/shoal/v1/nodes")["nodes"] if n["state"] != "UP")
+            squeue, sinfo = [], []
+            for _ in range(reads):
+                t = time.perf_counter()
+                h.admin.get("/shoal/v1/jobs", {"view": "queue"})
+                squeue.append(time.perf_counter() - t)
+                t = time.perf_counter()
+                h.admin.get("/shoal/v1/nodes")
+                h.admin.get("/shoal/v1/partitions")
+                sinfo.append(time.perf_counter() - t)
+            out["squeue_p50_ms"], out["squeue_p99_ms"] = 1000 * pct(squeue, 0.5), 1000 * pct(squeue, 0.99)
+            out["sinfo_p50_ms"], out["sinfo_p99_ms"] = 1000 * pct(sinfo, 0.5), 1000 * pct(sinfo, 0.99)
+            out["hollow_report_errors"] = (h.stats() or {}).get("report_errors")
+            return out
+        finally:
+            h.stop()
+
+
+def _py_spy(pid: int, path: Path):
+    spy = BIN / "py-spy"
+    if not spy.exists():
+        return None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    p = subprocess.Popen([str(spy), "record", "--pid", str(pid), "--rate", "100", "--format", "raw",
+                          "--nonblocking", "--threads", "--output", str(path)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return p, path
+
+
+def _py_spy_stop(spy) -> None:
+    p, path = spy
+    p.send_signal(signal.SIGINT)
+    try:
+        p.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        p.kill()
+    if path.exists():
+        print(f"  profile {path}:")
+        for line in summarise_raw_profile(path, top=20):
+            print(f"    {line}")
+
+
+# ---------------------------------------------------------------------- report
+
+ROWS = [  # (label, how to read it from a result, format)
+    ("server RSS after registration (MiB)", lambda r: r["server_rss_mb"], "{:.0f}"),
+    ("idle: heartbeats per second", lambda r: r["idle"]["reports_per_s"], "{:.0f}"),
+    ("idle: server CPU per heartbeat (ms)", lambda r: r["idle"]["cpu_ms_per_report"], "{:.2f}"),
+    ("idle: server CPU (share of one core)", lambda r: 100 * r["idle"]["server_cpu_share"], "{:.1f}%"),
+    ("idle: heartbeat round trip p50 (ms)", lambda r: r["idle"]["report_p50_ms"], "{:.1f}"),
+    ("idle: heartbeat round trip p99 (ms)", lambda r: r["idle"]["report_p99_ms"], "{:.1f}"),
+    ("submit: jobs accepted per second (4 threads)", lambda r: r["submit_per_s"], "{:.0f}"),
+    ("run: jobs submitted and ended per second", lambda r: r["end_to_end_per_s"], "{:.0f}"),
+    ("run: scheduling pass, mean (ms)", lambda r: r["pass_ms"], "{:.1f}"),
+    ("run: server CPU (share of one core)", lambda r: 100 * r["run"]["server_cpu_share"], "{:.0f}%"),
+    ("run: heartbeat/exit report round trip p50 (ms)", lambda r: r["run"]["report_p50_ms"], "{:.1f}"),
+    ("run: heartbeat/exit report round trip p99 (ms)", lambda r: r["run"]["report_p99_ms"], "{:.1f}"),
+    ("reads: squeue (`GET /jobs?view=queue`) p50 (ms)", lambda r: r["squeue_p50_ms"], "{:.1f}"),
+    ("reads: squeue p99 (ms)", lambda r: r["squeue_p99_ms"], "{:.1f}"),
+    ("reads: sinfo (`GET /nodes` + `/partitions`) p50 (ms)", lambda r: r["sinfo_p50_ms"], "{:.1f}"),
+    ("reads: sinfo p99 (ms)", lambda r: r["sinfo_p99_ms"], "{:.1f}"),
+    ("jobs lost or run twice / nodes DOWN", lambda r: (r["lost_or_twice"], r["nodes_down"]), None),
+]
+
+
+def _median(results: list[dict], get):
+    values = [get(r) for r in results]
+    if isinstance(values[0], tuple):
+        return tuple(max(v[i] for v in values) for i in range(len(values[0])))  # worst, not median
+    return statistics.median(values)
+
+
+def _fmt(value, fmt) -> str:
+    if fmt is None:
+        return " / ".join(str(v) for v in value)
+    return fmt.format(value)
+
+
+def table(results: dict[int, list[dict]], baseline: dict[int, list[dict]] | None) -> list[str]:
+    sizes = sorted(results)
+    head = "| | " + " | ".join(
+        (f"{n} nodes before | {n} nodes after" if baseline and n in baseline else f"{n} nodes") for n in sizes) + " |"
+    cols = sum(2 if baseline and n in baseline else 1 for n in sizes)
+    lines = [head, "|---|" + "---:|" * cols]
+    for label, get, fmt in ROWS:
+        cells = []
+        for n in sizes:
+            if baseline and n in baseline:
+                try:
+                    cells.append(_fmt(_median(baseline[n], get), fmt))
+                except (KeyError, TypeError):
+                    cells.append("-")
+            cells.append(_fmt(_median(results[n], get), fmt))
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def render(facts: dict[str, str], command: str, args, results, baseline, wall_s: float,
+           note: str) -> str:
+    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    out = [SECTION, "",
+           f"One server (SQLite) and one `shoal agent --hollow N` process of N hollow nodes x {GPUS} fake GPUs "
+           "on the same machine: the nodes register, heartbeat every 5 s, long-poll their work and report their "
+           "runs' ends exactly as `shoal agent` does (same client, same requests: `shoal.agent.wire`), but run "
+           "nothing. Server CPU is its process's CPU time; round trips are timed by the hollow nodes. "
+           f"Medians of {args.rounds} round(s) per size, sizes interleaved; lost/twice and DOWN are the worst "
+           "round. See docs/SCALE.md for what each figure means and what changed.", "",
+           f"- machine: {facts['CPU']}, {facts['Cores']} cores (shared with other work: see the load), "
+           f"{facts['Memory']}; {facts['OS']}; {facts['Python']}; Shoal {facts['Shoal commit']}",
+           f"- when: {when}; load average before {args.load_before}, after {load_average()}; wall {wall_s:.0f} s",
+           f"- command: `{command}`",
+           f"- per size: {args.idle_s:g} s idle window, {args.jobs} jobs (`sleep 2`, 1 GPU each, from 4 threads), "
+           f"{args.reads} read rounds",
+           ]
+    if baseline:
+        out.append(f"- before: {note}")
+    out += ["", *table(results, baseline), ""]
+    return "\n".join(out)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="100,300,1000")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--jobs", type=int, default=2000)
+    ap.add_argument("--idle-s", type=float, default=20.0)
+    ap.add_argument("--reads", type=int, default=30)
+    ap.add_argument("--save", type=Path, help="keep the results as JSON")
+    ap.add_argument("--baseline", type=Path, help="an earlier --save, shown beside these as 'before'")
+    ap.add_argument("--baseline-note", default="the same benchmark on the code before the change",
+                    help="what the baseline was")
+    ap.add_argument("--no-write", action="store_true", help="print, but leave BENCHMARKS.md alone")
+    ap.add_argument("--profile", type=Path, help="py-spy the server (idle and run phases) into this folder")
+    args = ap.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    command = "python bench/bench_scale.py " + shlex.join(sys.argv[1:])
+    ensure_bytecode()
+    facts = machine_facts()
+    args.load_before = load_average()
+    env = {**os.environ, "SHOAL_LOG_LEVEL": "WARNING"}
+    for k in ("SHOAL_CONFIG", "SHOAL_SERVER", "SHOAL_TOKEN", "SHOAL_JOB_TOKEN"):
+        env.pop(k, None)
+    results: dict[int, list[dict]] = {n: [] for n in sizes}
+    t0 = time.time()
+    for rnd in range(args.rounds):
+        for n in sizes:
+            print(f"round {rnd + 1}/{args.rounds}: {n} hollow nodes ...", flush=True)
+            r = one_size(n, args.jobs, args.idle_s, args.reads, env, args.profile)
+            print("  " + json.dumps(r), flush=True)
+            results[n].append(r)
+    if args.save:
+        args.save.write_text(json.dumps({str(n): rs for n, rs in results.items()}, indent=1))
+    baseline = None
+    if args.baseline:
+        baseline = {int(n): rs for n, rs in json.loads(args.baseline.read_text()).items()}
+    text = render(facts, command, args, results, baseline, time.time() - t0, args.baseline_note)
+    print(text)
+    if not args.no_write:
+        write_section(SECTION, text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

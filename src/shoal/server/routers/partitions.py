@@ -1,0 +1,21 @@
+"""/shoal/v1/partitions: sinfo's partitions and scontrol update partition."""
+
+from __future__ import annotations
+
+from shoal.server import partitions as partsvc
+from shoal.server.endpoints import Table
+from shoal.server.deps import Admin, Caller, ServerDep, SessionDep
+from shoal.server.schemas import PartitionUpdate
+
+table = Table(prefix="/shoal/v1/partitions")
+router = table.router
+
+
+@table.get("")
+def list_partitions(p: Caller, server: ServerDep):
+    return partsvc.list_json(server.partitions)
+
+
+@table.patch("/{name}")
+def update_partition(name: str, body: PartitionUpdate, p: Admin, server: ServerDep, s: SessionDep):
+    return partsvc.change(server, s, name, body)

@@ -1,0 +1,93 @@
+"""Hollow nodes (``shoal up --hollow N``): fifty fake nodes in one agent process hold a real
+server's attention as fifty agents would: they register, stay UP on their heartbeats, and
+run a stream of jobs through the ordinary scheduling, long-poll and report paths, each job
+exactly once."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from tests.integration.cluster import LocalCluster, wait_until
+
+NODES = 50
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory) -> LocalCluster:
+    c = LocalCluster(tmp_path_factory.mktemp("hollow"), nodes=NODES, gpus_per_node=8, extra=("--hollow", str(NODES)),
+                     heartbeat_timeout=20)
+    c.up()
+    yield c
+    c.down()
+
+
+def _states(cluster: LocalCluster, job_ids: list[int]) -> dict[int, dict]:
+    wanted = set(job_ids)
+    return {j["job_id"]: j for j in cluster.jobs() if j["job_id"] in wanted}
+
+
+def test_fifty_hollow_nodes_register_and_stay_up_on_their_heartbeats(cluster):
+    assert f"{NODES} hollow nodes" in cluster.up_output
+    out = cluster.run(["sinfo", "-h", "-o", "%D %t"]).stdout.split()
+    assert out == [str(NODES), "idle"], out
+    nodes = cluster.nodes_json()
+    assert len(nodes) == NODES and all(len(n["gpus"]) == 8 for n in nodes)
+    first = {n["name"]: n["last_heartbeat"] for n in nodes}
+    # Heartbeats every 2 s (the local cluster's interval under a 20 s timeout): each node's moves on.
+    wait_until(lambda: all(n["last_heartbeat"] > first[n["name"]] for n in cluster.nodes_json()), 30,
+               "every hollow node to heartbeat again")
+    assert {n["state"] for n in cluster.nodes_json()} == {"UP"}
+
+
+def test_a_stream_of_jobs_runs_through_the_hollow_nodes_each_exactly_once(cluster):
+    array = cluster.sbatch("--array=0-299", "--gpus=1", "--wrap", "sleep 0.3")
+    wide = [cluster.sbatch("-N", "10", "--gpus-per-node=8", "--exclusive", "--wrap", "sleep 1") for _ in range(3)]
+    failing = cluster.sbatch("--wrap", "sleep 0.2; exit 3")
+    tasks = [j["job_id"] for j in cluster.jobs(job_id=str(array))]
+    assert len(tasks) == 300
+    ids = tasks + wide + [failing]
+
+    def ended():
+        jobs = _states(cluster, ids)
+        return jobs if all(j["state"] not in ("PENDING", "RUNNING") and not j["completing"]
+                           for j in jobs.values()) and len(jobs) == len(ids) else None
+
+    jobs = wait_until(ended, 120, "the 304 jobs to end on the hollow nodes", interval=0.5)
+    assert {j["state"] for jid, j in jobs.items() if jid != failing} == {"COMPLETED"}
+    assert (jobs[failing]["state"], jobs[failing]["exit_code"]) == ("FAILED", 3)
+    assert all(j["restart_count"] == 0 for j in jobs.values()), "a job was started twice"
+    assert all(jobs[w]["nodes"] == 10 for w in wide), [jobs[w]["nodelist"] for w in wide]
+    # Hollow runs last as long as their scripts' sleeps.
+    for w in wide:
+        assert jobs[w]["end_time"] - jobs[w]["start_time"] >= 0.9, jobs[w]
+    stats = wait_until(lambda: (st := _stats(cluster)) and st["runs_ended"] >= len(ids) and st, 10,
+                       "the hollow agents' statistics (written every second) to count the runs")
+    assert stats["report_errors"] == 0, stats
+
+
+def test_scancel_ends_a_hollow_run_and_frees_its_node(cluster):
+    job = cluster.sbatch("-N", "2", "--exclusive", "--wrap", "sleep 600")
+    running = cluster.wait_for(job, ("RUNNING",), timeout=30)
+    cluster.run(["scancel", str(job)])
+    done = cluster.wait_for(job, timeout=30)
+    assert done["state"] == "CANCELLED", done
+    names = {n["name"] for n in running["allocation"]["nodes"]}
+    assert len(names) == 2
+    wait_until(lambda: all(n["state"] == "UP" and not n["jobs"] for n in cluster.nodes_json()
+                           if n["name"] in names), 20, "the cancelled job's nodes to be free")
+
+
+def _stats(cluster: LocalCluster) -> dict | None:
+    path = cluster.root / "state" / "hollow-stats.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def test_no_hollow_node_went_down(cluster):
+    time.sleep(1)
+    assert {n["state"] for n in cluster.nodes_json()} == {"UP"}
