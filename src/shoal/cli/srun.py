@@ -436,6 +436,8 @@ def _stdin_plan(mode: str | None, procids: list[int]) -> tuple[set[int], int | N
     a task number, that one; ``none``, none; a file name: every task reads that file."""
     from shoal.api_client import fail
 
+    if mode is None and _stdin_is_null():
+        return set(), None  # the tasks' own /dev/null is the same input, without a relay
     if mode is None or mode == "all":
         return set(procids), None
     if mode == "none":
@@ -448,6 +450,15 @@ def _stdin_plan(mode: str | None, procids: list[int]) -> tuple[set[int], int | N
         return set(procids), os.open(mode, os.O_RDONLY)
     except OSError as e:
         fail(f"Could not open stdin file: {mode}: {e.strerror}")
+
+
+def _stdin_is_null() -> bool:
+    """srun's standard input is /dev/null (a batch script's background srun) or closed."""
+    try:
+        st, null = os.fstat(0), os.stat(os.devnull)
+    except OSError:
+        return True
+    return (st.st_rdev, st.st_ino, st.st_dev) == (null.st_rdev, null.st_ino, null.st_dev)
 
 
 def _report_exits(node: str, exits: dict[int, tuple[int, int]]) -> None:
