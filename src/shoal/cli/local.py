@@ -302,6 +302,20 @@ def _marker(sdir: Path) -> tuple[str, str]:
     return f"# BEGIN shoal local cluster {sdir}", f"# END shoal local cluster {sdir}"
 
 
+def edit_hosts(change) -> None:
+    """Rewrite /etc/hosts as ``change(text)`` says, holding an exclusive lock on it meanwhile:
+    clusters started and stopped at once (tests in parallel) each read what the last wrote.
+    Without the lock a reader could find the file truncated by another's write and write back
+    what it read, the ``localhost`` line lost. Written in place (not renamed over): in a
+    container /etc/hosts is a bind mount, which a rename cannot replace."""
+    with open(HOSTS_FILE, "r+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        text = change(f.read())
+        f.seek(0)
+        f.write(text)
+        f.truncate()
+
+
 def _hosts_add(sdir: Path, names: list[str], addresses: list[str]) -> bool:
     begin, end = _marker(sdir)
 
@@ -318,20 +332,8 @@ def _hosts_add(sdir: Path, names: list[str], addresses: list[str]) -> bool:
         block = [begin] + [f"{a}\t{n}" for n, a in zip(names, addresses)] + [end]
         return text.rstrip("\n") + "\n" + "\n".join(block) + "\n"
 
-    return _edit_hosts(add)
-
-
-def _edit_hosts(change) -> bool:
-    """Rewrite the hosts file in place under an exclusive lock, so that clusters starting and
-    stopping at once never read it half written (one did, and wrote back a file that had lost
-    its localhost line); in place, since /etc/hosts is often a bind mount."""
     try:
-        with open(HOSTS_FILE, "r+", encoding="utf-8") as f:
-            fcntl.flock(f, fcntl.LOCK_EX)
-            text = change(f.read())
-            f.seek(0)
-            f.write(text)
-            f.truncate()
+        edit_hosts(add)
         return True
     except OSError:
         return False
@@ -369,7 +371,10 @@ def _stop(sdir: Path, quiet: bool) -> None:
     _terminate([pids["server"]] if pids["server"] else [])
     if state.get("hosts"):
         begin, end = _marker(sdir)
-        _edit_hosts(lambda text: _hosts_strip(text, begin, end))
+        try:
+            edit_hosts(lambda text: _hosts_strip(text, begin, end))
+        except OSError:
+            pass
     try:
         conf = json.loads(Path(state["client_config"]).read_text())
         if conf.get("server") == state["server"]:

@@ -247,7 +247,8 @@ async function jobPage() {
     throw e;
   }
   let script = null, output = null, gpu = null;
-  if (j.gpus_per_node || j.gpu_usage) {
+  const gpuJob = (j.gpus_per_node || j.gpu_usage) && j.start_time != null;  // plotted once it has started
+  if (gpuJob) {
     try {
       gpu = await api(`/shoal/v1/jobs/${JOB}/gpu-usage`);
     } catch (e) { /* shown as no samples */ }
@@ -287,7 +288,7 @@ async function jobPage() {
     <section><h3>State history</h3>${table(["time", "state", ""], stateHistory(j).map(([t, s, n]) => `<tr><td>${esc(time(t))}</td><td>${stateBadge(s)}</td><td>${esc(n)}</td></tr>`), "history")}
     <h3>Nodes and GPUs</h3>${alloc.length ? table(["node", "CPUs", "memory MB", "GPU indices"], alloc) : empty("No allocation yet.")}
     ${steps.length ? "<h3>Steps</h3>" + table(["step", "name", "state", "nodes", "start", "end"], steps) : ""}</section></div>
-    ${j.gpus_per_node || j.gpu_usage ? `<h3>GPU use</h3>${gpuUse(gpu)}` : ""}
+    ${gpuJob ? `<h3>GPU use</h3>${gpuUse(gpu)}` : ""}
     <h3>Output <span class="muted">${esc(j.stdout || "")}${following ? " (following)" : ""}</span></h3>${output == null ? empty(j.start_time == null ? "No output before the job starts." : "Shown only to the job's owner and operators.") : output.error ? `<p class="error">${esc(output.error)}</p>` : `<pre class="output" id="output">${esc(output) || " "}</pre>`}
     <h3>Directives</h3>${directives == null ? empty("Shown only to the job's owner and operators.") : directives.length ? `<pre class="directives">${esc(directives.join("\n"))}</pre>` : empty("No #SBATCH lines.")}
     <h3>Script</h3>${script == null ? empty(j.command && j.command !== "(script)" ? "Submitted as: " + j.command + " (the script is shown only to its owner and operators)" : "Shown only to the job's owner and operators.") : `<pre class="script" id="script">${esc(script)}</pre>`}`;
