@@ -413,6 +413,22 @@ static void exec_task(char **argv, char **env) {
     errno = first ? first : ENOENT;
 }
 
+/* In the child, before exec: env and SLURM_TASK_PID=<this pid> (the task's pid, as Slurm sets it). */
+static char **with_task_pid(char **env) {
+    size_t n = 0;
+    while (env[n]) n++;
+    char **out = malloc((n + 2) * sizeof *out);
+    static char entry[40];
+    if (!out) return env;
+    snprintf(entry, sizeof entry, "SLURM_TASK_PID=%ld", (long)getpid());
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(env[i], "SLURM_TASK_PID=", 15) != 0) out[k++] = env[i];
+    out[k++] = entry;
+    out[k] = NULL;
+    return out;
+}
+
 /* In the child: become the task (see the comment at the top), or report why not. */
 static void child(const Launch *l, int pipe_w) {
     for (int s = 1; s < NSIG; s++) signal(s, SIG_DFL);
@@ -452,7 +468,7 @@ static void child(const Launch *l, int pipe_w) {
         }
         if (note[0] && write(1, note, strlen(note)) < 0) give_up(pipe_w, 'P', errno, where);
     }
-    exec_task(l->argv, l->env);
+    exec_task(l->argv, with_task_pid(l->env));
     give_up(pipe_w, 'E', errno, NULL);
 }
 
@@ -510,6 +526,9 @@ static int step_main(const char *lease_path, char **argv) {
         sigset_t none;
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
+        char pid_text[24];
+        snprintf(pid_text, sizeof pid_text, "%ld", (long)getpid());
+        setenv("SLURM_TASK_PID", pid_text, 1);
         execvp(argv[0], argv);
         fprintf(stderr, "slurmstepd: error: execve(): %s: %s\n", argv[0], strerror(errno));
         _exit(2);

@@ -152,8 +152,10 @@ class SlurmCluster:
         ctld = free_ports(self.profile.controller_ports)
         ctld_port = str(ctld) if self.profile.controller_ports == 1 else f"{ctld}-{ctld + self.profile.controller_ports - 1}"
         slurmd_base = free_ports(self.nodes)
+        # A machine named like one of the nodes (node02) would have two nodes of one host name.
+        node_host = "localhost" if host in self.node_names else host
         node_lines = [
-            f"NodeName={name} NodeHostname={host} NodeAddr=127.0.0.1 Port={slurmd_base + i} "
+            f"NodeName={name} NodeHostname={node_host} NodeAddr=127.0.0.1 Port={slurmd_base + i} "
             f"CPUs={self.cpus_per_node} RealMemory={self.memory_mb} Gres=gpu:{self.gpus_per_node} State=UNKNOWN"
             for i, name in enumerate(self.node_names)
         ]

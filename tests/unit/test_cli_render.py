@@ -285,3 +285,11 @@ def test_sstat_picks_steps_and_renders_them_as_slurms():
     assert sstat.parse_steps(["5", "6.batch", "7.2"]) == [(5, None), (6, "batch"), (7, "2")]
     # The default fields are Slurm's 47, each one a known column.
     assert len(sstat.parse_fields(sstat.DEFAULT_FIELDS, sstat.COLUMNS)) == 47
+
+
+def test_sacct_jobs_with_a_step_show_that_step_alone_as_snakemake_asks_for_failure_reasons():
+    # (the server answers with the jobs named: here, the records given)
+    assert sacct_out("-j", "14.batch", "-n", "-P", "-o", "JobID,State", jobs=[FAILED]) == "14.batch|FAILED\n"
+    assert sacct_out("-j", "14.0", "-n", "-P", "-o", "JobID", jobs=[FAILED]) == ""  # no such step: nothing, no error
+    assert sacct_out("-j", "13,14.batch", "-n", "-P", "-o", "JobID", jobs=[RUNNING, FAILED]) == "13\n13.batch\n14.batch\n"
+    assert sacct.query(sacct.parse_args(["-j", "13,14.batch"]), NOW)["job_id"] == ["13", "14"]

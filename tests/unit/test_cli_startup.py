@@ -29,8 +29,8 @@ from shoal.cli.sacct import Column
 from shoal.model.dependency import Dependency
 
 COMMANDS = [*(f"shoal.cli.{c}" for c in ("sbatch", "srun", "squeue", "scancel", "sinfo", "scontrol", "sacct", "sstat",
-                                          "sprio", "sshare")),
-            "shoal.slurm.options", "shoal.slurm.fmt", "shoal.api_client"]
+                                          "sprio", "sshare", "salloc", "sacctmgr", "sdiag", "sreport")),
+            "shoal.slurm.options", "shoal.slurm.sacctmgr", "shoal.slurm.fmt", "shoal.api_client"]
 
 FORBIDDEN = [
     "dataclasses", "inspect", "typing", "urllib.parse", "ipaddress", "http.client", "email",

@@ -429,3 +429,18 @@ def test_srun_reads_its_input_variables_outside_an_allocation_below_the_command_
     assert opts([], {"SLURM_NPROCS": "3"}) == {"ntasks": 3}
     assert opts(["-n2"], {"SLURM_NTASKS": "3", "SLURM_NNODES": "2"}) == {"ntasks": 2, "nodes": 2}
     assert opts([], {"SLURM_NTASKS": "3", "SLURM_JOB_ID": "7"}) == {}  # inside a job: the job's own layout
+
+
+@pytest.mark.parametrize("argv, script, code", [
+    (["--bogus", "--wrap", "true"], None, 255),  # an unknown option on the command line: Slurm's exit(-1)
+    (["-Nabc", "--wrap", "true"], None, 255),  # a value sbatch cannot parse
+    (["job.sh"], "#!/bin/sh\n#SBATCH --bogus\n", 1),  # a directive's error is the script's: 1
+    (["job.sh"], "echo no interpreter\n", 1),
+])
+def test_option_errors_on_the_command_line_exit_255_and_script_errors_1(argv, script, code):
+    with pytest.raises(OptionError) as info:
+        sbatch(argv, script)
+    assert info.value.exit_code == code
+    with pytest.raises(OptionError) as info:
+        parse_srun(["--bogus", "true"], cwd="/", environ=ENV)
+    assert info.value.exit_code == 255

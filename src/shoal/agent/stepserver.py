@@ -5,7 +5,9 @@ As with srun and slurmd, the client talks to each node directly; the server only
 launch (an HMAC with this node's step key), so output streams node-to-client without
 passing through the control plane. The reply is NDJSON, one object per output chunk:
 ``{"t": procid, "o": text}`` (stdout) or ``{"t": procid, "e": text}`` (stderr), then
-``{"exit": {procid: [exit_code, signal]}}``.
+``{"exit": {procid: [exit_code, signal]}}``. A launch that names ``"stdin": [procids]`` (srun's
+--input: every task by default) is followed by srun's standard input as requests on the same
+connection (StdinRelay).
 
 Off loopback (``--tls``) it serves HTTPS only, with the certificate the cluster CA issued the
 agent (``agent.certs``): a plain HTTP request is answered 400, and nothing is served until
@@ -447,6 +449,7 @@ def _run_step(runtime: Runtime, run, req: dict, conn: socket.socket, wfile, node
                 runtime.list_engine_cgroups(run, cg)
     cwd = req.get("cwd") or "/"
     fds = step.open_procs() if step is not None else []  # each task joins them between fork and exec
+    stdin_to = set(req.get("stdin") or ()) if step_container is None else set()
     for task in req["tasks"]:
         env = dict(req["env"])
         env.update({
@@ -469,6 +472,7 @@ def _run_step(runtime: Runtime, run, req: dict, conn: socket.socket, wfile, node
             who = None
         try:
             p = spawn([*prefix, *argv], identity=who, env=env, cwd=cwd, cwd_fallback="/tmp", note_fd=2,
+                      stdin=subprocess.PIPE if task["procid"] in stdin_to else subprocess.DEVNULL,
                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, cgroup_fds=fds)
         except OSError as e:
             emit({"t": task["procid"], "e": f"slurmstepd: error: execve(): {argv[0]}: {e.strerror}\n"})
@@ -478,9 +482,14 @@ def _run_step(runtime: Runtime, run, req: dict, conn: socket.socket, wfile, node
         procs[task["procid"]] = p
     close_all(fds)
 
+    stdin = StdinRelay([p.stdin for p in procs.values() if p.stdin is not None])
+
     def on_request(doc: dict) -> None:
-        """srun, itself signalled, asks for its step's end (with KillWait) or passes a signal on."""
-        if doc.get("terminate"):
+        """srun, itself signalled, asks for its step's end (with KillWait) or passes a signal on;
+        or sends its standard input on."""
+        if "stdin" in doc:
+            stdin.put(doc["stdin"])
+        elif doc.get("terminate"):
             runtime.terminate_step(run, req["step_id"], kill_wait)
             emit({"aborting": kill_wait})
         elif isinstance(doc.get("signal"), int):
@@ -524,6 +533,44 @@ def _start_container(containers, req: dict, run, ident, emit, exits: dict[int, l
         last = (str(e).strip().splitlines() or ["failed"])[-1]
         emit({"reason": f"ContainerError: {last.rsplit(': ', 1)[-1]}"[:64]})
         return None
+
+
+class StdinRelay:
+    """srun's standard input (``{"stdin": base64}`` requests, ``{"stdin": null}`` at its end) to
+    the tasks' stdin pipes, from a thread of its own: a task that does not read its input must not
+    stall the output of the others."""
+
+    def __init__(self, pipes: list) -> None:
+        import queue
+
+        self.pipes = pipes
+        self.chunks: queue.SimpleQueue = queue.SimpleQueue()
+        if pipes:
+            threading.Thread(target=self._run, daemon=True, name="step-stdin").start()
+
+    def put(self, text: str | None) -> None:
+        if self.pipes:
+            import binascii
+
+            try:
+                self.chunks.put(binascii.a2b_base64(text) if text else None)
+            except (binascii.Error, TypeError):
+                self.chunks.put(None)
+
+    def _run(self) -> None:
+        while True:
+            data = self.chunks.get()
+            for pipe in list(self.pipes):
+                try:
+                    if data is None:
+                        pipe.close()
+                    else:
+                        pipe.write(data)
+                        pipe.flush()
+                except (OSError, ValueError):  # the task has ended or closed its input
+                    self.pipes.remove(pipe)
+            if data is None:
+                return
 
 
 def _save_container(containers, sc, req: dict, ident, emit) -> None:

@@ -444,7 +444,9 @@ def step_main(lease: Path, argv: list[str]) -> int:
     for sig in FORWARDED:
         signal.signal(sig, lambda signum, frame: None)  # caught, not ignored: the task gets the default
     try:
-        proc = subprocess.Popen(argv, close_fds=False)
+        # The task's own pid in its environment, as Slurm gives it (env=None: exec takes the child's environ).
+        proc = subprocess.Popen(argv, close_fds=False,
+                                preexec_fn=lambda: os.environ.__setitem__("SLURM_TASK_PID", str(os.getpid())))
     except OSError as e:
         print(f"slurmstepd: error: execve(): {argv[0]}: {e.strerror}", file=sys.stderr, flush=True)
         return 2

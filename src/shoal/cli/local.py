@@ -108,7 +108,8 @@ def up(args) -> int:
         print("shoal up: node addresses must stay in 127.0.0.0/8", file=sys.stderr)
         return 2
     config_file = args.config
-    if not config_file:
+    slurm_conf = getattr(args, "slurm_conf", None)
+    if not config_file and not slurm_conf:
         partition = f"gpu-{gpu_type(model.product)}" if model else "cpu"
         config_file = str(sdir / "cluster.yaml")
         # JSON is YAML: no YAML writer needed, and the file stays readable.
@@ -125,7 +126,8 @@ def up(args) -> int:
         os.close(fd)
     py = sys.executable
     pids: dict = {"server": None, "agents": {}}
-    server_cmd = [py, "-m", "shoal", "server", "--listen", f"127.0.0.1:{args.port}", "--config", config_file,
+    server_cmd = [py, "-m", "shoal", "server", "--listen", f"127.0.0.1:{args.port}",
+                  *(["--slurm-conf", os.path.abspath(slurm_conf)] if slurm_conf else ["--config", config_file]),
                   "--state-dir", str(sdir / "server"), "--join-token-file", str(join_file)]
     if args.db:
         server_cmd += ["--db", args.db]

@@ -17,7 +17,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--listen", default="127.0.0.1:6817", help="host:port to serve on (default %(default)s)")
     s.add_argument("--db", help="SQLAlchemy URL (default: SQLite in the state dir; "
                                 "postgresql+psycopg://user@host/db for PostgreSQL)")
-    s.add_argument("--config", required=True, help="cluster configuration (YAML): partitions, timeouts")
+    s.add_argument("--config", help="cluster configuration (YAML): partitions, timeouts")
+    s.add_argument("--slurm-conf", metavar="PATH", help="instead of --config: an existing site's slurm.conf (with "
+                   "gres.conf and topology.conf beside it), read as `shoal import-slurm-conf` reads it")
     s.add_argument("--state-dir", default="/var/lib/shoal/server", help="secrets and the default SQLite file")
     s.add_argument("--join-token-file", help="accept agents that present this token (else one is generated)")
     s.add_argument("--advertise-url", help="the URL clients reach this server by, as /shoal/v1/leader and scontrol "
@@ -25,6 +27,11 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--tls", choices=("on", "off", "auto"), default="auto",
                    help="serve HTTPS with a certificate from the cluster CA made at first start (STATE_DIR/ca.crt "
                         "is what agents and clients need); auto: on unless --listen is a loopback address")
+
+    i = sub.add_parser("import-slurm-conf", help="write a cluster file from an existing slurm.conf (and the "
+                       "gres.conf and topology.conf beside it), warning about every line it does not use")
+    i.add_argument("slurm_conf", metavar="SLURM_CONF")
+    i.add_argument("-o", "--output", help="write the cluster file here (default: standard output)")
 
     a = sub.add_parser("agent", help="run a node agent")
     a.add_argument("--config", help="agent configuration (YAML): any of the options below, plus "
@@ -84,6 +91,8 @@ def _parser() -> argparse.ArgumentParser:
     u.add_argument("--port", type=int, default=6817, help="server port")
     u.add_argument("--agent-port", type=int, default=6818)
     u.add_argument("--config", help="cluster configuration (default: one partition named after the GPU model)")
+    u.add_argument("--slurm-conf", metavar="PATH", help="instead of --config: a site's slurm.conf (shoal server "
+                   "--slurm-conf); name the nodes after its NodeName lines with --name-prefix")
     u.add_argument("--db", help="SQLAlchemy URL (default: SQLite in the state dir)")
     u.add_argument("--tls", choices=("on", "off"), default="off",
                    help="serve HTTPS, the server and the agents (the nodes and the client configuration get the "
@@ -161,7 +170,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "server":
         from shoal.server.main import run
 
+        if not args.config and not args.slurm_conf:
+            parser.error("shoal server needs --config or --slurm-conf")
         return run(args)
+    if args.command == "import-slurm-conf":
+        from shoal.server.main import import_slurm_conf
+
+        return import_slurm_conf(args)
     if args.command == "agent":
         from shoal.agent.main import run
 

@@ -233,9 +233,24 @@ def _cell(value: Any, width: int) -> str:
     return text.ljust(size) if width < 0 else text.rjust(size)
 
 
+def step_filter(options) -> dict[str, set[str]]:
+    """-j's ``JOB.STEP`` entries (``12.0``, ``12.batch``): per job id, the only steps to show."""
+    wanted: dict[str, set[str]] = {}
+    for part in split_list(options.jobs):
+        job, dot, step = part.partition(".")
+        if dot:
+            wanted.setdefault(job, set()).add(step)
+    return wanted
+
+
 def job_rows(jobs: list[dict], options) -> list[dict]:
-    rows = []
+    rows: list[dict] = []
+    only_steps = step_filter(options)
     for job in collapse_arrays(jobs):
+        steps = only_steps.get(job_id_text(job)) or only_steps.get(str(job["job_id"]))
+        if steps is not None:  # -j 12.0: that step's line alone (none if it has no such step)
+            rows.extend({"job": job, "step": s} for s in job.get("steps") or () if str(s["step_id"]) in steps)
+            continue
         rows.append({"job": job, "step": None})
         if not options.allocations and not job.get("_array_tasks"):
             rows.extend({"job": job, "step": s} for s in job.get("steps") or ())
@@ -406,7 +421,7 @@ def query(options, now: float) -> dict:
     start, _ = window(options, now)
     return {
         "all": "true",
-        "job_id": split_list(options.jobs) or None,
+        "job_id": sorted({j.partition(".")[0] for j in split_list(options.jobs)}) or None,
         "user": users[0] if len(users) == 1 and not options.allusers else None,
         "since": None if start is None else int(start),
     }

@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         req = parse_salloc(argv, cwd=os.getcwd(), environ=os.environ)
     except OptionError as e:
-        fail(str(e))
+        fail(str(e), e.exit_code)
     command = req.command or [os.environ.get("SHELL") or "/bin/sh"]
     try:
         client = Client.from_config()

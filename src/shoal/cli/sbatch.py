@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         source = script_source(argv)
     except OptionError as e:
-        fail(str(e))
+        fail(str(e), e.exit_code)
     script = None
     if source == "-":
         if sys.stdin.isatty():

@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         req = parse_srun(argv, cwd=os.getcwd(), environ=os.environ)
     except OptionError as e:
-        fail(str(e))
+        fail(str(e), e.exit_code)
     opts = req.options
     try:
         client = Client.from_config() if not os.environ.get("SHOAL_JOB_TOKEN") else _job_client()
@@ -56,12 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         if own_allocation is not None:
             _complete(client, own_allocation, 1, 0)
         fail(str(e))
-    env = dict(opts.get("environment") or os.environ)
-    if own_allocation is not None:
-        env.update({k: v for k, v in step["env"].items()})
-    else:
-        env.update({k: v for k, v in step["env"].items() if k.startswith("SLURM_STEP") or k in (
-            "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_TASKS_PER_NODE", "SLURM_CPUS_PER_TASK")})
+    env = step_environment(dict(opts.get("environment") or os.environ), step["env"], own_allocation is not None)
     env["SLURM_JOB_ID"] = str(job_id)
     try:
         tls = client.tls_context() if any(n.get("tls") for n in step["nodes"]) else None
@@ -77,6 +72,22 @@ def main(argv: list[str] | None = None) -> int:
     except ClientError as e:
         print(f"srun: error: could not record the step's end: {e}", file=sys.stderr)
     return rc if not sig else 128 + sig
+
+
+# What a step sets over the environment srun inherits inside an allocation (the batch script's
+# or salloc's): its own layout. The job's variables (SLURM_JOB_*) stay as the allocation gave them.
+STEP_VARIABLES = ("SLURM_NTASKS", "SLURM_NPROCS", "SLURM_TASKS_PER_NODE", "SLURM_CPUS_PER_TASK", "SLURM_NNODES")
+
+
+def step_environment(inherited: dict[str, str], step_env: dict[str, str], new_allocation: bool) -> dict[str, str]:
+    """The tasks' environment: srun's own, with the step's variables over it (all of the server's
+    with an allocation of srun's own). The batch task's own ids (SLURM_PROCID, SLURM_TASK_PID...)
+    are each task's: the node and its supervisor set them."""
+    if new_allocation:
+        return {**inherited, **step_env}
+    env = {k: v for k, v in inherited.items() if k != "SLURM_TASK_PID"}
+    env.update({k: v for k, v in step_env.items() if k.startswith("SLURM_STEP") or k in STEP_VARIABLES})
+    return env
 
 
 def _job_client():
@@ -166,6 +177,12 @@ class Launcher:
         self.last_interrupt = 0.0  # when the last Ctrl-C came (a second within 1 s passes it on)
         self.forcing = False  # srun, signalled, has asked the nodes to end the step
         self.abort_deadline: float | None = None  # once a node said how long its KillWait is
+        procids = [t["procid"] for n in step["nodes"] for t in n["tasks"]]
+        self.stdin_to, self.stdin_source = _stdin_plan(opts.get("stdin"), procids)
+        self.stdin_nodes = sum(1 for n in step["nodes"] if any(t["procid"] in self.stdin_to for t in n["tasks"]))
+        self.stdin_socks: list[socket.socket] = []
+        self.stdin_heard: set[str] = set()  # the feeding nodes launched or failed
+        self.send_lock = threading.Lock()  # one request line at a time on each node's connection
 
     def run(self) -> tuple[int, int]:
         threads = [threading.Thread(target=self._node, args=(n,), daemon=True) for n in self.step["nodes"]]
@@ -263,7 +280,8 @@ class Launcher:
             socks = list(self.launched)
         for s in socks:
             try:
-                s.sendall(line)
+                with self.send_lock:
+                    s.sendall(line)
             except OSError:
                 pass
 
@@ -295,11 +313,13 @@ class Launcher:
         # The address the node sees this srun at, as Slurm tells its tasks.
         here = sock.getsockname()[0]
         env = {**self.env, "SLURM_LAUNCH_NODE_IPADDR": here, "SLURM_SRUN_COMM_HOST": here}
+        feeds = [t["procid"] for t in node["tasks"] if t["procid"] in self.stdin_to]
         body = json.dumps({
             "key": f"{self.step['job_id']}.{self.step['run']}", "job_id": self.step["job_id"],
             "run": self.step["run"], "step_id": self.step["step_id"], "credential": node["credential"],
             "argv": self.command, "cwd": self.cwd, "env": env, "nodeid": node["nodeid"],
             "tasks": node["tasks"], **({"container": self.container} if self.container else {}),
+            **({"stdin": feeds} if feeds else {}),
         }).encode()
         head = (f"POST /v1/steps HTTP/1.0\r\nHost: {node['address']}\r\nContent-Type: application/json\r\n"
                 f"Content-Length: {len(body)}\r\n\r\n").encode()
@@ -322,6 +342,8 @@ class Launcher:
                     pass
                 self._fail(node, f"{node['name']} refused the step: {detail}")
                 return
+            if feeds:  # after the answer's head: the node has read the launch, so input cannot join it
+                self._stdin_node(node["name"], sock)
             for line in f:
                 doc = json.loads(line)
                 if "reason" in doc:  # the node could not start the tasks (their container, say)
@@ -343,6 +365,44 @@ class Launcher:
         with self.lock:
             self.failed.append(node["name"])
         print(f"srun: error: {message}", file=sys.stderr)
+        if any(t["procid"] in self.stdin_to for t in node["tasks"]):
+            self._stdin_node(node["name"], None)
+
+    def _stdin_node(self, name: str, sock: socket.socket | None) -> None:
+        """A node that takes standard input has its launch (or has failed); once all have,
+        the input is read and sent to them, as srun sends its stdin to the tasks' nodes."""
+        with self.lock:
+            if name in self.stdin_heard:
+                return
+            self.stdin_heard.add(name)
+            if sock is not None:
+                self.stdin_socks.append(sock)
+            self.stdin_nodes -= 1
+            if self.stdin_nodes or not self.stdin_socks:
+                return
+        threading.Thread(target=self._pump_stdin, daemon=True, name="srun-stdin").start()
+
+    def _pump_stdin(self) -> None:
+        """Standard input to each feeding node, as requests: ``{"stdin": base64}``, then
+        ``{"stdin": null}`` at its end."""
+        import binascii
+
+        fd = self.stdin_source if self.stdin_source is not None else 0
+        while True:
+            try:
+                data = os.read(fd, 65536)
+            except OSError:  # no standard input at all: its end
+                data = b""
+            text = binascii.b2a_base64(data, newline=False).decode("ascii") if data else None
+            line = json.dumps({"stdin": text}).encode() + b"\n"
+            for sock in list(self.stdin_socks):
+                try:
+                    with self.send_lock:
+                        sock.sendall(line)
+                except OSError:
+                    self.stdin_socks.remove(sock)
+            if not data or not self.stdin_socks:
+                return
 
     def _write(self, procid: int, stream: str, text: str) -> None:
         out = sys.stdout if stream == "o" else sys.stderr
@@ -368,6 +428,37 @@ class Launcher:
             out.write(f"{procid}: {rest}\n" if self.label else rest)
         sys.stdout.flush()
         sys.stderr.flush()
+
+
+def _stdin_plan(mode: str | None, procids: list[int]) -> tuple[set[int], int | None]:
+    """srun's -i/--input: the tasks that get its standard input, and an open file to read it from
+    (None: srun's own stdin). By default and with ``all``, every task (as Slurm 22.05's srun);
+    a task number, that one; ``none``, none; a file name: every task reads that file."""
+    from shoal.api_client import fail
+
+    if mode is None and _stdin_is_null():
+        return set(), None  # the tasks' own /dev/null is the same input, without a relay
+    if mode is None or mode == "all":
+        return set(procids), None
+    if mode == "none":
+        return set(), None
+    if mode.isdigit():
+        if int(mode) not in procids:
+            fail(f"--input={mode}: the step has no task {mode} (its tasks are 0-{max(procids)})")
+        return {int(mode)}, None
+    try:
+        return set(procids), os.open(mode, os.O_RDONLY)
+    except OSError as e:
+        fail(f"Could not open stdin file: {mode}: {e.strerror}")
+
+
+def _stdin_is_null() -> bool:
+    """srun's standard input is /dev/null (a batch script's background srun) or closed."""
+    try:
+        st, null = os.fstat(0), os.stat(os.devnull)
+    except OSError:
+        return True
+    return (st.st_rdev, st.st_ino, st.st_dev) == (null.st_rdev, null.st_ino, null.st_dev)
 
 
 def _report_exits(node: str, exits: dict[int, tuple[int, int]]) -> None:

@@ -50,9 +50,25 @@ def select_rows(rows: list[dict], options, me: str) -> list[dict]:
     return out
 
 
+def columns(options) -> list[tuple]:
+    """The columns: -o/--format's (``Account%256``: a width), else -l's or the default."""
+    if not options.format:
+        return [COLUMNS[c] for c in (LONG if options.long else DEFAULT)]
+    cols = []
+    for item in split_list(options.format):
+        name, _, width = item.partition("%")
+        col = COLUMNS.get(name.lower())
+        if col is None:
+            raise ValueError(f"Invalid field requested: \"{name}\"")
+        cols.append((col[0], int(width) if width.isdigit() else col[1], *col[2:]))
+    return cols
+
+
 def render_shares(doc: Mapping[str, Any], options, me: str) -> str:
-    cols = [COLUMNS[c] for c in (LONG if options.long else DEFAULT)]
+    cols = columns(options)
     rows = select_rows(doc["shares"], options, me)
+    if options.users_only:  # -U: the users' associations, not the accounts' lines
+        rows = [r for r in rows if r["user"] is not None]
     lines = []
     if options.parsable2 or options.parsable:
         end = "|" if options.parsable else ""
@@ -75,6 +91,8 @@ def parse_args(argv: list[str] | None):
     p.add_argument("-u", "--users", action="append", help="comma list of users")
     p.add_argument("-A", "--accounts", action="append", help="comma list of accounts")
     p.add_argument("-l", "--long", action="store_true", help="also the normalised usage")
+    p.add_argument("-U", "--Users", dest="users_only", action="store_true", help="only the users' lines")
+    p.add_argument("-o", "--format", action="append", help="comma list of columns (Account%%256: a width)")
     p.add_argument("-n", "--noheader", action="store_true", help="no header lines")
     p.add_argument("-p", "--parsable", action="store_true", help="'|' delimited, with a trailing '|'")
     p.add_argument("-P", "--parsable2", action="store_true", help="'|' delimited")
@@ -87,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         options = parse_args(argv)
         doc = Client.from_config().get("/shoal/v1/shares")
         emit(render_shares(doc, options, doc.get("user") or ""))
-    except ClientError as e:
+    except (ClientError, ValueError) as e:
         fail(str(e))
     except KeyboardInterrupt:
         return 130

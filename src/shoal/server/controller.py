@@ -225,7 +225,7 @@ class Controller(KickedLoop):
         self._rows.kept(rows.values())  # committed: the next pass need not read them back
         for row in started:
             s.metrics.run_started(row, now)
-        s.metrics.scheduled(full, time.perf_counter() - t0, len(started), plan.tested)
+        s.metrics.scheduled(full, time.perf_counter() - t0, len(started), plan.tested, len(snap.pending))
         for node, key, signum, target in signals:  # only once the preemption is committed
             s.hub.signal(node, key, signum, target)
         self._headroom, self._seen_id = headroom(snap, [st.allocation for st in plan.starts], self._placement), seen

@@ -16,7 +16,7 @@ from shoal.model.accounting import QOS, Account
 from shoal.model.snapshot import Partition, Snapshot
 from shoal.sched.config import SchedConfig
 from shoal.sched.fairshare import AccountTree
-from shoal.sched.qos import qos_table
+from shoal.server import accounting as acctsvc
 from shoal.server.auth import Authenticator
 from shoal.server.config import ClusterConfig
 from shoal.server.controller import Controller
@@ -70,10 +70,10 @@ class Server:
                                         bf_window_s=config.scheduler.bf_window_s,
                                         bf_resolution_s=config.scheduler.bf_resolution_s,
                                         bf_interval_s=config.scheduler.bf_interval_s)
-        self.accounts: tuple[Account, ...] = config.account_list()
-        self.account_tree = AccountTree(self.accounts)
-        self.qos: tuple[QOS, ...] = config.qos_list()
-        self.qos_table = qos_table(self.qos)
+        # The cluster file's accounts, users and QOS, with sacctmgr's changes in the store over them
+        # (server/accounting.py), read again at most once a second as the partitions are.
+        self.configured_accounting = acctsvc.configured(config.account_list(), config.qos_list())
+        self._accounting, self._accounting_read = self.refresh_accounting(), time.monotonic()
         self.topology = config.topology_tree()
         self.secret = self._load_secret()
         self.auth = Authenticator(self.sessions, self.secret, clock)
@@ -104,6 +104,33 @@ class Server:
         self._addresses: dict[str, str] = {}
         self.submit_host = socket.gethostname()
         self._bootstrap_tokens(join_token)
+
+    @property
+    def accounting(self) -> acctsvc.Accounting:
+        if time.monotonic() - self._accounting_read > PARTITIONS_TTL_S:
+            self._accounting, self._accounting_read = self.refresh_accounting(), time.monotonic()
+        return self._accounting
+
+    def refresh_accounting(self) -> acctsvc.Accounting:
+        with self.sessions() as s:
+            self._accounting = acctsvc.load(s, self.configured_accounting)
+        return self._accounting
+
+    @property
+    def account_tree(self) -> AccountTree:
+        return self.accounting.tree
+
+    @property
+    def qos_table(self) -> dict[str, QOS]:
+        return self.accounting.qos_table
+
+    @property
+    def accounts(self) -> tuple[Account, ...]:
+        return self.accounting.accounts
+
+    @property
+    def qos(self) -> tuple[QOS, ...]:
+        return self.accounting.qos
 
     @property
     def partitions(self) -> tuple[Partition, ...]:

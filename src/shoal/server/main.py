@@ -7,6 +7,46 @@ import os
 import sys
 
 
+def _slurm_conf_config(path: str):
+    """The cluster configuration from a site's slurm.conf; each warning logged (docs/SLURM-CONF.md)."""
+    from pathlib import Path
+
+    from shoal.server.config import ConfigError, parse_cluster_config
+    from shoal.server.slurmconf import SlurmConfError, import_files
+
+    try:
+        imported = import_files(path)
+    except SlurmConfError as e:
+        raise ConfigError(f"{path}: {e}") from None
+    for warning in imported.warnings:
+        logging.getLogger("shoal.server").warning("%s: %s", path, warning)
+    config = parse_cluster_config(imported.config, path)
+    config._base_dir = Path(path).resolve().parent
+    return config
+
+
+def import_slurm_conf(args) -> int:
+    """`shoal import-slurm-conf`: the cluster file (to -o or standard output), warnings on stderr."""
+    from shoal.server.config import ConfigError, parse_cluster_config
+    from shoal.server.slurmconf import SlurmConfError, import_files, to_yaml
+
+    try:
+        imported = import_files(args.slurm_conf)
+        parse_cluster_config(imported.config, args.slurm_conf)  # what the server would refuse, refused here
+    except (SlurmConfError, ConfigError) as e:
+        print(f"shoal import-slurm-conf: error: {e}", file=sys.stderr)
+        return 2
+    for warning in imported.warnings:
+        print(f"shoal import-slurm-conf: warning: {warning}", file=sys.stderr)
+    text = to_yaml(imported, args.slurm_conf)
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
 def run(args) -> int:
     import uvicorn
 
@@ -19,7 +59,7 @@ def run(args) -> int:
     logging.basicConfig(level=os.environ.get("SHOAL_LOG_LEVEL", "INFO"),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        config = load_cluster_config(args.config)
+        config = _slurm_conf_config(args.slurm_conf) if args.slurm_conf else load_cluster_config(args.config)
     except ConfigError as e:
         print(f"shoal server: error: {e}", file=sys.stderr)
         return 2

@@ -88,6 +88,29 @@ def partition_use(use: dict[str, NodeUse], partitions) -> dict[str, dict[str, di
     return out
 
 
+class CycleStats:
+    """One kind of scheduling pass, as sdiag reports it: counts, last and longest, sums."""
+
+    def __init__(self) -> None:
+        self.count = self.started = self.depth_sum = self.queue_sum = 0
+        self.last_s = self.max_s = self.sum_s = 0.0
+        self.last_depth = self.last_queue = 0
+        self.last_when: float | None = None
+
+    def add(self, seconds: float, depth: int, started: int, queue: int, when: float) -> None:
+        self.count += 1
+        self.started += started
+        self.last_s, self.max_s, self.sum_s = seconds, max(self.max_s, seconds), self.sum_s + seconds
+        self.last_depth, self.depth_sum = depth, self.depth_sum + depth
+        self.last_queue, self.queue_sum = queue, self.queue_sum + queue
+        self.last_when = when
+
+    def public(self) -> dict:
+        return {"count": self.count, "started": self.started, "last_s": self.last_s, "max_s": self.max_s,
+                "sum_s": self.sum_s, "last_depth": self.last_depth, "depth_sum": self.depth_sum,
+                "last_queue": self.last_queue, "queue_sum": self.queue_sum, "last_when": self.last_when}
+
+
 class ServerMetrics:
     """The server's registry: event counters and histograms, and the collector of state."""
 
@@ -97,6 +120,10 @@ class ServerMetrics:
         disable_created_metrics()
         self.server = server
         self.registry = CollectorRegistry(auto_describe=False)
+        # sdiag's figures since this server started: its passes, quick (Slurm's main scheduler)
+        # and full (backfill, which plans start times).
+        self.since = time.time()
+        self.cycles = {"quick": CycleStats(), "full": CycleStats()}
         r = self.registry
         self.requests = Histogram("shoal_http_request_duration_seconds",
                                   "API requests by method, route template and status code.",
@@ -177,8 +204,12 @@ class ServerMetrics:
         partition, qos = row.partition, row.spec.get("qos") or "normal"
         session.info.setdefault("metrics", []).append(lambda: self.preemptions.labels(partition, qos).inc())
 
-    def scheduled(self, full: bool, seconds: float, started: int, tested: int) -> None:
+    def scheduled(self, full: bool, seconds: float, started: int, tested: int, queue: int = 0) -> None:
         kind = "full" if full else "quick"
+        # sdiag's backfill cycles: full passes that left jobs pending (one that started the whole
+        # queue had nothing to backfill: it did what Slurm's main scheduler does).
+        self.cycles["full" if full and queue > started else "quick"].add(seconds, tested, started, queue,
+                                                                        time.time())
         self.passes.labels(kind).observe(seconds)
         self.pass_starts.observe(started)
         self.pass_depth.labels(kind).observe(tested)

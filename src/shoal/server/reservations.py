@@ -100,7 +100,8 @@ def get_json(session: Session, name: str, now: float) -> dict:
 
 
 def to_json(session: Session, row: ReservationRow, now: float) -> dict:
-    cpus = dict(session.execute(select(NodeRow.name, NodeRow.cpus).where(NodeRow.name.in_(row.nodes))).all())
+    # (a comprehension, not dict(rows): typed alike under SQLAlchemy 2.0, which Snakemake's sqlmodel pins, and 2.1)
+    cpus = {name: n for name, n in session.execute(select(NodeRow.name, NodeRow.cpus).where(NodeRow.name.in_(row.nodes)))}
     return {
         "name": row.name, "start_time": row.start_time, "end_time": row.end_time,
         "duration_s": int(row.end_time - row.start_time),

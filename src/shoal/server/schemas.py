@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -245,6 +245,21 @@ class NodeUpdate(StoredText):
     @classmethod
     def _labels(cls, v):
         return None if v is None else check_node_labels(v)
+
+
+class AccountingChange(StoredText):
+    """sacctmgr add/modify/delete: names and ``where`` select, ``set`` gives the values (sacctmgr's
+    keys, lower-case); ``dry_run`` checks and words the change without storing it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    op: Literal["add", "modify", "delete"]
+    kind: Literal["account", "user", "qos"]
+    names: list[Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.@-]+$")]] = \
+        Field(default_factory=list, max_length=1000)
+    where: dict[str, Annotated[str, Field(max_length=4096)]] = Field(default_factory=dict, max_length=50)
+    set: dict[str, Annotated[str, Field(max_length=4096)]] = Field(default_factory=dict, max_length=50)
+    dry_run: bool = False
 
 
 class PartitionUpdate(StoredText):

@@ -107,6 +107,8 @@ def create_step(session: Session, server, job: JobRow, body: StepCreate, nodes: 
         "SLURM_NTASKS": str(ntasks),
         "SLURM_NPROCS": str(ntasks),
         "SLURM_TASKS_PER_NODE": tasks_per_node_text(counts),
+        # A step's tasks see its node count here (SLURM_NODELIST, as SLURM_JOB_*, stays the job's).
+        "SLURM_NNODES": str(len(names)),
     })
     if cpt:
         env["SLURM_CPUS_PER_TASK"] = str(cpt)

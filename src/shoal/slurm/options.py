@@ -42,7 +42,19 @@ _EXCLUSIVE_FLAGS = {"mem_per_node_mb": "--mem", "mem_per_cpu_mb": "--mem-per-cpu
 
 
 class OptionError(ValueError):
-    """An option or #SBATCH directive that sbatch or srun cannot accept; says where and why."""
+    """An option or #SBATCH directive that sbatch or srun cannot accept; says where and why.
+
+    ``exit_code``: what the command exits with; sbatch, srun and salloc exit 255 for a command-line
+    option they cannot parse (Slurm's ``exit(-1)`` in its option processing), 1 for everything else.
+    """
+
+    exit_code = 1
+
+
+class CommandLineError(OptionError):
+    """An option on the command line that sbatch, srun or salloc cannot parse (unknown, or a bad value)."""
+
+    exit_code = 255
 
 
 # Immutable records as namedtuples, not dataclasses: dataclasses imports inspect (and
@@ -511,6 +523,11 @@ if TYPE_CHECKING:
     _Found = tuple[Option, str, str]
 
 
+def _error(where: str, message: str) -> OptionError:
+    """An option that cannot be parsed: on the command line (``where`` empty) or in a directive."""
+    return OptionError(message) if where else CommandLineError(message)
+
+
 def _scan(argv: list[str], command: str, where: str = "") -> tuple[list[_Found], list[str]]:
     """Split argv into option occurrences and the positional arguments after them.
 
@@ -531,25 +548,25 @@ def _scan(argv: list[str], command: str, where: str = "") -> tuple[list[_Found],
             flag = f"--{opt.long}"
             if opt.arg == REQUIRED and not eq:
                 if i >= len(argv):
-                    raise OptionError(f"{where}option '{flag}' needs a value")
+                    raise _error(where, f"{where}option '{flag}' needs a value")
                 value = argv[i]
                 i += 1
             elif opt.arg == NONE and eq:
-                raise OptionError(f"{where}option '{flag}' takes no value")
+                raise _error(where, f"{where}option '{flag}' takes no value")
             found.append((opt, flag, value))
         elif arg.startswith("-") and len(arg) > 1:
             j = 1
             while j < len(arg):
                 opt = shorts.get(arg[j])
                 if opt is None:
-                    raise OptionError(_unrecognized(f"-{arg[j]}", command, where))
+                    raise _error(where, _unrecognized(f"-{arg[j]}", command, where))
                 flag = f"-{arg[j]}"
                 j += 1
                 if opt.arg == REQUIRED:
                     value = arg[j:]
                     if not value:
                         if i >= len(argv):
-                            raise OptionError(f"{where}option '{flag}' needs a value")
+                            raise _error(where, f"{where}option '{flag}' needs a value")
                         value = argv[i]
                         i += 1
                     found.append((opt, flag, value))
@@ -569,8 +586,8 @@ def _lookup_long(name: str, longs: dict[str, Option], command: str, where: str, 
         return matches[0]
     if matches:
         names = ", ".join(f"--{o.long}" for o in matches)
-        raise OptionError(f"{where}option '--{name}' is ambiguous: it could be {names}")
-    raise OptionError(_unrecognized(arg.partition("=")[0], command, where))
+        raise _error(where, f"{where}option '--{name}' is ambiguous: it could be {names}")
+    raise _error(where, _unrecognized(arg.partition("=")[0], command, where))
 
 
 def _unrecognized(flag: str, command: str, where: str) -> str:
@@ -593,9 +610,9 @@ def _convert(found: list[_Found], ctx: _Context, where: str = "") -> dict[str, A
         try:
             values = opt.convert(value, ctx)
         except WholeMessage as e:  # in a directive, also which option, as the line may hold several
-            raise OptionError(f"{where}{flag}: {e}" if where and flag not in str(e) else f"{where}{e}") from None
+            raise _error(where, f"{where}{flag}: {e}" if where and flag not in str(e) else f"{where}{e}") from None
         except ValueError as e:
-            raise OptionError(f"{where}invalid {flag} value '{value}': {_reason(e)}") from None
+            raise _error(where, f"{where}invalid {flag} value '{value}': {_reason(e)}") from None
         out.update(values)
     _check_exclusive(out, where)
     return out
@@ -607,7 +624,7 @@ def _check_exclusive(keys: Iterable[str], where: str) -> None:
         given = [k for k in group if k in present]
         if len(given) > 1:
             names = " and ".join(_EXCLUSIVE_FLAGS.get(k, k) for k in given)
-            raise OptionError(f"{where}{names} are mutually exclusive")
+            raise _error(where, f"{where}{names} are mutually exclusive")
 
 
 def _reason(error: ValueError) -> str:
@@ -877,8 +894,8 @@ def parse_salloc(argv: list[str], *, cwd: str, environ: Mapping[str, str]) -> Sr
     """salloc's options (srun's table: the same resource options) and its command, which may
     be empty (salloc then runs the user's shell)."""
     ctx = _Context(cwd=os.path.normpath(cwd), environ=environ, now=0.0)
-    found, command = _scan(argv, SRUN)
     options: dict[str, Any] = {"workdir": ctx.cwd, "environment": dict(environ)}
+    found, command = _scan(argv, SRUN)
     options.update(_convert(found, ctx))
     container_request(options, environ)
     options.pop("_verbose", None)

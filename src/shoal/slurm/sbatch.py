@@ -38,7 +38,8 @@ def run(argv: list[str], script: str | None, source: str | None, *, cwd: str, en
     try:
         req = parse_sbatch(argv, script, cwd=cwd, environ=environ, now=now)
     except OptionError as e:
-        return print_error(err, prog, str(e))
+        print_error(err, prog, str(e))
+        return e.exit_code
     if req.wait and not may_wait:
         raise RunLocally("--wait blocks until the job ends")
     body = req.body

@@ -190,6 +190,18 @@ class PartitionRow(Base):
     updated: Mapped[float] = mapped_column(Float)
 
 
+class AccountingRow(Base):
+    """An account, user (with its default account and admin level) or QOS as sacctmgr last left
+    it: the whole record, or ``{"deleted": true}``, laid over the cluster file's (server/accounting.py)."""
+
+    __tablename__ = "accounting"
+
+    kind: Mapped[str] = mapped_column(String(16), primary_key=True)  # account, user or qos
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    record: Mapped[dict] = mapped_column(JSON, default=dict)
+    updated: Mapped[float] = mapped_column(Float)
+
+
 class ReservationRow(Base):
     """An advance reservation (scontrol create reservation): nodes held for users or maintenance."""
 
