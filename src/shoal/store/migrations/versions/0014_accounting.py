@@ -1,13 +1,13 @@
 """accounting: accounts, users and QOS as sacctmgr changed them, over the cluster file's
 
 Revision ID: 0014
-Revises: 0015
+Revises: 0013
 """
 import sqlalchemy as sa
 from alembic import op
 
 revision = "0014"
-down_revision = "0015"
+down_revision = "0013"
 branch_labels = None
 depends_on = None
 

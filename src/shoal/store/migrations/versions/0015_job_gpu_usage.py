@@ -2,13 +2,13 @@
 gres/gpumem and energy), folded from the agents' heartbeats
 
 Revision ID: 0015
-Revises: 0013
+Revises: 0014
 """
 import sqlalchemy as sa
 from alembic import op
 
 revision = "0015"
-down_revision = "0013"
+down_revision = "0014"
 branch_labels = None
 depends_on = None
 
