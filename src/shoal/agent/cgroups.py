@@ -400,6 +400,41 @@ def engine_parent(engine: str, cg: Cgroup | None) -> str | None:
     return cg.engine_parent() if _engines[engine] == ("cgroupfs", cg.version) else None
 
 
+def kernel_oom_kills(engine_parent: str, since_mono: float) -> int:
+    """The kernel's OOM kills of processes in cgroups below ``engine_parent`` (a cgroup's path
+    as :meth:`Cgroup.engine_parent` names it) since ``since_mono`` (time.monotonic), from its
+    log (``/dev/kmsg``, as kubelet's OOM watcher reads it). For an engine's container on v1,
+    whose kill the kernel counts in the container's own cgroup, which the engine removes with
+    the container before the agent could read it; 0 where the log cannot be read."""
+    since_us, below = int(since_mono * 1e6), engine_parent.rstrip("/") + "/"
+    kills = 0
+    try:
+        fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return 0
+    try:
+        while True:
+            try:
+                record = os.read(fd, 8192).decode(errors="replace")
+            except BlockingIOError:
+                break
+            except OSError as e:
+                if e.errno == errno.EPIPE:  # overwritten while we read: go on from the next
+                    continue
+                break
+            if not record:
+                break
+            head, _, text = record.partition(";")
+            fields = head.split(",")
+            if "oom-kill:" not in text or len(fields) < 3 or not fields[2].isdigit() or int(fields[2]) < since_us:
+                continue
+            memcg = next((f.removeprefix("task_memcg=") for f in text.split(",") if f.startswith("task_memcg=")), "")
+            kills += memcg.startswith(below)
+    finally:
+        os.close(fd)
+    return kills
+
+
 def write_cgroup_list(jobdir: Path, paths: Iterable[Path]) -> None:
     """``JOBDIR/cgroups``: the run's cgroup directories, one a line (atomically), so whatever
     fences the run without the agent can kill every process in them."""
