@@ -26,6 +26,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from shoal.agent.devbpf import deny_devices
+
 log = logging.getLogger("shoal.agent")
 
 # pids is left out: no limit is set on it, and every hierarchy joined costs each launch a migration.
@@ -558,6 +560,11 @@ class Hierarchy:
 
     def _limit_v2(self, cg: Cgroup, limits: Limits) -> None:
         d = cg.dirs["unified"]
+        if limits.denied_gpus:  # v2 has no devices.deny: an eBPF device program, as runc's and systemd's
+            try:
+                deny_devices(d, NVIDIA_MAJOR, limits.denied_gpus)
+            except OSError as e:
+                raise CgroupError(e.errno, f"{d}: {e.strerror}") from None
         if "cpuset" in self.controllers and limits.cpus:
             _write(d / "cpuset.cpus", cpu_list_text(limits.cpus))
         if "memory" in self.controllers and limits.memory_bytes:
