@@ -426,15 +426,22 @@ def kernel_oom_kills(engine_parent: str, since_mono: float) -> int:
                 break
             if not record:
                 break
-            head, _, text = record.partition(";")
-            fields = head.split(",")
-            if "oom-kill:" not in text or len(fields) < 3 or not fields[2].isdigit() or int(fields[2]) < since_us:
-                continue
-            memcg = next((f.removeprefix("task_memcg=") for f in text.split(",") if f.startswith("task_memcg=")), "")
-            kills += memcg.startswith(below)
+            kills += oom_kill_below(record, below, since_us)
     finally:
         os.close(fd)
     return kills
+
+
+def oom_kill_below(record: str, below: str, since_us: int) -> bool:
+    """Whether a ``/dev/kmsg`` record (``PRI,SEQ,USEC,FLAGS;TEXT``) is the kernel's
+    ``oom-kill:`` line for a process whose cgroup (``task_memcg``) is below ``below`` (ending
+    in ``/``), logged at ``since_us`` (CLOCK_MONOTONIC microseconds) or later."""
+    head, _, text = record.partition(";")
+    fields = head.split(",")
+    if not text.startswith("oom-kill:") or len(fields) < 3 or not fields[2].isdigit() or int(fields[2]) < since_us:
+        return False
+    memcg = next((f.removeprefix("task_memcg=") for f in text.strip().split(",") if f.startswith("task_memcg=")), "")
+    return memcg.startswith(below)
 
 
 def write_cgroup_list(jobdir: Path, paths: Iterable[Path]) -> None:
