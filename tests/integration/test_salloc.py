@@ -77,9 +77,11 @@ def test_srun_pty_in_salloc_gives_task_zero_a_terminal_of_sruns_size(cluster):
 def test_srun_pty_in_a_batch_job_runs_task_zero_on_a_terminal_and_discards_the_others_output(cluster):
     """In a batch script srun has no terminal of its own: task 0 still gets one (its output, a
     terminal's, ends lines with CR LF); the other tasks' output goes to /dev/null, as Slurm's."""
-    job_id = cluster.sbatch("-N2", "-n2", "--wrap",
-                            "srun --pty sh -c 'tty >/dev/null && echo \"pty-$SLURM_PROCID\"; echo \"out-$SLURM_PROCID\"'")
+    job_id = cluster.sbatch("-N2", "-n2", "--output=pty.out", "--wrap",
+                            "srun --pty sh -c 'tty >/dev/null && echo \"pty-$SLURM_PROCID\"; "
+                            "echo \"out-$SLURM_PROCID\" | tee -a both.txt; echo \"$SLURM_PTY_WIN_ROW\" >>both.txt'")
     job = cluster.wait_for(job_id, timeout=60)
     assert job["state"] == "COMPLETED", cluster.diagnostics(job)
-    with open(job["stdout"], "rb") as f:
-        assert f.read() == b"pty-0\r\nout-0\r\n"
+    assert (cluster.workdir / "pty.out").read_bytes() == b"pty-0\r\nout-0\r\n"
+    # Both tasks ran, and both see the terminal's size (24x80: srun itself has no terminal here).
+    assert sorted((cluster.workdir / "both.txt").read_text().split()) == ["24", "24", "out-0", "out-1"]

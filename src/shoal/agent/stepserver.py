@@ -480,8 +480,6 @@ def _run_step(runtime: Runtime, run, req: dict, conn: socket.socket, wfile, node
             if pty_size is not None and task["procid"] == 0:
                 terminal, slave = pty.openpty()
                 podstreams.set_size(terminal, pty_size)
-                env.update({"SLURM_PTY_WIN_ROW": str(pty_size.get("Height", 0)),
-                            "SLURM_PTY_WIN_COL": str(pty_size.get("Width", 0))})
                 # The terminal becomes the session's controlling one (taken before the supervisor
                 # is exec'd, as the session's leader), so ^C reaches the task's foreground job.
                 p = spawn([sys.executable, "-c", podstreams.TAKE_TERMINAL, *prefix, *argv], identity=who, env=env,

@@ -349,6 +349,9 @@ class Launcher:
         # The address the node sees this srun at, as Slurm tells its tasks.
         here = sock.getsockname()[0]
         env = {**self.env, "SLURM_LAUNCH_NODE_IPADDR": here, "SLURM_SRUN_COMM_HOST": here}
+        size = window_size() if self.pty else None
+        if size:  # every task's, as Slurm's srun puts them in the step's environment
+            env.update({"SLURM_PTY_WIN_ROW": str(size["Height"]), "SLURM_PTY_WIN_COL": str(size["Width"])})
         feeds = [t["procid"] for t in node["tasks"] if t["procid"] in self.stdin_to]
         body = json.dumps({
             "key": f"{self.step['job_id']}.{self.step['run']}", "job_id": self.step["job_id"],
@@ -356,7 +359,7 @@ class Launcher:
             "argv": self.command, "cwd": self.cwd, "env": env, "nodeid": node["nodeid"],
             "tasks": node["tasks"], **({"container": self.container} if self.container else {}),
             **({"stdin": feeds} if feeds else {}),
-            **({"pty": window_size() if any(t["procid"] == 0 for t in node["tasks"]) else {}} if self.pty else {}),
+            **({"pty": size if any(t["procid"] == 0 for t in node["tasks"]) else {}} if size else {}),
         }).encode()
         head = (f"POST /v1/steps HTTP/1.0\r\nHost: {node['address']}\r\nContent-Type: application/json\r\n"
                 f"Content-Length: {len(body)}\r\n\r\n").encode()
