@@ -74,7 +74,7 @@ def test_srun_pty_in_salloc_gives_task_zero_a_terminal_of_sruns_size(cluster):
         term.close()
 
 
-def test_srun_pty_in_a_batch_job_runs_task_zero_on_a_terminal_and_discards_the_others_output(cluster):
+def test_srun_pty_in_a_batch_job_and_outside_an_allocation_runs_task_zero_on_a_terminal(cluster):
     """In a batch script srun has no terminal of its own: task 0 still gets one (its output, a
     terminal's, ends lines with CR LF); the other tasks' output goes to /dev/null, as Slurm's."""
     job_id = cluster.sbatch("-N2", "-n2", "--output=pty.out", "--wrap",
@@ -85,3 +85,6 @@ def test_srun_pty_in_a_batch_job_runs_task_zero_on_a_terminal_and_discards_the_o
     assert (cluster.workdir / "pty.out").read_bytes() == b"pty-0\r\nout-0\r\n"
     # Both tasks ran, and both see the terminal's size (24x80: srun itself has no terminal here).
     assert sorted((cluster.workdir / "both.txt").read_text().split()) == ["24", "24", "out-0", "out-1"]
+    # Outside an allocation, srun --pty gets one of its own first (the everyday `srun --pty bash`).
+    out = cluster.run(["srun", "-N1", "--pty", "sh", "-c", 'tty >/dev/null && echo "own-$SLURM_PROCID"'])
+    assert out.stdout.replace("\r\n", "\n") == "own-0\n"
