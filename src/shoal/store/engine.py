@@ -15,9 +15,11 @@ MIGRATION_LOCK = 0x73686F616C0001  # PostgreSQL advisory lock keys: "shoal" + 1 
 def make_engine(url: str) -> Engine:
     """Create the engine. SQLite gets WAL and a busy timeout so API threads and the scheduler share it."""
     if url.startswith("sqlite"):
-        # A pool as large as the API's thread pool: past it, every request opened (and set up) a connection.
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30}, pool_size=16,
-                               max_overflow=48)
+        # A pool as large as the API's thread pool: past it, every request opened (and set up) a
+        # connection. An in-memory database has one connection of its own (SQLAlchemy's choice).
+        in_memory = url in ("sqlite://", "sqlite:///:memory:") or "mode=memory" in url
+        pool = {} if in_memory else {"pool_size": 16, "max_overflow": 48}
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30}, **pool)
 
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_conn, _record):
