@@ -30,6 +30,7 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import signal
 import statistics
 import subprocess
@@ -285,7 +286,15 @@ def fill_phase(h: Hollow, workdir: str, reads: int) -> dict:
         sinfo.append(time.perf_counter() - t)
     out["sinfo_p50_ms"], out["sinfo_p99_ms"] = 1000 * pct(sinfo, 0.5), 1000 * pct(sinfo, 0.99)
     cpu0, t0 = cpu_s(h.server), time.perf_counter()
-    h.admin.post(f"/shoal/v1/jobs/{array['job_id']}/cancel", {})
+    for attempt in range(1, 11):  # one transaction ends nodes x 8 tasks: SQLite's lock may time out under load
+        try:
+            h.admin.post(f"/shoal/v1/jobs/{array['job_id']}/cancel", {})
+            break
+        except ClientError as e:
+            if attempt == 10 or "state store" not in str(e):
+                raise
+            time.sleep(2)
+    out["cancel_attempts"] = attempt
     while sum(live()):
         if time.time() > deadline + 900:
             raise RuntimeError(f"fill: {live()} still live 900 s after the cancel")
@@ -486,6 +495,7 @@ def main() -> int:
                     when=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"))
     if pg is not None:
         pg.stop()
+        shutil.rmtree(pg.root, ignore_errors=True)
     if args.save:
         args.save.write_text(json.dumps({"meta": meta, "results": {str(n): rs for n, rs in results.items()}},
                                         indent=1))
