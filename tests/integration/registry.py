@@ -28,7 +28,7 @@ runtime = "runc"
 """
 BUSYBOX = "/usr/bin/busybox"
 APPLETS = ("sh", "cat", "ls", "echo", "id", "env", "grep", "sleep", "touch", "test", "head", "wc", "pwd", "true",
-           "false", "mkdir", "stat", "printf", "hostname", "sort", "tr", "cut", "seq", "httpd")
+           "false", "mkdir", "stat", "printf", "hostname", "sort", "tr", "cut", "seq", "httpd", "dd")
 
 
 def missing_tools() -> list[str]:

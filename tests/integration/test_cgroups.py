@@ -9,6 +9,7 @@ or v2; the v2 story runs on a cgroup2 mount, with or without controllers.
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
@@ -216,6 +217,58 @@ def test_scancel_kills_a_detached_process_too(cluster):
 
 @needs_v1
 def test_a_job_opens_only_its_own_gpus_device_nodes(cluster):
+    _only_its_own_gpus(cluster)
+
+
+@pytest.mark.skipif(V2 is None, reason="no cgroup2 mount on this machine")
+def test_on_cgroup_v2_a_job_opens_only_its_own_gpus_device_nodes(tmp_path):
+    """v2 has no devices.deny: the agent attaches an eBPF device program to the job's cgroup
+    (devbpf.py), and the stand-ins of the other job's GPU cannot be opened."""
+    c = LocalCluster(tmp_path, nodes=1, gpus_per_node=2, kill_wait=2.0, extra=("--cgroups", "v2"))
+    c.up()
+    try:
+        log = (c.root / "state" / "logs" / f"{NODE}.log").read_text()
+        assert "cgroup v2" in log, log
+        _only_its_own_gpus(c)
+    finally:
+        c.down()
+
+
+@pytest.mark.skipif(V2 is None, reason="no cgroup2 mount on this machine")
+def test_the_v2_device_program_denies_exactly_the_listed_devices(tmp_path):
+    """devbpf's program on a real cgroup2 directory, several minors denied: a process inside
+    gets EPERM for those, ENXIO (no driver) for the others of the major and for another
+    major's stand-in; outside the cgroup, nothing is denied."""
+    from shoal.agent.devbpf import deny_devices
+
+    _, own = cgroups.parse_own(Path("/proc/self/cgroup").read_text())
+    cg = V2 / own.lstrip("/") / f"shoal-devbpf-{os.getpid()}"
+    cg.mkdir()
+    try:
+        for minor in (0, 1, 2, 3, 255):
+            os.mknod(tmp_path / f"nvidia{minor}", 0o600 | 0o020000, os.makedev(cgroups.NVIDIA_MAJOR, minor))
+        os.mknod(tmp_path / "other2", 0o600 | 0o020000, os.makedev(240, 2))
+        deny_devices(cg, cgroups.NVIDIA_MAJOR, [3, 1])
+        probe = ("import os, sys\nfor n in sys.argv[1:]:\n    try:\n        os.open(n, os.O_RDWR)\n"
+                 "    except OSError as e:\n        print(os.path.basename(n), e.errno)\n")
+        names = [str(tmp_path / n) for n in ("nvidia0", "nvidia1", "nvidia2", "nvidia3", "nvidia255", "other2")]
+
+        def opened(inside: bool) -> dict[str, int]:
+            join = f"echo $$ > {cg}/cgroup.procs && " if inside else ""
+            out = subprocess.run(["sh", "-c", f'{join}exec python3 -c "$0" "$@"', probe, *names], capture_output=True,
+                                 text=True, check=True).stdout
+            return {k: int(v) for k, v in (line.split() for line in out.splitlines())}
+
+        enxio, eperm = errno.ENXIO, errno.EPERM  # no driver behind a stand-in; the program's refusal
+        assert opened(True) == {"nvidia0": enxio, "nvidia1": eperm, "nvidia2": enxio, "nvidia3": eperm,
+                                "nvidia255": enxio, "other2": enxio}
+        assert set(opened(False).values()) == {enxio}
+    finally:
+        wait_until(lambda: not (cg / "cgroup.procs").read_text().split(), 10, "the probes to leave")
+        cg.rmdir()
+
+
+def _only_its_own_gpus(cluster) -> None:
     # GPU 0 goes to a first job; the second gets GPU 1 and may not open /dev/nvidia0's stand-in.
     holder = cluster.sbatch("--gres=gpu:1", "--wrap", "sleep 1000")
     cluster.wait_for(holder, states=("RUNNING",), timeout=30, settled=False)

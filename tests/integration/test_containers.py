@@ -13,9 +13,11 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 
+from shoal.agent import cgroups
 from shoal.agent.stepcontainer import Settings
 from tests.integration.cluster import LocalCluster, free_port, wait_until
 from tests.integration.registry import Registry, build_image, missing_tools, podman, podman_env, push
@@ -380,6 +382,74 @@ def test_a_pod_runs_its_image_through_podman_and_a_missing_tag_backs_off(env):
         assert "manifest unknown" in described, described
     finally:
         c.run(["shoal", "delete", "deployment", "web", "missing-tag"], check=False)
+
+
+def test_a_podman_pod_runs_inside_its_cgroup_and_is_oom_killed_over_its_limit(env):
+    """podman makes a pod's container inside the pod's cgroup (``--cgroup-parent``), not its
+    own: a container over the pod's memory limit ends OOMKilled (the kill is seen in the pod's
+    cgroup), and a detached process of a running pod's container is inside it too, so it goes
+    with the pod."""
+    c, penv = env["cluster"], env["podman"]
+    hungry = deployment("hungry", IMAGE, ["sh", "-c", "dd if=/dev/zero of=/dev/null bs=200M count=1"])
+    hungry["spec"]["template"]["spec"]["containers"][0]["resources"] = {"limits": {"memory": "64Mi"}}
+    hungry["spec"]["template"]["spec"]["restartPolicy"] = "Always"
+    detached = deployment("detached", IMAGE, ["sh", "-c", "setsid sleep 3600 & sleep 600"])
+    c.run(["shoal", "apply", "-f", "-"], input="\n---\n".join(json.dumps(d) for d in (hungry, detached)))
+    try:
+        def oom_killed():
+            for p in pods(c, "app=hungry"):
+                for cs in p["status"].get("containerStatuses") or ():
+                    last = cs.get("lastState", {}).get("terminated") or cs.get("state", {}).get("terminated")
+                    if last:
+                        return last
+            return None
+
+        ended = wait_until(oom_killed, 120, "the hungry container's end")
+        assert ended["reason"] == "OOMKilled" and ended["exitCode"] == 137, ended
+
+        def running():
+            found = pods(c, "app=detached")
+            return found[0] if found and found[0]["status"].get("phase") == "Running" else None
+
+        pod = wait_until(running, 90, "the detached pod running")
+        name = f"shoal-default-{pod['metadata']['name']}-app"
+
+        def sleeper():
+            host = podman(penv, "inspect", "--format", "{{.State.Pid}}", name, check=False).stdout.strip()
+            kids = [p for p in Path("/proc").iterdir() if p.name.isdigit() and host.isdigit()
+                    and _ppid(p) == int(host) and b"3600" in _read(p / "cmdline")]
+            return (int(host), int(kids[0].name)) if kids else None
+
+        main_pid, alone = wait_until(sleeper, 30, "the container's processes")
+        node_dir = c.root / "state" / "nodes" / pod["spec"]["nodeName"]
+        for pid in (main_pid, alone):
+            memory = next(line for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+                          if line.split(":")[1] in ("memory", ""))
+            assert "/shoal/" in memory and "/container_app/" in memory, (pid, memory)
+            assert cgroups.instance_name(pod["spec"]["nodeName"], node_dir) in memory, memory
+        # The run's fence list names the engine's cgroups below the container's (v1 kills each
+        # listed cgroup's processes, not those below it).
+        def listed():
+            runs = (node_dir / "pods").glob(f"*_{pod['metadata']['name']}_*/app/run.*/cgroups")
+            return [line for f in runs for line in f.read_text().splitlines() if "/container_app/" in line]
+
+        assert wait_until(listed, 30, "the container's cgroups listed for the fence")
+        c.run(["shoal", "delete", "deployment", "detached"])
+        wait_until(lambda: not Path(f"/proc/{alone}").exists(), 60, "the detached process to end with its pod")
+    finally:
+        c.run(["shoal", "delete", "deployment", "hungry", "detached"], check=False)
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""
+
+
+def _ppid(proc: Path) -> int:
+    stat = _read(proc / "stat").decode(errors="replace")
+    return int(stat.rpartition(")")[2].split()[1]) if ")" in stat else 0
 
 
 def web_server(port: int, tag: str) -> str:

@@ -338,7 +338,7 @@ def test_indexed_job_retries_a_failed_index_and_completes(cluster):
 @needs_kubectl
 def test_job_failure_policy_suspend_and_ttl_as_kubernetes_runs_them(cluster):
     """podFailurePolicy FailJob on an exit code ends the Job at the first such failure (no
-    retry, however large backoffLimit); a suspended Job runs nothing until resumed by a
+    retry, however large backoffLimit); backoffLimitPerIndex gives up on one index only; a suspended Job runs nothing until resumed by a
     patch; ttlSecondsAfterFinished deletes a finished Job and its pods."""
     c = cluster
 
@@ -364,6 +364,17 @@ def test_job_failure_policy_suspend_and_ttl_as_kubernetes_runs_them(cluster):
     assert failed["message"].startswith("Container main for pod default/fatal-") and \
         failed["message"].endswith("failed with exit code 42 matching FailJob rule at index 0")
     assert len(table(kubectl(c, "get", "pods", "-l", "job-name=fatal").stdout)) == 2  # the header and one pod
+
+    # backoffLimitPerIndex 0: index 1 fails once and is given up on; the others still run, then the Job fails.
+    per_index = job("per-index", '[ "$JOB_COMPLETION_INDEX" != 1 ] || exit 3', completions=3, parallelism=3,
+                    completionMode="Indexed", backoffLimitPerIndex=0)
+    kubectl(c, "apply", "-f", per_index)
+    kubectl(c, "wait", "--for=condition=failed", "job/per-index", "--timeout=60s", timeout=70)
+    status = json.loads(kubectl(c, "get", "job", "per-index", "-o", "json").stdout)["status"]
+    failed = next(x for x in status["conditions"] if x["type"] == "Failed")
+    assert (failed["reason"], status["failedIndexes"], status["completedIndexes"], status["failed"]) == \
+        ("FailedIndexes", "1", "0,2", 1), status
+    kubectl(c, "delete", "job", "per-index", timeout=90)
 
     paused = job("paused", "echo resumed", suspend=True, ttlSecondsAfterFinished=2)
     kubectl(c, "apply", "-f", paused)

@@ -7,22 +7,18 @@ subresources. The pods run on the process runtime: a container is a process on t
 from __future__ import annotations
 
 import concurrent.futures
-import fcntl
 import http.client
 import json
 import os
-import pty
-import select
 import shutil
-import struct
 import subprocess
-import termios
 import time
 import urllib.request
 
 import pytest
 
 from tests.integration.cluster import LocalCluster, free_port, wait_until
+from tests.integration.terminal import Terminal
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")]
@@ -114,46 +110,26 @@ def test_exec_with_a_terminal_follows_its_size(cluster):
     c = cluster
     create(c, pod("term", "sleep 3600"))
     running(c, "term")
-    pid, fd = pty.fork()
-    if pid == 0:
-        os.environ.update(c.env)
-        os.execvp("kubectl", ["kubectl", "exec", "-it", "term", "--", "sh"])
+    term = Terminal(["kubectl", "exec", "-it", "term", "--", "sh"], c.env, 33, 101)
     try:
-        fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 33, 101, 0, 0))
-        out = b""
-
-        def read_until(marker: bytes, timeout: float = 30) -> bytes:
-            nonlocal out
-            deadline = time.monotonic() + timeout
-            while marker not in out and time.monotonic() < deadline:
-                if select.select([fd], [], [], 0.2)[0]:
-                    out += os.read(fd, 4096)
-            assert marker in out, out
-            return out
-
-        os.write(fd, b"tty; stty size\n")
-        text = read_until(b"\n33 101").decode()
+        term.write(b"tty; stty size\n")
+        text = term.read_until(b"\n33 101")
         assert "/dev/pts/" in text
-        fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 20, 70, 0, 0))
-        os.kill(pid, 28)  # SIGWINCH: kubectl reads its new size and sends it on
+        term.resize(20, 70)
+        os.kill(term.pid, 28)  # SIGWINCH: kubectl reads its new size and sends it on
         time.sleep(1)
-        os.write(fd, b"stty size\n")
-        read_until(b"\n20 70")
+        term.write(b"stty size\n")
+        term.read_until(b"\n20 70")
         # ^C reaches the terminal's foreground job (the terminal is the session's controlling one).
-        os.write(fd, b"sleep 60; echo slept\n")
+        term.write(b"sleep 60; echo slept\n")
         time.sleep(1)
-        os.write(fd, b"\x03")
-        os.write(fd, b"echo after-$((1+1))\n")
-        read_until(b"after-2", timeout=20)
-        os.write(fd, b"exit 7\n")
-        _, status = os.waitpid(pid, 0)
-        pid = 0
-        assert os.waitstatus_to_exitcode(status) == 7
+        term.write(b"\x03")
+        term.write(b"echo after-$((1+1))\n")
+        term.read_until(b"after-2", timeout=20)
+        term.write(b"exit 7\n")
+        assert term.wait() == 7
     finally:
-        if pid:
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
-        os.close(fd)
+        term.close()
 
 
 def test_kubectl_cp_both_ways(cluster):

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import time
+
+from tests.integration.terminal import Terminal
+
 
 def test_a_user_allocates_two_nodes_runs_steps_in_them_and_the_allocation_ends_with_the_shell(cluster):
     out = cluster.run(["salloc", "-N2", "--gpus-per-node=4", "sh", "-c",
@@ -37,3 +41,50 @@ def test_srun_in_an_allocation_gives_its_tasks_the_steps_counts_and_its_standard
     out = cluster.run(["salloc", "-N1", "-n2", "srun", "-n2", "--input=0", "sh", "-c", 'echo "$SLURM_PROCID:$(cat)"'],
                       input="only-zero\n")
     assert sorted(out.stdout.splitlines()) == ["0:only-zero", "1:"]
+
+
+def test_srun_pty_in_salloc_gives_task_zero_a_terminal_of_sruns_size(cluster):
+    """``salloc -N2`` then ``srun --pty bash``, driven through a pseudo-terminal: task 0's shell
+    runs on a terminal of srun's terminal's size that follows its resizes, every key (^C
+    included) reaches it, the other task's output is discarded, srun exits as the shell did and
+    leaves its terminal as it found it."""
+    term = Terminal(["salloc", "-N2", "sh", "-c", 'srun --pty bash --norc --noprofile; echo "srun=$?"; '
+                     'stty -a | tr " " "\\n" | grep -x -- "-*icanon"'], {**cluster.env, "PS1": "$ "}, 33, 101)
+    try:
+        term.read_until(b"$ ")
+        term.write(b'tty; stty size; echo "task-$SLURM_PROCID-of-$SLURM_NTASKS-$SLURM_PTY_WIN_ROW"\n')
+        text = term.read_until(b"task-0-of-2-33")
+        assert "/dev/pts/" in text and "33 101\r\n" in text
+        term.resize(20, 70)  # srun gets SIGWINCH and sends the new size on
+        time.sleep(1)
+        term.write(b"stty size\n")
+        term.read_until(b"20 70\r\n")
+        term.write(b"sleep 60; echo slept\n")
+        time.sleep(1)
+        term.write(b"\x03")  # raw mode: ^C is a key for the remote terminal, not srun's SIGINT
+        term.write(b"echo after-$((1+1))\n")
+        term.read_until(b"after-2", timeout=30)
+        term.write(b"exit 7\n")
+        text = term.read_until(b"icanon")
+        lines = text.replace("\r", "").splitlines()
+        assert "srun=7" in lines and "icanon" in lines, text  # srun's status; the terminal cooked again
+        assert "slept" not in lines and not any(line.startswith("task-1") for line in lines), text
+        assert term.wait() == 0
+    finally:
+        term.close()
+
+
+def test_srun_pty_in_a_batch_job_and_outside_an_allocation_runs_task_zero_on_a_terminal(cluster):
+    """In a batch script srun has no terminal of its own: task 0 still gets one (its output, a
+    terminal's, ends lines with CR LF); the other tasks' output goes to /dev/null, as Slurm's."""
+    job_id = cluster.sbatch("-N2", "-n2", "--output=pty.out", "--wrap",
+                            "srun --pty sh -c 'tty >/dev/null && echo \"pty-$SLURM_PROCID\"; "
+                            "echo \"out-$SLURM_PROCID\" | tee -a both.txt; echo \"$SLURM_PTY_WIN_ROW\" >>both.txt'")
+    job = cluster.wait_for(job_id, timeout=60)
+    assert job["state"] == "COMPLETED", cluster.diagnostics(job)
+    assert (cluster.workdir / "pty.out").read_bytes() == b"pty-0\r\nout-0\r\n"
+    # Both tasks ran, and both see the terminal's size (24x80: srun itself has no terminal here).
+    assert sorted((cluster.workdir / "both.txt").read_text().split()) == ["24", "24", "out-0", "out-1"]
+    # Outside an allocation, srun --pty gets one of its own first (the everyday `srun --pty bash`).
+    out = cluster.run(["srun", "-N1", "--pty", "sh", "-c", 'tty >/dev/null && echo "own-$SLURM_PROCID"'])
+    assert out.stdout.replace("\r\n", "\n") == "own-0\n"

@@ -41,7 +41,10 @@ def executor(cluster, monkeypatch, tmp_path):
 def test_a_researcher_submits_maps_cancels_and_reads_a_traceback_with_submitit(cluster, executor):
     job = executor.submit(add, 2, 3)
     assert job.result() == 5
-    assert cluster.job(int(job.job_id))["state"] == "COMPLETED"
+    # result() returns once the function has written its result file, from inside the job's step:
+    # the step, the batch script and the epilog still have to end, so the job may still be
+    # RUNNING (or COMPLETING) at that moment, on Slurm too. Wait for it to settle.
+    assert cluster.wait_for(int(job.job_id))["state"] == "COMPLETED"
 
     executor.update_parameters(slurm_array_parallelism=2)
     jobs = executor.map_array(add, [1, 2, 3], [10, 20, 30])

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from shoal.agent.cgroups import favors_dynmods, job_limits, parse_cpu_list, parse_mounts, parse_own, pick_cpus
+from shoal.agent.cgroups import (favors_dynmods, job_limits, oom_kill_below, parse_cpu_list, parse_mounts, parse_own,
+                                 pick_cpus)
 from shoal.model.job import JobState, exit_code_text, run_end
 
 HYBRID_MOUNTS = """\
@@ -115,3 +116,18 @@ def test_no_cgroup_mounted_means_uncontained_and_v1_asked_for_says_why(tmp_path)
     assert detect("off", "n") is None
     with pytest.raises(CgroupError, match="memory and freezer controllers are not mounted"):
         detect("v1", "n", mounts=UNIFIED_MOUNTS, self_cgroup="0::/\n")
+
+
+KMSG_OOM = ("6,5123,24997677574,-;oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=libpod-eb4f,"
+            "mems_allowed=0,oom_memcg=/a/shoal/n1-1a2b3c4d/job_4.0,"
+            "task_memcg=/a/shoal/n1-1a2b3c4d/job_4.0/container_app/libpod-eb4f,task=dd,pid=22164,uid=0\n")
+
+
+def test_an_oom_kill_of_an_engines_container_is_found_in_the_kernel_log_below_its_cgroup():
+    # v1 counts the kill in the engine's own cgroup, gone with the container: the kernel's log names it.
+    below = "/a/shoal/n1-1a2b3c4d/job_4.0/container_app/"
+    assert oom_kill_below(KMSG_OOM, below, 24997000000)
+    assert not oom_kill_below(KMSG_OOM, below, 24998000000)  # before the run started: an earlier run's
+    assert not oom_kill_below(KMSG_OOM, "/a/shoal/n1-1a2b3c4d/job_4.0/container_web/", 0)  # another container
+    assert not oom_kill_below(KMSG_OOM, "/a/shoal/n1-1a2b3c4d/job_4.0/container_ap/", 0)  # not a prefix of a name
+    assert not oom_kill_below("6,5122,24997677570,-;dd invoked oom-killer: gfp_mask=0xcc0\n", below, 0)

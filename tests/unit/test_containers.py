@@ -85,6 +85,22 @@ def test_the_vllm_pod_runs_as_this_exact_argv(runtime, tmp_path):
     assert all(isinstance(a, str) for a in launch.argv)
 
 
+@pytest.mark.parametrize("runtime", list(CASES))
+def test_an_engines_container_is_made_inside_the_pods_cgroup(runtime, tmp_path):
+    """podman and docker get --cgroup-parent right after ``run`` (docker's --config before it
+    kept); the others' container is the supervised process, already in the cgroup."""
+    launch = _launch(runtime, tmp_path, pod={**POD, "registry_auths": {"r.example": {"auth": "eA=="}}})
+    contained = get_runtime(runtime, "node1", IMAGES, base_env={}).contained(launch, "/shoal/job_1.0/container_x")
+    if runtime in ("podman", "docker"):
+        at = launch.argv.index("run") + 1
+        assert contained.argv == [*launch.argv[:at], "--cgroup-parent", "/shoal/job_1.0/container_x",
+                                  *launch.argv[at:]]
+        assert (runtime == "docker") == (launch.argv[1] == "--config")
+    else:
+        assert contained == launch
+    assert get_runtime(runtime, "node1", IMAGES, base_env={}).contained(launch, None) == launch
+
+
 def test_what_the_container_sees_as_its_gpus():
     # CDI and --gpus renumber the pod's GPUs from 0; enroot, apptainer and the process runtime do not.
     seen = {}

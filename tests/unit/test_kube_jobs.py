@@ -100,3 +100,40 @@ def test_a_finished_job_is_deleted_after_its_ttl():
     assert not done.delete_job
     assert not plan_job(spec, [JobPod("a", "Succeeded")], done.status, "2026-01-01T00:00:29Z").delete_job
     assert plan_job(spec, [JobPod("a", "Succeeded")], done.status, "2026-01-01T00:00:30Z").delete_job
+
+
+PER_INDEX = {"completions": 4, "parallelism": 4, "completionMode": "Indexed", "backoffLimitPerIndex": 1}
+
+
+def test_backoff_limit_per_index_gives_up_on_an_index_and_fails_the_job_once_the_rest_are_done():
+    pods = [JobPod("a0", "Failed", 0), JobPod("b0", "Failed", 0), JobPod("a1", "Failed", 1),
+            JobPod("c2", "Active", 2), JobPod("d3", "Succeeded", 3)]
+    plan = plan_job(PER_INDEX, pods, {}, NOW)
+    # index 0 failed twice (over its limit of 1): not retried; index 1 once: retried
+    assert plan.create == [1] and plan.status["failedIndexes"] == "0" and plan.status["failed"] == 3
+    assert not any(c["type"] == "Failed" for c in plan.status.get("conditions", []))
+    pods = [p for p in pods if p.name != "c2"] + [JobPod("c2", "Succeeded", 2), JobPod("e1", "Succeeded", 1)]
+    plan = plan_job(PER_INDEX, pods, {}, NOW)
+    failed = plan.status["conditions"][-1]
+    assert (failed["type"], failed["reason"], failed["message"]) == ("Failed", "FailedIndexes", "Job has failed indexes")
+    assert plan.status["completedIndexes"] == "1-3" and plan.status["failedIndexes"] == "0"
+
+
+def test_max_failed_indexes_fails_the_job_at_once_and_a_fail_index_rule_skips_the_retries():
+    spec = {**PER_INDEX, "backoffLimitPerIndex": 3, "maxFailedIndexes": 1,
+            "podFailurePolicy": {"rules": [{"action": "FailIndex", "onExitCodes": {"operator": "In", "values": [42]}}]}}
+    one = [JobPod("a0", "Failed", 0, exit_code=42, container="main")]
+    plan = plan_job(spec, one + [JobPod("b1", "Failed", 1, exit_code=1, container="main")], {}, NOW)
+    assert plan.status["failedIndexes"] == "0" and sorted(plan.create) == [1, 2, 3]  # 1 retried, 0 not
+    two = one + [JobPod("b1", "Failed", 1, exit_code=42, container="main"), JobPod("c2", "Active", 2)]
+    plan = plan_job(spec, two, {}, NOW)
+    failed = plan.status["conditions"][-1]
+    assert (failed["reason"], failed["message"]) == ("MaxFailedIndexesExceeded",
+                                                     "Job has exceeded the specified maximal number of failed indexes")
+    assert plan.delete == ["c2"] and plan.create == []
+
+
+def test_without_a_per_index_limit_the_backoff_limit_defaults_to_none_only_with_one():
+    from shoal.kube.jobs import settings
+    assert settings({"completions": 2})[3] == 6
+    assert settings({"completions": 2, "completionMode": "Indexed", "backoffLimitPerIndex": 0})[3] == 2**31 - 1

@@ -681,3 +681,21 @@ def test_a_pods_image_pull_secrets_are_kept():
            "spec": {"containers": [{"name": "c", "image": "r:5000/x:1"}], "imagePullSecrets": [{"name": "regcred"}]}}
     obj, warnings = validate(doc)
     assert obj["spec"]["imagePullSecrets"] == [{"name": "regcred"}] and warnings == []
+
+
+def test_per_index_backoff_is_checked_as_the_api_server_checks_it():
+    def job(**spec) -> dict:
+        return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"},
+                "spec": {**spec, "template": {"spec": {"restartPolicy": "Never",
+                                                       "containers": [{"name": "m", "image": "busybox"}]}}}}
+    assert errors_of(job(completions=2, backoffLimitPerIndex=1)) == [
+        ("spec.backoffLimitPerIndex", "Forbidden: requires indexed completion mode")]
+    assert errors_of(job(completions=2, completionMode="Indexed", maxFailedIndexes=3)) == [
+        ("spec.backoffLimitPerIndex", "Required value: when maxFailedIndexes is specified"),
+        ("spec.maxFailedIndexes", "Invalid value: 3: must be less than or equal to completions")]
+    fail_index = {"rules": [{"action": "FailIndex", "onExitCodes": {"operator": "In", "values": [1]}}]}
+    assert errors_of(job(completions=2, completionMode="Indexed", podFailurePolicy=fail_index)) == [
+        ("spec.podFailurePolicy.rules[0].action", "Forbidden: requires the backoffLimitPerIndex to be set")]
+    spec = validate(job(completions=2, completionMode="Indexed", backoffLimitPerIndex=1))[0]["spec"]
+    assert (spec["backoffLimit"], spec["backoffLimitPerIndex"]) == (2**31 - 1, 1)
+    assert validate(job(completions=2))[0]["spec"]["backoffLimit"] == 6

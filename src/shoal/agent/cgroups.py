@@ -26,6 +26,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from shoal.agent.devbpf import deny_devices
+
 log = logging.getLogger("shoal.agent")
 
 # pids is left out: no limit is set on it, and every hierarchy joined costs each launch a migration.
@@ -400,6 +402,48 @@ def engine_parent(engine: str, cg: Cgroup | None) -> str | None:
     return cg.engine_parent() if _engines[engine] == ("cgroupfs", cg.version) else None
 
 
+def kernel_oom_kills(engine_parent: str, since_mono: float) -> int:
+    """The kernel's OOM kills of processes in cgroups below ``engine_parent`` (a cgroup's path
+    as :meth:`Cgroup.engine_parent` names it) since ``since_mono`` (time.monotonic), from its
+    log (``/dev/kmsg``, as kubelet's OOM watcher reads it). For an engine's container on v1,
+    whose kill the kernel counts in the container's own cgroup, which the engine removes with
+    the container before the agent could read it; 0 where the log cannot be read."""
+    since_us, below = int(since_mono * 1e6), engine_parent.rstrip("/") + "/"
+    kills = 0
+    try:
+        fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return 0
+    try:
+        while True:
+            try:
+                record = os.read(fd, 8192).decode(errors="replace")
+            except BlockingIOError:
+                break
+            except OSError as e:
+                if e.errno == errno.EPIPE:  # overwritten while we read: go on from the next
+                    continue
+                break
+            if not record:
+                break
+            kills += oom_kill_below(record, below, since_us)
+    finally:
+        os.close(fd)
+    return kills
+
+
+def oom_kill_below(record: str, below: str, since_us: int) -> bool:
+    """Whether a ``/dev/kmsg`` record (``PRI,SEQ,USEC,FLAGS;TEXT``) is the kernel's
+    ``oom-kill:`` line for a process whose cgroup (``task_memcg``) is below ``below`` (ending
+    in ``/``), logged at ``since_us`` (CLOCK_MONOTONIC microseconds) or later."""
+    head, _, text = record.partition(";")
+    fields = head.split(",")
+    if not text.startswith("oom-kill:") or len(fields) < 3 or not fields[2].isdigit() or int(fields[2]) < since_us:
+        return False
+    memcg = next((f.removeprefix("task_memcg=") for f in text.strip().split(",") if f.startswith("task_memcg=")), "")
+    return memcg.startswith(below)
+
+
 def write_cgroup_list(jobdir: Path, paths: Iterable[Path]) -> None:
     """``JOBDIR/cgroups``: the run's cgroup directories, one a line (atomically), so whatever
     fences the run without the agent can kill every process in them."""
@@ -523,6 +567,11 @@ class Hierarchy:
 
     def _limit_v2(self, cg: Cgroup, limits: Limits) -> None:
         d = cg.dirs["unified"]
+        if limits.denied_gpus:  # v2 has no devices.deny: an eBPF device program, as runc's and systemd's
+            try:
+                deny_devices(d, NVIDIA_MAJOR, limits.denied_gpus)
+            except OSError as e:
+                raise CgroupError(e.errno, f"{d}: {e.strerror}") from None
         if "cpuset" in self.controllers and limits.cpus:
             _write(d / "cpuset.cpus", cpu_list_text(limits.cpus))
         if "memory" in self.controllers and limits.memory_bytes:

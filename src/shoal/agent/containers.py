@@ -289,6 +289,12 @@ class ContainerRuntime:
         container; ``stdin``/``tty``: kubectl's ``-i``/``-t``, for runtimes that must be told."""
         return [*launch.exec_prefix, *argv]
 
+    def contained(self, launch: Launch, cgroup_parent: str | None) -> Launch:
+        """``launch`` with its container made inside ``cgroup_parent`` (an engine's
+        ``--cgroup-parent``, cgroups.engine_parent), for engines that make a cgroup of their own;
+        the others' container is the supervised process, already in the pod's cgroup."""
+        return launch
+
     def pull_failure(self, exit_code: int, output: str) -> str | None:
         """The pull error in a container process's early output, or None if it is no pull failure."""
         return None
@@ -383,6 +389,13 @@ class PodmanRuntime(ContainerRuntime):
         remove = self._remove(name)
         return Launch(self.name, name, argv, penv, cenv, steps=[Step(remove, check=False)],
                       cleanup=remove, exec_prefix=[self.binary, "exec", name])
+
+    def contained(self, launch, cgroup_parent):
+        """``--cgroup-parent`` right after ``run`` (docker's ``--config`` comes before it)."""
+        if not cgroup_parent:
+            return launch
+        at = launch.argv.index("run") + 1
+        return replace(launch, argv=[*launch.argv[:at], "--cgroup-parent", cgroup_parent, *launch.argv[at:]])
 
     def _auth_flags(self, pod: dict, paths: ContainerPaths) -> list[str]:
         """The pod's imagePullSecrets as ``--authfile`` (in the container's own folder)."""

@@ -33,7 +33,8 @@ from pathlib import Path
 import psutil
 
 from shoal.agent import supervise
-from shoal.agent.cgroups import Cgroup, Containment, procs_files, write_cgroup_list
+from shoal.agent.cgroups import (Cgroup, Containment, engine_parent, kernel_oom_kills, procs_files, read_cgroup_list,
+                                 write_cgroup_list)
 from shoal.agent.containers import (ContainerError, ContainerPaths, ContainerRuntime,
                                     CreateContainerConfigError, ImagePullError, Launch, RegistrySettings, Step,
                                     container_env, get_runtime, pull_policy)
@@ -517,6 +518,8 @@ class PodManager:
                 failed = self._run_step(pod, c, step, out)
                 if failed is not None:
                     return failed, launch
+            if pod.cgroup is not None:
+                engine_parent(rt.binary or "", pod.cgroup)  # asks the engine once, not under the lock
             with self.lock:
                 if pod.stopping:
                     return "stopped", launch
@@ -566,6 +569,16 @@ class PodManager:
                 # The container's own directories (v1: not the pod's cpuset and devices, which
                 # other containers' supervisors share): its fence kills what it left, detached or not.
                 write_cgroup_list(jobdir, [d for k, d in inside.dirs.items() if d != pod.cgroup.dirs[k]])
+                # An engine's container (podman's, docker's) is made inside it too, not in the
+                # engine's own cgroup: the pod's memory limit and its end hold for it.
+                rt = self._runtime(pod)
+                parent = engine_parent(rt.binary or "", inside)
+                launch = rt.contained(launch, parent)
+                if parent is not None:
+                    # The engine's client stays out, as kubelet and containerd do: its memory
+                    # is not the pod's. Its container's cgroups are listed for the fence once made.
+                    inside = None
+                    _timer(0.2, self._list_engine_cgroups, pod, c, jobdir, 0)
             spec = supervise.Launch(
                 key=f"{pod.key}/{c.name}/{number}", job_id=int(pod.entry.get("job_id", 0)),
                 run=int(pod.entry.get("run", 0)), user=pod.entry.get("user", ""), argv=list(launch.argv),
@@ -579,13 +592,39 @@ class PodManager:
             shutil.rmtree(jobdir, ignore_errors=True)
             return None, f"cannot start the container's supervisor: {getattr(e, 'strerror', None) or e}"
 
+    def _list_engine_cgroups(self, pod: _Pod, c: _Container, jobdir: Path, tries: int) -> None:
+        """Add the cgroups an engine made for run ``jobdir``'s container (its conmon's, its
+        container's) below ``container_NAME`` to the run's list, so the fence, which kills
+        each listed cgroup's processes, reaches them; tried again until they are there."""
+        if pod.cgroup is None or not jobdir.is_dir():
+            return
+        own = pod.cgroup.sub(f"container_{c.name}")
+        try:
+            found = [d for top in [*own.paths, *own.engine_dirs()] if top.is_dir() for d in top.iterdir() if d.is_dir()]
+            if found:
+                write_cgroup_list(jobdir, [*read_cgroup_list(jobdir), *found])
+                return
+        except OSError as e:
+            log.warning("pod %s: cannot list container %s's cgroups for the fence: %s", pod.key, c.name, e)
+            return
+        if tries < 300:
+            _timer(0.2, self._list_engine_cgroups, pod, c, jobdir, tries + 1)
+
+    def _engine_oom(self, pod: _Pod, c: _Container, run: _Run) -> bool:
+        """v1 counts an OOM kill in the victim's own cgroup: an engine's container's, gone
+        with it by now; the kernel's log says whether one was below the container's cgroup."""
+        if pod.cgroup is None or pod.cgroup.version != 1:
+            return False
+        parent = engine_parent(self._runtime(pod).binary or "", pod.cgroup.sub(f"container_{c.name}"))
+        return parent is not None and kernel_oom_kills(parent, run.started_mono) > 0
+
     def _follow(self, pod: _Pod, c: _Container, run: _Run, prev: _Run | None, prev_last: dict) -> str:
         """Wait for a started (or adopted) run to end and record how: "exited" or
         "start-failed" (the runtime could not pull the image or create the container)."""
         status = run.popen.wait()
         rc = -status.signal if status.signal else status.exit_code
         ooms = pod.cgroup.sub(f"container_{c.name}").usage().oom_kills if pod.cgroup is not None else c.oom_kills
-        oom_killed, c.oom_kills = ooms > c.oom_kills, ooms
+        oom_killed, c.oom_kills = ooms > c.oom_kills or self._engine_oom(pod, c, run), ooms
         pull_error = engine_error = None
         if run.kill_reason is None and not status.reason:
             tail = _tail(run.log)

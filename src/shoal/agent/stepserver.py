@@ -22,11 +22,13 @@ import hmac
 import json
 import logging
 import os
+import pty
 import selectors
 import socket
 import ssl
 import stat
 import subprocess
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -450,6 +452,9 @@ def _run_step(runtime: Runtime, run, req: dict, conn: socket.socket, wfile, node
     cwd = req.get("cwd") or "/"
     fds = step.open_procs() if step is not None else []  # each task joins them between fork and exec
     stdin_to = set(req.get("stdin") or ()) if step_container is None else set()
+    # srun --pty: task 0 on a terminal of srun's terminal's size, the others' output to /dev/null.
+    pty_size = req.get("pty") if step_container is None and isinstance(req.get("pty"), dict) else None
+    terminal: int | None = None  # the terminal's master end, task 0's output and input
     for task in req["tasks"]:
         env = dict(req["env"])
         env.update({
@@ -470,14 +475,29 @@ def _run_step(runtime: Runtime, run, req: dict, conn: socket.socket, wfile, node
             # The runtime runs as root and enters the container as the job's user.
             argv, env = step_container.task_argv(env, req.get("container", {}).get("workdir") or cwd, argv)
             who = None
+        slave = None
         try:
-            p = spawn([*prefix, *argv], identity=who, env=env, cwd=cwd, cwd_fallback="/tmp", note_fd=2,
-                      stdin=subprocess.PIPE if task["procid"] in stdin_to else subprocess.DEVNULL,
-                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, cgroup_fds=fds)
+            if pty_size is not None and task["procid"] == 0:
+                terminal, slave = pty.openpty()
+                podstreams.set_size(terminal, pty_size)
+                # The terminal becomes the session's controlling one (taken before the supervisor
+                # is exec'd, as the session's leader), so ^C reaches the task's foreground job.
+                p = spawn([sys.executable, "-c", podstreams.TAKE_TERMINAL, *prefix, *argv], identity=who, env=env,
+                          cwd=cwd, cwd_fallback="/tmp", note_fd=2, stdin=slave, stdout=slave, stderr=slave,
+                          cgroup_fds=fds)
+                p.stdin, p.stdout = PtyInput(os.dup(terminal)), os.fdopen(terminal, "rb", buffering=0)
+            else:
+                out = subprocess.DEVNULL if pty_size is not None else subprocess.PIPE
+                p = spawn([*prefix, *argv], identity=who, env=env, cwd=cwd, cwd_fallback="/tmp", note_fd=2,
+                          stdin=subprocess.PIPE if task["procid"] in stdin_to else subprocess.DEVNULL,
+                          stdout=out, stderr=out, cgroup_fds=fds)
         except OSError as e:
             emit({"t": task["procid"], "e": f"slurmstepd: error: execve(): {argv[0]}: {e.strerror}\n"})
             exits[task["procid"]] = [2, 0]
             continue
+        finally:
+            if slave is not None:
+                os.close(slave)
         runtime.add_step_proc(run, p, req["step_id"], fences_itself=bool(prefix))
         procs[task["procid"]] = p
     close_all(fds)
@@ -489,6 +509,11 @@ def _run_step(runtime: Runtime, run, req: dict, conn: socket.socket, wfile, node
         or sends its standard input on."""
         if "stdin" in doc:
             stdin.put(doc["stdin"])
+        elif isinstance(doc.get("winsize"), dict) and terminal is not None:
+            try:  # srun's terminal was resized: so is the task's (its foreground job gets SIGWINCH)
+                podstreams.set_size(terminal, doc["winsize"])
+            except (OSError, ValueError, TypeError):
+                pass
         elif doc.get("terminate"):
             runtime.terminate_step(run, req["step_id"], kill_wait)
             emit({"aborting": kill_wait})
@@ -497,6 +522,10 @@ def _run_step(runtime: Runtime, run, req: dict, conn: socket.socket, wfile, node
 
     try:
         _stream_tasks(procs, conn, emit, exits, on_request)
+        if terminal is not None:
+            for p in procs.values():
+                if isinstance(p.stdin, PtyInput):
+                    p.stdin.release()
         if step is not None and procs and on_end is not None:
             on_end(run, req["step_id"], step.usage())
         if step_container is not None and req["container"].get("save"):
@@ -533,6 +562,33 @@ def _start_container(containers, req: dict, run, ident, emit, exits: dict[int, l
         last = (str(e).strip().splitlines() or ["failed"])[-1]
         emit({"reason": f"ContainerError: {last.rsplit(': ', 1)[-1]}"[:64]})
         return None
+
+
+class PtyInput:
+    """srun's input to a --pty task: written to the terminal; its end is the terminal's end of
+    file (^D), the terminal itself staying open for the task's output."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def write(self, data: bytes) -> None:
+        os.write(self.fd, data)
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            try:
+                os.write(self.fd, b"\x04")
+            finally:
+                self.release()
+
+    def release(self) -> None:
+        """The task has ended: no more input, and no end of file to write."""
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            os.close(fd)
 
 
 class StdinRelay:
@@ -597,12 +653,13 @@ def _stream_tasks(procs: dict[int, subprocess.Popen], conn: socket.socket, emit,
     already hold tasks that never started. What the client sends goes to ``on_request``; a
     client that goes away kills the tasks."""
     sel = selectors.DefaultSelector()
-    pipes = {procid: 2 for procid in procs}  # open pipes per task: reaped once both are closed
+    pipes = {procid: 0 for procid in procs}  # open pipes per task: reaped once all are closed
     for procid, p in procs.items():
-        os.set_blocking(p.stdout.fileno(), False)
-        os.set_blocking(p.stderr.fileno(), False)
-        sel.register(p.stdout, selectors.EVENT_READ, (procid, "o"))
-        sel.register(p.stderr, selectors.EVENT_READ, (procid, "e"))
+        for f, stream in ((p.stdout, "o"), (p.stderr, "e")):
+            if f is not None:  # none: the output goes to /dev/null (srun --pty's other tasks)
+                os.set_blocking(f.fileno(), False)
+                sel.register(f, selectors.EVENT_READ, (procid, stream))
+                pipes[procid] += 1
     # A chunk may end inside a multi-byte character: decode each stream incrementally.
     decoders = {(t, k): codecs.getincrementaldecoder("utf-8")("replace") for t in procs for k in "oe"}
     sel.register(conn, selectors.EVENT_READ, None)  # readable = the client went away
@@ -632,6 +689,8 @@ def _stream_tasks(procs: dict[int, subprocess.Popen], conn: socket.socket, emit,
                 data = os.read(key.fileobj.fileno(), 65536)
             except BlockingIOError:
                 continue
+            except OSError:  # EIO: a terminal whose last writer has closed it
+                data = b""
             if not data:
                 tail = decoders[(procid, stream)].decode(b"", final=True)
                 if tail and not client_gone:

@@ -8,6 +8,7 @@ with the node name as the host name). It returns the highest exit code of its ta
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -63,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     except ClientError as e:
         fail(str(e))
     launcher = Launcher(step, req.command, opts, env, tls)
-    rc, sig = launcher.run()
+    with raw_terminal(bool(opts.get("pty"))):
+        rc, sig = launcher.run()
     why = {"reason": launcher.reason} if launcher.reason else {}
     try:
         client.post(f"/shoal/v1/jobs/{job_id}/steps/{step['step_id']}/complete", {"exit_code": rc, "signal": sig, **why})
@@ -90,6 +92,35 @@ def step_environment(inherited: dict[str, str], step_env: dict[str, str], new_al
     return env
 
 
+@contextlib.contextmanager
+def raw_terminal(pty: bool):
+    """srun --pty: srun's terminal in raw mode while the step runs (every key, ^C included, goes
+    to task 0's terminal), as it was afterwards."""
+    if not pty or not os.isatty(0):
+        yield
+        return
+    import termios
+    import tty
+
+    saved = termios.tcgetattr(0)
+    tty.setraw(0)
+    try:
+        yield
+    finally:
+        termios.tcsetattr(0, termios.TCSADRAIN, saved)
+
+
+def window_size() -> dict[str, int]:
+    """srun's terminal's size, as the node sets task 0's terminal's (24x80 without one)."""
+    for fd in (0, 1, 2):
+        try:
+            size = os.get_terminal_size(fd)
+            return {"Height": size.lines, "Width": size.columns}
+        except OSError:
+            continue
+    return {"Height": 24, "Width": 80}
+
+
 def _job_client():
     from shoal.api_client import Client, load_config
 
@@ -110,7 +141,7 @@ def _step_body(opts: dict, command: list[str]) -> dict:
 def _allocate(client, opts: dict, command: list[str], prog: str = "srun") -> int:
     """srun (or salloc) outside a job: get an allocation first, and wait for it (srun: job N queued...)."""
     body = {k: v for k, v in opts.items() if k not in ("label", "unbuffered", "mpi", "kill_on_bad_exit",
-                                                       "overlap", "exact", "gpu_bind", "cpu_bind")}
+                                                       "overlap", "exact", "gpu_bind", "cpu_bind", "pty")}
     body["interactive"] = True
     body.setdefault("name", os.path.basename(command[0]))
     body.pop("script", None)
@@ -159,9 +190,12 @@ class Launcher:
         self.step = step
         self.tls = tls  # an ssl.SSLContext trusting the cluster CA, for agents that serve HTTPS
         self.command = command
-        self.label = bool(opts.get("label"))
-        # As Slurm's srun, whole lines per task unless --unbuffered, so tasks never interleave mid-line.
-        self.unbuffered = bool(opts.get("unbuffered")) and not self.label
+        # --pty: task 0 runs on a terminal, its input srun's; the other tasks' output is discarded.
+        self.pty = bool(opts.get("pty"))
+        self.label = bool(opts.get("label")) and not self.pty
+        # As Slurm's srun, whole lines per task unless --unbuffered (implied by --pty), so tasks
+        # never interleave mid-line.
+        self.unbuffered = (bool(opts.get("unbuffered")) or self.pty) and not self.label
         self.env = env
         self.cwd = opts.get("workdir") or os.getcwd()
         self.container = opts.get("container")  # Pyxis' options: the tasks run in this container
@@ -178,7 +212,7 @@ class Launcher:
         self.forcing = False  # srun, signalled, has asked the nodes to end the step
         self.abort_deadline: float | None = None  # once a node said how long its KillWait is
         procids = [t["procid"] for n in step["nodes"] for t in n["tasks"]]
-        self.stdin_to, self.stdin_source = _stdin_plan(opts.get("stdin"), procids)
+        self.stdin_to, self.stdin_source = _stdin_plan(opts.get("stdin") or ("0" if self.pty else None), procids)
         self.stdin_nodes = sum(1 for n in step["nodes"] if any(t["procid"] in self.stdin_to for t in n["tasks"]))
         self.stdin_socks: list[socket.socket] = []
         self.stdin_heard: set[str] = set()  # the feeding nodes launched or failed
@@ -188,6 +222,8 @@ class Launcher:
         threads = [threading.Thread(target=self._node, args=(n,), daemon=True) for n in self.step["nodes"]]
         handlers = {signal.SIGINT: self._interrupt, signal.SIGTERM: self._force, signal.SIGHUP: self._force,
                     signal.SIGQUIT: self._force}
+        if self.pty:  # srun's terminal resized: so is task 0's
+            handlers[signal.SIGWINCH] = lambda signum, frame: self._tell({"winsize": window_size()})
         old = {sig: signal.signal(sig, handler) for sig, handler in handlers.items()}
         try:
             for t in threads:
@@ -313,6 +349,9 @@ class Launcher:
         # The address the node sees this srun at, as Slurm tells its tasks.
         here = sock.getsockname()[0]
         env = {**self.env, "SLURM_LAUNCH_NODE_IPADDR": here, "SLURM_SRUN_COMM_HOST": here}
+        size = window_size() if self.pty else None
+        if size:  # every task's, as Slurm's srun puts them in the step's environment
+            env.update({"SLURM_PTY_WIN_ROW": str(size["Height"]), "SLURM_PTY_WIN_COL": str(size["Width"])})
         feeds = [t["procid"] for t in node["tasks"] if t["procid"] in self.stdin_to]
         body = json.dumps({
             "key": f"{self.step['job_id']}.{self.step['run']}", "job_id": self.step["job_id"],
@@ -320,6 +359,7 @@ class Launcher:
             "argv": self.command, "cwd": self.cwd, "env": env, "nodeid": node["nodeid"],
             "tasks": node["tasks"], **({"container": self.container} if self.container else {}),
             **({"stdin": feeds} if feeds else {}),
+            **({"pty": size if any(t["procid"] == 0 for t in node["tasks"]) else {}} if size else {}),
         }).encode()
         head = (f"POST /v1/steps HTTP/1.0\r\nHost: {node['address']}\r\nContent-Type: application/json\r\n"
                 f"Content-Length: {len(body)}\r\n\r\n").encode()

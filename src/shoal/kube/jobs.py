@@ -9,7 +9,11 @@ ended because it was preempted or its node failed is retried without counting as
 failure, as a pod failure policy ignoring ``DisruptionTarget`` would do (Kubernetes counts
 it unless a policy says so: a deliberate difference). ``podFailurePolicy`` rules (FailJob,
 Ignore, Count on exit codes or on ``DisruptionTarget``), ``activeDeadlineSeconds``,
-``suspend`` and ``ttlSecondsAfterFinished`` act as the job controller's do.
+``suspend`` and ``ttlSecondsAfterFinished`` act as the job controller's do. With
+``backoffLimitPerIndex`` (Indexed Jobs) each index has its own budget of failures: an index
+over it (or failed by a ``FailIndex`` rule) is not retried and is listed in ``failedIndexes``;
+the Job fails once every index has succeeded or failed (FailedIndexes), or at once when more
+than ``maxFailedIndexes`` have failed (MaxFailedIndexesExceeded).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from datetime import datetime
 from shoal.model.hostlist import compress_numbers
 
 DEFAULT_BACKOFF_LIMIT = 6
+UNLIMITED_BACKOFF = 2**31 - 1  # backoffLimit's default when backoffLimitPerIndex is set
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 INDEX_ENV = "JOB_COMPLETION_INDEX"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"  # on a Job: Kueue admits its pods as a whole; so does Shoal
@@ -52,7 +57,26 @@ def settings(spec: Mapping) -> tuple[int, int, bool, int]:
     completions = spec.get("completions")
     completions = int(completions) if completions is not None else 1
     indexed = spec.get("completionMode") == "Indexed"
-    return completions, parallelism, indexed, int(spec.get("backoffLimit", DEFAULT_BACKOFF_LIMIT))
+    default = DEFAULT_BACKOFF_LIMIT if spec.get("backoffLimitPerIndex") is None else UNLIMITED_BACKOFF
+    backoff = spec.get("backoffLimit")
+    return completions, parallelism, indexed, int(backoff if backoff is not None else default)
+
+
+def failed_indexes(spec: Mapping, pods: Sequence[JobPod], per_index: int) -> set[int]:
+    """The indexes that will not be retried: more than ``per_index`` counted failures, or a
+    pod failed by a ``FailIndex`` rule (calculateFailedIndexes in the job controller)."""
+    failures: dict[int, int] = {}
+    out: set[int] = set()
+    for p in pods:
+        if p.index is None or p.phase not in ("Failed", "Disrupted"):
+            continue
+        rule = failure_policy_action(spec, p)
+        if rule is not None and rule[0] == "FailIndex":
+            out.add(p.index)
+            continue
+        if _counted(p, rule):
+            failures[p.index] = failures.get(p.index, 0) + 1
+    return out | {i for i, n in failures.items() if n > per_index}
 
 
 def index_text(indexes: Sequence[int]) -> str:
@@ -84,6 +108,12 @@ def failure_policy_action(spec: Mapping, pod: JobPod) -> tuple[str, int, str] | 
     return None
 
 
+def _counted(pod: JobPod, rule: tuple[str, int, str] | None) -> bool:
+    """Whether a Failed or Disrupted pod counts as a failure: a Failed one unless a rule says
+    Ignore; a Disrupted one (preempted, node lost) only when a rule matching it says so."""
+    return pod.phase == "Failed" if rule is None else rule[0] != "Ignore"
+
+
 def plan_job(spec: Mapping, pods: Sequence[JobPod], old_status: Mapping, now: str) -> JobPlan:
     """One sync of a Job (``now``: the RFC 3339 time conditions are stamped with)."""
     completions, parallelism, indexed, backoff = settings(spec)
@@ -107,14 +137,18 @@ def plan_job(spec: Mapping, pods: Sequence[JobPod], old_status: Mapping, now: st
         rule = failure_policy_action(spec, p)
         if rule is not None and rule[0] == "FailJob" and fail_job is None:
             fail_job = f"{rule[2]} matching FailJob rule at index {rule[1]}"
-        counted = p.phase == "Failed" if rule is None else rule[0] in ("Count", "FailJob")
-        failed += counted
+        failed += _counted(p, rule)
+    per_index = spec.get("backoffLimitPerIndex") if indexed else None
+    lost: set[int] = set()
     if indexed:
         done = {p.index for p in pods if p.phase == "Succeeded" and p.index is not None and p.index < completions}
         succeeded = len(done)
+        if per_index is not None:
+            lost = {i for i in failed_indexes(spec, pods, int(per_index)) if i < completions} - done
     else:
         done = set()
         succeeded = sum(1 for p in pods if p.phase == "Succeeded")
+    max_lost = spec.get("maxFailedIndexes")
     if not finished:
         deadline = spec.get("activeDeadlineSeconds")
         if succeeded >= completions:
@@ -127,6 +161,11 @@ def plan_job(spec: Mapping, pods: Sequence[JobPod], old_status: Mapping, now: st
             finished = True
         elif fail_job is not None:
             finished = _fail(conditions, plan, "PodFailurePolicy", fail_job, now)
+        elif max_lost is not None and len(lost) > int(max_lost):
+            finished = _fail(conditions, plan, "MaxFailedIndexesExceeded",
+                             "Job has exceeded the specified maximal number of failed indexes", now)
+        elif lost and len(lost) + succeeded >= completions:
+            finished = _fail(conditions, plan, "FailedIndexes", "Job has failed indexes", now)
         elif failed > backoff:
             finished = _fail(conditions, plan, "BackoffLimitExceeded", "Job has reached the specified backoff limit",
                              now)
@@ -144,7 +183,7 @@ def plan_job(spec: Mapping, pods: Sequence[JobPod], old_status: Mapping, now: st
         room = parallelism - len(active)
         if indexed:
             busy = {p.index for p in active}
-            missing = [i for i in range(completions) if i not in done and i not in busy]
+            missing = [i for i in range(completions) if i not in done and i not in busy and i not in lost]
             plan.create = list(missing[:max(0, room)])
         else:
             plan.create = [None] * max(0, min(room, completions - succeeded - len(active)))
@@ -153,7 +192,9 @@ def plan_job(spec: Mapping, pods: Sequence[JobPod], old_status: Mapping, now: st
         status["conditions"] = conditions
     if indexed and done:
         status["completedIndexes"] = index_text(sorted(done))
-    plan.status = {k: v for k, v in status.items() if v or k in ("succeeded", "failed")}
+    if per_index is not None:
+        status["failedIndexes"] = index_text(sorted(lost))
+    plan.status = {k: v for k, v in status.items() if v or k in ("succeeded", "failed", "failedIndexes")}
     return plan
 
 

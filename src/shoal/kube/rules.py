@@ -246,11 +246,22 @@ def _check_job(obj: Job, r: Report) -> None:
                                                                 ["OnFailure", "Never"]))
     if spec.completionMode == "Indexed" and spec.completions is None:
         r.error("spec.completions", "Required value: when completion mode is Indexed")
+    if spec.backoffLimitPerIndex is not None and spec.completionMode != "Indexed":
+        r.error("spec.backoffLimitPerIndex", "Forbidden: requires indexed completion mode")
+    if spec.maxFailedIndexes is not None:
+        if spec.backoffLimitPerIndex is None:
+            r.error("spec.backoffLimitPerIndex", "Required value: when maxFailedIndexes is specified")
+        if spec.completions is not None and spec.maxFailedIndexes > spec.completions:
+            r.error("spec.maxFailedIndexes", f"Invalid value: {spec.maxFailedIndexes}: must be less than or equal "
+                                             "to completions")
     if spec.podFailurePolicy is not None:
         if spec.template.spec.restartPolicy != "Never":
             r.error("spec.template.spec.restartPolicy", f"Invalid value: {show(spec.template.spec.restartPolicy)}: "
                                                         'only "Never" is supported when podFailurePolicy is specified')
         for i, rule in enumerate(spec.podFailurePolicy.rules):
+            if rule.action == "FailIndex" and spec.backoffLimitPerIndex is None:
+                r.error(f"spec.podFailurePolicy.rules[{i}].action", 'Forbidden: requires the backoffLimitPerIndex '
+                                                                    'to be set')
             if (rule.onExitCodes is None) == (rule.onPodConditions is None):
                 r.error(f"spec.podFailurePolicy.rules[{i}]", "Invalid value: specifying one of onExitCodes and "
                                                               "onPodConditions is required")

@@ -10,9 +10,10 @@ import json
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, PlainValidator
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator, model_validator
 from pydantic_core import PydanticCustomError
 
+from shoal.kube.jobs import DEFAULT_BACKOFF_LIMIT, UNLIMITED_BACKOFF
 from shoal.kube.rollout import DEFAULT_MAX_SURGE, DEFAULT_MAX_UNAVAILABLE
 from shoal.model.quantity import EXAMPLES, parse_decimal
 
@@ -341,8 +342,7 @@ class PodFailurePolicyOnPodCondition(Model):
 
 
 class PodFailurePolicyRule(Model):
-    # FailIndex needs backoffLimitPerIndex, which Shoal does not take.
-    action: Literal["FailJob", "Ignore", "Count"]
+    action: Literal["FailJob", "FailIndex", "Ignore", "Count"]  # FailIndex: with backoffLimitPerIndex
     onExitCodes: PodFailurePolicyOnExitCodes | None = None
     onPodConditions: list[PodFailurePolicyOnPodCondition] | None = Field(None, max_length=20)
 
@@ -352,18 +352,26 @@ class PodFailurePolicy(Model):
 
 
 class JobSpec(Model):
-    IGNORED = frozenset({"podReplacementPolicy", "successPolicy", "backoffLimitPerIndex",
-                         "maxFailedIndexes", "manualSelector", "managedBy"})
+    IGNORED = frozenset({"podReplacementPolicy", "successPolicy", "manualSelector", "managedBy"})
     template: PodTemplateSpec
     podFailurePolicy: PodFailurePolicy | None = None
     completions: int | None = Field(None, ge=0)
     parallelism: int = Field(1, ge=0)
     completionMode: Literal["NonIndexed", "Indexed"] = "NonIndexed"
-    backoffLimit: int = Field(6, ge=0)
+    # Defaulted as the API server does: 6, or no limit (2^31-1) with backoffLimitPerIndex.
+    backoffLimit: int | None = Field(None, ge=0)
+    backoffLimitPerIndex: int | None = Field(None, ge=0)
+    maxFailedIndexes: int | None = Field(None, ge=0)
     activeDeadlineSeconds: int | None = Field(None, ge=1)
     ttlSecondsAfterFinished: int | None = Field(None, ge=0)
     suspend: bool = False
     selector: LabelSelectorSpec | None = None
+
+    @model_validator(mode="after")
+    def _default_backoff_limit(self) -> "JobSpec":
+        if self.backoffLimit is None:
+            self.backoffLimit = DEFAULT_BACKOFF_LIMIT if self.backoffLimitPerIndex is None else UNLIMITED_BACKOFF
+        return self
 
 
 # -- services --------------------------------------------------------------------------------

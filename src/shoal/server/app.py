@@ -1,5 +1,5 @@
 """The API assembled: FastAPI's app with every router (server/routers/ and the Kubernetes
-API's, tokens', the console's), and in front of it the fast path made from the same
+API's, the console's), and in front of it the fast path made from the same
 endpoint table (server/endpoints.py) as the commands' in-process routes."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from shoal import __version__
-from shoal.server import console, deps, endpoints, errors, fastpath, jobcontrol, joblist, tokens
+from shoal.server import console, deps, endpoints, errors, fastpath, jobcontrol, joblist
 from shoal.server import nodes as nodesvc
 from shoal.server.core import Server
 from shoal.server.kube import api as kube_api
@@ -41,7 +41,6 @@ def create_app(server: Server) -> fastpath.FastPaths:
         return nodesvc.nodes_json(server, s, rows)
 
     app.include_router(kube_api.router)
-    app.include_router(tokens.router(server, deps.principal, deps.admin))
     for table in TABLES:
         app.include_router(table.router)
     app.include_router(console.router(server, nodes_json=nodes_json,

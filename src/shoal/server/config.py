@@ -1,5 +1,6 @@
 """The cluster configuration file (YAML): partitions, scheduler, priority, accounts, QOS
-and node-lifecycle settings.
+and node-lifecycle settings. The sections the simulator shares are parsed by
+shoal.sched.clusterfile (one parser for both); the server-only ones are validated here.
 
 Names follow slurm.conf and sacctmgr where one exists (DefaultTime, MaxTime, SlurmdTimeout,
 KillWait, PriorityWeightAge, PriorityMaxAge, PriorityDecayHalfLife, PriorityJobFactor,
@@ -13,71 +14,17 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
-from shoal.model.accounting import DEFAULT_QOS, QOS, ROOT, Account, UserShare
-from shoal.model.hostlist import HostlistError, expand
+from shoal.model.accounting import QOS, Account
 from shoal.model.node import FenceTiming, fence_timing
 from shoal.model.snapshot import Partition
-from shoal.model.timefmt import TimeFormatError, parse_time_limit
 from shoal.model.topology import Topology, TopologyError, parse_topology_conf, switch
-from shoal.sched.config import Multifactor
-from shoal.sched.fairshare import AccountTree, AccountTreeError
+from shoal.sched.clusterfile import SECTIONS, ClusterFile, ClusterFileError, Priority, parse_cluster_file
 
 
 class ConfigError(ValueError):
     """The cluster configuration file is wrong; the message names the field."""
-
-
-def _time(value) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, int):
-        return value * 60  # bare numbers are minutes, as in slurm.conf
-    try:
-        return parse_time_limit(str(value))
-    except TimeFormatError as e:
-        raise ValueError(str(e)) from None
-
-
-class PartitionConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
-    nodes: str = Field(min_length=1, description="hostlist, e.g. dgx[001-032]")
-    default: bool = False
-    default_time: str | int | None = None
-    max_time: str | int | None = None
-    max_nodes: int | None = Field(default=None, ge=1)
-    state: str = "UP"
-    priority_job_factor: int = Field(default=1, ge=0, description="PriorityJobFactor")
-
-    @field_validator("nodes")
-    @classmethod
-    def _hostlist(cls, v: str) -> str:
-        try:
-            expand(v)
-        except HostlistError as e:
-            raise ValueError(f"invalid hostlist: {e}") from None
-        return v
-
-    @field_validator("default_time", "max_time")
-    @classmethod
-    def _timefmt(cls, v):
-        _time(v)
-        return v
-
-    def to_partition(self) -> Partition:
-        return Partition(
-            name=self.name,
-            nodes=tuple(expand(self.nodes)),
-            default=self.default,
-            default_time_s=_time(self.default_time),
-            max_time_s=_time(self.max_time),
-            max_nodes=self.max_nodes,
-            state=self.state,
-            priority_job_factor=self.priority_job_factor,
-        )
 
 
 class SchedulerConfig(BaseModel):
@@ -113,110 +60,6 @@ class SchedulerConfig(BaseModel):
     bf_interval_s: float = Field(default=0.0, ge=0, description="the least time between full "
                                  "backfill passes; passes in between are quick (bf_interval; "
                                  "0: every pass is a full one)")
-
-
-class PriorityConfig(BaseModel):
-    """PriorityType and the priority/multifactor parameters of slurm.conf."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    type: str = Field(default="basic", pattern="^(basic|multifactor)$", description="PriorityType")
-    weight_age: int = Field(default=0, ge=0, description="PriorityWeightAge")
-    weight_fairshare: int = Field(default=0, ge=0, description="PriorityWeightFairshare")
-    weight_jobsize: int = Field(default=0, ge=0, description="PriorityWeightJobSize")
-    weight_partition: int = Field(default=0, ge=0, description="PriorityWeightPartition")
-    weight_qos: int = Field(default=0, ge=0, description="PriorityWeightQOS")
-    max_age: str | int = Field(default="7-0", description="PriorityMaxAge")
-    decay_half_life: str | int = Field(default="7-0", description="PriorityDecayHalfLife; 0: no decay")
-    favor_small: bool = Field(default=False, description="PriorityFavorSmall")
-    usage_tres: str = Field(default="gpu", pattern="^(gpu|cpu)$",
-                            description="fair-share charges GPU-seconds or CPU-seconds")
-
-    @field_validator("max_age")
-    @classmethod
-    def _positive_time(cls, v):
-        if not _time(v):
-            raise ValueError("must be a time greater than 0, e.g. 7-0 or 1:00:00")
-        return v
-
-    @field_validator("decay_half_life")
-    @classmethod
-    def _timefmt(cls, v):
-        _time(v)
-        return v
-
-    def multifactor(self) -> Multifactor:
-        return Multifactor(
-            weight_age=self.weight_age, weight_fairshare=self.weight_fairshare,
-            weight_jobsize=self.weight_jobsize, weight_partition=self.weight_partition,
-            weight_qos=self.weight_qos, max_age_s=_time(self.max_age) or 0,
-            decay_half_life_s=_time(self.decay_half_life) or 0, favor_small=self.favor_small,
-            usage_tres=self.usage_tres,  # type: ignore[arg-type]
-        )
-
-
-_NAME = r"^[A-Za-z0-9_.@-]+$"
-
-
-class UserShareConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    name: str = Field(min_length=1, max_length=64, pattern=_NAME)
-    shares: int = Field(default=1, ge=0)
-
-
-class AccountConfig(BaseModel):
-    """An account (sacctmgr's account plus its users' associations). Children may be given
-    with ``parent`` or nested under ``accounts``."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    name: str = Field(min_length=1, max_length=64, pattern=_NAME)
-    parent: str | None = None
-    shares: int = Field(default=1, ge=0, description="Fairshare=")
-    users: list[str | UserShareConfig] = Field(default_factory=list)
-    accounts: list["AccountConfig"] = Field(default_factory=list)
-
-    def flatten(self, parent: str | None = None) -> list[Account]:
-        if parent is not None and self.parent is not None and self.parent != parent:
-            raise ValueError(f"account {self.name} is nested under {parent} but says parent: {self.parent}")
-        users = tuple(UserShare(u) if isinstance(u, str) else UserShare(u.name, u.shares)
-                      for u in self.users)
-        here = Account(self.name, parent or self.parent, self.shares, users)
-        return [here, *(a for child in self.accounts for a in child.flatten(self.name))]
-
-
-class QOSConfig(BaseModel):
-    """A QOS as sacctmgr defines one; None (or absent) means no limit."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    name: str = Field(min_length=1, max_length=64, pattern=_NAME)
-    priority: int = Field(default=0, ge=0)
-    max_wall: str | int | None = Field(default=None, description="MaxWall")
-    max_gpus_per_user: int | None = Field(default=None, ge=0, description="MaxTRESPerUser=gres/gpu")
-    max_jobs_per_user: int | None = Field(default=None, ge=0, description="MaxJobsPerUser")
-    max_submit_per_user: int | None = Field(default=None, ge=0, description="MaxSubmitJobsPerUser")
-    grp_gpus: int | None = Field(default=None, ge=0, description="GrpTRES=gres/gpu, per account")
-    grp_jobs: int | None = Field(default=None, ge=0, description="GrpJobs, per account")
-    preempt: list[str] = Field(default_factory=list, description="Preempt: QOS this one may preempt")
-    preempt_mode: str = Field(default="cancel", pattern="^(cancel|requeue|off)$",
-                              description="PreemptMode of this QOS's jobs when preempted")
-
-    @field_validator("max_wall")
-    @classmethod
-    def _timefmt(cls, v):
-        _time(v)
-        return v
-
-    def to_qos(self) -> QOS:
-        return QOS(
-            name=self.name, priority=self.priority, max_wall_s=_time(self.max_wall),
-            max_gpus_per_user=self.max_gpus_per_user, max_jobs_per_user=self.max_jobs_per_user,
-            max_submit_per_user=self.max_submit_per_user, grp_gpus=self.grp_gpus,
-            grp_jobs=self.grp_jobs, preempt=tuple(self.preempt),
-            preempt_mode=self.preempt_mode,  # type: ignore[arg-type]
-        )
 
 
 class NodeLifecycleConfig(BaseModel):
@@ -330,14 +173,12 @@ class AuthConfig(BaseModel):
 
 
 class ClusterConfig(BaseModel):
+    """The server-only sections, validated here; the sections the simulator shares
+    (cluster_name, partitions, priority, accounts, qos) are read by shoal.sched.clusterfile."""
+
     model_config = ConfigDict(extra="forbid")
 
-    cluster_name: str = "shoal"
-    partitions: list[PartitionConfig] = Field(min_length=1)
     scheduler: SchedulerConfig = SchedulerConfig()
-    priority: PriorityConfig = PriorityConfig()
-    accounts: list[AccountConfig] = Field(default_factory=list)
-    qos: list[QOSConfig] = Field(default_factory=list)
     nodes: NodeLifecycleConfig = NodeLifecycleConfig()
     topology: TopologyConfig | None = None
     serving: ServingConfig = ServingConfig()
@@ -345,66 +186,31 @@ class ClusterConfig(BaseModel):
     auth: AuthConfig = AuthConfig()
     # Where relative paths (topology.file) start: the cluster file's folder.
     _base_dir: Path | None = PrivateAttr(default=None)
+    _shared: ClusterFile = PrivateAttr()
 
-    @model_validator(mode="after")
-    def _accounting(self) -> "ClusterConfig":
-        try:
-            AccountTree(self.account_list())
-        except AccountTreeError as e:
-            raise ValueError(f"accounts: {e}") from None
-        names = [q.name for q in self.qos]
-        dup = sorted({n for n in names if names.count(n) > 1})
-        if dup:
-            raise ValueError(f"qos names must be unique: {', '.join(dup)}")
-        known = set(names) | {DEFAULT_QOS}
-        for q in self.qos:
-            unknown = sorted(set(q.preempt) - known)
-            if unknown:
-                raise ValueError(f"qos {q.name}: preempt names unknown QOS {', '.join(unknown)}")
-        return self
+    @property
+    def cluster_name(self) -> str:
+        return self._shared.cluster_name
+
+    @property
+    def priority(self) -> Priority:
+        return self._shared.priority
+
+    def partition_list(self) -> tuple[Partition, ...]:
+        return self._shared.partitions
 
     def account_list(self) -> tuple[Account, ...]:
         """The account tree, flattened (nested ``accounts`` get their parent filled in)."""
-        out: list[Account] = []
-        for a in self.accounts:
-            if a.name == ROOT and (a.parent or a.accounts):
-                raise ValueError("account root is the top of the tree: give it only users")
-            out.extend(a.flatten())
-        return tuple(out)
+        return self._shared.accounts
+
+    def qos_list(self) -> tuple[QOS, ...]:
+        return self._shared.qos
 
     def topology_tree(self) -> Topology | None:
         """The switch tree placement uses (None: no topology configured)."""
         if self.topology is None:
             return None
         return self.topology.tree(self._base_dir)
-
-    def qos_list(self) -> tuple[QOS, ...]:
-        return tuple(q.to_qos() for q in self.qos)
-
-    @field_validator("partitions")
-    @classmethod
-    def _one_default(cls, parts: list[PartitionConfig]) -> list[PartitionConfig]:
-        names = [p.name for p in parts]
-        dup = {n for n in names if names.count(n) > 1}
-        if dup:
-            raise ValueError(f"partition names must be unique: {', '.join(sorted(dup))}")
-        if sum(p.default for p in parts) > 1:
-            raise ValueError("only one partition may have default: true")
-        return parts
-
-    @model_validator(mode="after")
-    def _serving_partition(self) -> "ClusterConfig":
-        name = self.serving.partition
-        if name is not None and name not in {p.name for p in self.partitions}:
-            raise ValueError(f"serving.partition: no partition named {name}")
-        return self
-
-    def partition_list(self) -> tuple[Partition, ...]:
-        parts = [p.to_partition() for p in self.partitions]
-        if not any(p.default for p in parts):  # Slurm: the first is the default when none is marked
-            first = parts[0]
-            parts[0] = Partition(**{**first.__dict__, "default": True})
-        return tuple(parts)
 
 
 def load_cluster_config(path: str | Path) -> ClusterConfig:
@@ -427,10 +233,19 @@ def load_cluster_config(path: str | Path) -> ClusterConfig:
 
 def parse_cluster_config(data: dict, source: str = "cluster configuration") -> ClusterConfig:
     try:
-        return ClusterConfig.model_validate(data)
+        shared = parse_cluster_file(data)
+    except ClusterFileError as e:
+        raise ConfigError(f"{source} is invalid:\n  {e}") from None
+    try:
+        config = ClusterConfig.model_validate({k: v for k, v in data.items() if k not in SECTIONS})
     except ValidationError as e:
         lines = []
         for err in e.errors():
             loc = ".".join(str(p) for p in err["loc"])
             lines.append(f"  {loc}: {err['msg']}")
         raise ConfigError(f"{source} is invalid:\n" + "\n".join(lines)) from None
+    name = config.serving.partition
+    if name is not None and name not in {p.name for p in shared.partitions}:
+        raise ConfigError(f"{source} is invalid:\n  serving.partition: no partition named {name}")
+    config._shared = shared
+    return config

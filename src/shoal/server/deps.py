@@ -9,7 +9,7 @@ from typing import Annotated, Any
 from fastapi import Depends, Header, Request
 from sqlalchemy.orm import Session
 
-from shoal.server import console
+from shoal.server import console, tokens
 from shoal.server.auth import AuthError, Principal
 from shoal.server.core import Server
 from shoal.server.endpoints import LocalApi
@@ -96,7 +96,12 @@ async def user_or_admin(p: Caller) -> Principal:
     return may_change(p)
 
 
+async def person(p: Caller) -> Principal:
+    return tokens.need_person(p)
+
+
 Admin = Annotated[Principal, Depends(admin)]
+Person = Annotated[Principal, Depends(person)]  # a person's token (any role), not a credential
 Operator = Annotated[Principal, Depends(operator)]
 Writer = Annotated[Principal, Depends(user_or_admin)]
 AgentAuth = Annotated[str | None, Header(alias="authorization")]
@@ -112,4 +117,5 @@ DIRECT: dict[Callable, Callable[[Any], Any]] = {
     admin: lambda ctx: need_admin(ctx.caller()),
     operator: lambda ctx: need_operator(ctx.caller()),
     user_or_admin: lambda ctx: may_change(ctx.caller()),
+    person: lambda ctx: tokens.need_person(ctx.caller()),
 }

@@ -1,4 +1,5 @@
-"""Routes for API tokens, under /shoal/v1/tokens: create (admin), list and revoke.
+"""API tokens, under /shoal/v1/tokens (routes: server/routers/tokens.py): create (admin),
+list and revoke.
 
 A token's value is shown once, when it is made; afterwards it is named by its public id
 (``auth.token_id``: the first characters of its hash). Admins list and revoke every token,
@@ -14,8 +15,8 @@ request on, on every server alike, until it joins again with a join token.
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends
 from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
 
 from shoal.server.auth import ID_CHARS, ROLES, AuthError, Principal, hash_token, token_id
 from shoal.server.schemas import TokenCreate
@@ -35,74 +36,70 @@ def public(row: TokenRow) -> dict:
             "expires": row.expires}
 
 
-def router(server, principal, admin) -> APIRouter:
-    r = APIRouter(prefix="/shoal/v1/tokens")
+def need_person(p: Principal) -> Principal:
+    """Tokens are listed and revoked with a person's token (a role), not a credential."""
+    if p.role not in ROLES:
+        raise AuthError(403, "Access/permission denied: tokens are listed and revoked with a person's "
+                             "token, not a job, node or join credential")
+    return p
 
-    def person(p: Principal = Depends(principal)) -> Principal:
-        if p.role not in ROLES:
-            raise AuthError(403, "Access/permission denied: tokens are listed and revoked with a person's "
-                                 "token, not a job, node or join credential")
-        return p
 
-    @r.post("", status_code=201)
-    def create(body: TokenCreate, p: Principal = Depends(admin)):
-        expires = server.clock() + body.expires_in_s if body.expires_in_s else None
-        with server.sessions() as s, s.begin():
-            token = server.auth.create_token(s, body.user, body.role, body.description, body.groups,
-                                             created_by=p.user, expires=expires)
-        return {"id": token_id(hash_token(token)), "user": body.user, "role": body.role,
-                "groups": body.groups, "expires": expires, "token": token}
+def create(server, s: Session, body: TokenCreate, creator: str) -> dict:
+    """A new token; its value is in this answer only."""
+    expires = server.clock() + body.expires_in_s if body.expires_in_s else None
+    with s.begin():
+        token = server.auth.create_token(s, body.user, body.role, body.description, body.groups,
+                                         created_by=creator, expires=expires)
+    return {"id": token_id(hash_token(token)), "user": body.user, "role": body.role,
+            "groups": body.groups, "expires": expires, "token": token}
 
-    @r.get("")
-    def list_tokens(p: Principal = Depends(person)):
-        """Admins: every token; anyone else: their own."""
-        q = select(TokenRow).order_by(TokenRow.created, TokenRow.id)
-        if not p.is_admin:
-            q = q.where(TokenRow.user == p.user)
-        with server.sessions() as s:
-            rows = s.scalars(q).all()
-        return {"tokens": [public(row) for row in rows], "now": server.clock()}
 
-    @r.delete("/{tid}")
-    def revoke(tid: str, p: Principal = Depends(person)):
-        prefix = tid.lower()
-        if not (ID_CHARS <= len(prefix) <= 64 and all(c in HEX for c in prefix)):
-            raise TokenError(404, f"no token with id {tid!r}: an id is {ID_CHARS} or more hex digits "
-                                  "(see shoal token list)")
-        with server.sessions() as s, s.begin():
-            rows = s.scalars(select(TokenRow).where(TokenRow.token_hash.startswith(prefix)).limit(2)).all()
-            if not rows:
-                raise TokenError(404, f"no token with id {tid} (see shoal token list)")
-            if len(rows) > 1:
-                raise TokenError(409, f"id {tid} names more than one token: give more of its hash")
-            row = rows[0]
-            if not p.is_admin and row.user != p.user:
-                raise AuthError(403, f"Access/permission denied: token {tid} belongs to another user; "
-                                     "only an admin may revoke it")
-            if row.role == "admin" and s.scalar(
-                    select(func.count()).select_from(TokenRow).where(TokenRow.role == "admin")) == 1:
-                raise TokenError(409, f"token {tid} is the last admin token: create another admin token "
-                                      "before revoking it")
-            out = {**public(row), "revoked": True}
-            s.delete(row)
-            if server.feed is not None:  # the other servers hear it as the deletion commits
-                server.feed.publish_with(s, {"revoked": [row.token_hash]})
-        server.auth.forget([row.token_hash])
-        return out
+def list_json(server, s: Session, p: Principal) -> dict:
+    """Admins: every token; anyone else: their own."""
+    q = select(TokenRow).order_by(TokenRow.created, TokenRow.id)
+    if not p.is_admin:
+        q = q.where(TokenRow.user == p.user)
+    return {"tokens": [public(row) for row in s.scalars(q).all()], "now": server.clock()}
 
-    @r.post("/nodes/{node}/revoke")
-    def revoke_node(node: str, p: Principal = Depends(admin)):
-        """A node's agent credential and step key: refused from the agent's next request on."""
-        with server.sessions() as s, s.begin():
-            # One UPDATE, version included: a report writing the row meanwhile retries.
-            done = s.execute(update(NodeRow).where(NodeRow.name == node).values(
-                credential_gen=NodeRow.credential_gen + 1, version=NodeRow.version + 1))
-            if done.rowcount != 1:
-                raise TokenError(404, f"no node {node} (see sinfo -N)")
-            gen = s.scalar(select(NodeRow.credential_gen).where(NodeRow.name == node))
-            if server.feed is not None:
-                server.feed.publish_with(s, {"revoked_node": node})
-        server.auth.forget_node(node)
-        return {"node": node, "generation": gen, "revoked": True}
 
-    return r
+def revoke(server, s: Session, tid: str, p: Principal) -> dict:
+    """Delete the token whose id starts with ``tid``; every server forgets it."""
+    prefix = tid.lower()
+    if not (ID_CHARS <= len(prefix) <= 64 and all(c in HEX for c in prefix)):
+        raise TokenError(404, f"no token with id {tid!r}: an id is {ID_CHARS} or more hex digits "
+                              "(see shoal token list)")
+    with s.begin():
+        rows = s.scalars(select(TokenRow).where(TokenRow.token_hash.startswith(prefix)).limit(2)).all()
+        if not rows:
+            raise TokenError(404, f"no token with id {tid} (see shoal token list)")
+        if len(rows) > 1:
+            raise TokenError(409, f"id {tid} names more than one token: give more of its hash")
+        row = rows[0]
+        if not p.is_admin and row.user != p.user:
+            raise AuthError(403, f"Access/permission denied: token {tid} belongs to another user; "
+                                 "only an admin may revoke it")
+        if row.role == "admin" and s.scalar(
+                select(func.count()).select_from(TokenRow).where(TokenRow.role == "admin")) == 1:
+            raise TokenError(409, f"token {tid} is the last admin token: create another admin token "
+                                  "before revoking it")
+        out = {**public(row), "revoked": True}
+        s.delete(row)
+        if server.feed is not None:  # the other servers hear it as the deletion commits
+            server.feed.publish_with(s, {"revoked": [row.token_hash]})
+    server.auth.forget([row.token_hash])
+    return out
+
+
+def revoke_node(server, s: Session, node: str) -> dict:
+    """A node's agent credential and step key: refused from the agent's next request on."""
+    with s.begin():
+        # One UPDATE, version included: a report writing the row meanwhile retries.
+        done = s.execute(update(NodeRow).where(NodeRow.name == node).values(
+            credential_gen=NodeRow.credential_gen + 1, version=NodeRow.version + 1))
+        if done.rowcount != 1:  # type: ignore[attr-defined]
+            raise TokenError(404, f"no node {node} (see sinfo -N)")
+        gen = s.scalar(select(NodeRow.credential_gen).where(NodeRow.name == node))
+        if server.feed is not None:
+            server.feed.publish_with(s, {"revoked_node": node})
+    server.auth.forget_node(node)
+    return {"node": node, "generation": gen, "revoked": True}
