@@ -30,6 +30,7 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import signal
 import statistics
 import subprocess
@@ -70,8 +71,8 @@ def cpu_s(p: psutil.Process) -> float:
 class Hollow:
     """A server and one hollow-agents process, in a temporary directory."""
 
-    def __init__(self, root: Path, nodes: int, env: dict) -> None:
-        self.root, self.nodes, self.env = root, nodes, env
+    def __init__(self, root: Path, nodes: int, env: dict, db: str | None = None) -> None:
+        self.root, self.nodes, self.env, self.db = root, nodes, env, db
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.stats_file = root / "hollow-stats.json"
@@ -89,7 +90,8 @@ class Hollow:
         py = str(BIN / "python")
         server = subprocess.Popen([py, "-m", "shoal", "server", "--listen", f"127.0.0.1:{self.port}", "--config",
                                    str(self.root / "cluster.yaml"), "--state-dir", str(self.root / "server"),
-                                   "--join-token-file", str(join), "--tls", "off"],
+                                   "--join-token-file", str(join), "--tls", "off",
+                                   *(["--db", self.db] if self.db else [])],
                                   stdout=open(self.root / "server.log", "wb"), stderr=subprocess.STDOUT, env=self.env)
         self.procs.append(server)
         self.server = psutil.Process(server.pid)
@@ -167,9 +169,10 @@ def window(h: Hollow, seconds: float) -> dict:
             "report_p50_ms": 1000 * (lat["p50"] or 0), "report_p99_ms": 1000 * (lat["p99"] or 0)}
 
 
-def one_size(nodes: int, jobs: int, idle_s: float, reads: int, env: dict, profile: Path | None) -> dict:
+def one_size(nodes: int, jobs: int, idle_s: float, reads: int, env: dict, profile: Path | None,
+             db: str | None = None, fill: bool = False) -> dict:
     with tempfile.TemporaryDirectory(prefix=f"scale{nodes}-") as tmp:
-        h = Hollow(Path(tmp), nodes, env)
+        h = Hollow(Path(tmp), nodes, env, db)
         t_start = time.time()
         try:
             h.start()
@@ -243,10 +246,55 @@ def one_size(nodes: int, jobs: int, idle_s: float, reads: int, env: dict, profil
                 sinfo.append(time.perf_counter() - t)
             out["squeue_p50_ms"], out["squeue_p99_ms"] = 1000 * pct(squeue, 0.5), 1000 * pct(squeue, 0.99)
             out["sinfo_p50_ms"], out["sinfo_p99_ms"] = 1000 * pct(sinfo, 0.5), 1000 * pct(sinfo, 0.99)
+            if fill:
+                out["fill"] = fill_phase(h, workdir, reads)
             out["hollow_report_errors"] = (h.stats() or {}).get("report_errors")
             return out
         finally:
             h.stop()
+
+
+def fill_phase(h: Hollow, workdir: str, reads: int, runtime_s: int = 120) -> dict:
+    """Every GPU busy: one array of nodes x 8 single-GPU tasks of ``runtime_s`` each, sinfo
+    once none is pending, then until every task has ended. Each start and end wakes its node's
+    long-poll, whose answer lists the node's runs: this is where an answer's cost in the
+    number of running jobs shows. Counted: every task COMPLETED once (restart count 0), no
+    node DOWN."""
+    tasks = h.nodes * GPUS
+
+    def live() -> tuple[int, int]:
+        jobs = h.admin.get("/shoal/v1/jobs", {"view": "queue"})["jobs"]
+        return (sum(1 for j in jobs if j["state"] == "RUNNING"), sum(1 for j in jobs if j["state"] == "PENDING"))
+
+    os.kill(h.hollow.pid, signal.SIGUSR1)
+    cpu0, t0 = cpu_s(h.server), time.perf_counter()
+    h.admin.post("/shoal/v1/jobs", {"name": "fill", "script": f"#!/bin/sh\nsleep {runtime_s}\n", "workdir": workdir,
+                                    "gpus_per_node": 1, "stdout": "/dev/null", "array": f"0-{tasks - 1}"})
+    deadline = time.time() + 900
+    while live()[1]:
+        if time.time() > deadline:
+            raise RuntimeError(f"fill: {live()} running/pending after 900 s")
+        time.sleep(1)
+    out: dict = {"tasks": tasks, "runtime_s": runtime_s, "start_s": time.perf_counter() - t0,
+                 "start_cpu_s": cpu_s(h.server) - cpu0, "running_at_full": live()[0]}
+    st = h.fresh_stats(time.time())
+    out["start_report_p99_ms"] = 1000 * (st["report_latency_s"]["p99"] or 0)
+    sinfo = []
+    for _ in range(reads):
+        t = time.perf_counter()
+        h.admin.get("/shoal/v1/nodes")
+        h.admin.get("/shoal/v1/partitions")
+        sinfo.append(time.perf_counter() - t)
+    out["sinfo_p50_ms"], out["sinfo_p99_ms"] = 1000 * pct(sinfo, 0.5), 1000 * pct(sinfo, 0.99)
+    while sum(live()):
+        if time.time() > deadline + runtime_s:
+            raise RuntimeError(f"fill: {live()} still live")
+        time.sleep(1)
+    out["all_s"], out["all_cpu_s"] = time.perf_counter() - t0, cpu_s(h.server) - cpu0
+    done = [j for j in h.admin.get("/shoal/v1/jobs", {"all": "true"})["jobs"] if j["name"] == "fill"]
+    out["lost_or_twice"] = tasks - sum(1 for j in done if j["state"] == "COMPLETED" and j["restart_count"] == 0)
+    out["nodes_down"] = sum(1 for n in h.admin.get("/shoal/v1/nodes")["nodes"] if n["state"] != "UP")
+    return out
 
 
 def _py_spy(pid: int, path: Path):
@@ -295,6 +343,18 @@ ROWS = [  # (label, how to read it from a result, format)
     ("reads: sinfo (`GET /nodes` + `/partitions`) p50 (ms)", lambda r: r["sinfo_p50_ms"], "{:.1f}"),
     ("reads: sinfo p99 (ms)", lambda r: r["sinfo_p99_ms"], "{:.1f}"),
     ("jobs lost or run twice / nodes DOWN", lambda r: (r["lost_or_twice"], r["nodes_down"]), None),
+    ("fill: every GPU busy (one array, nodes x 8 tasks of 120 s): seconds until none pending",
+     lambda r: r["fill"]["start_s"], "{:.0f}"),
+    ("fill: server CPU per task started (ms)", lambda r: 1000 * r["fill"]["start_cpu_s"] / r["fill"]["tasks"],
+     "{:.2f}"),
+    ("fill: heartbeat/exit report round trip p99 while starting (ms)",
+     lambda r: r["fill"]["start_report_p99_ms"], "{:.1f}"),
+    ("fill: sinfo with every GPU busy p50 (ms)", lambda r: r["fill"]["sinfo_p50_ms"], "{:.1f}"),
+    ("fill: seconds from the submission until every task ended", lambda r: r["fill"]["all_s"], "{:.0f}"),
+    ("fill: server CPU per task, started and ended (ms)",
+     lambda r: 1000 * r["fill"]["all_cpu_s"] / r["fill"]["tasks"], "{:.2f}"),
+    ("fill: tasks lost or run twice / nodes DOWN",
+     lambda r: (r["fill"]["lost_or_twice"], r["fill"]["nodes_down"]), None),
 ]
 
 
@@ -341,7 +401,7 @@ def _load(path: Path) -> dict:
 def render(meta: dict, args, results, baseline, note: str) -> str:
     facts, command = meta["facts"], meta["command"]
     out = [SECTION, "",
-           f"One server (SQLite) and one `shoal agent --hollow N` process of N hollow nodes x {GPUS} fake GPUs "
+           f"One server ({meta.get('store', 'SQLite')}) and one `shoal agent --hollow N` process of N hollow nodes x {GPUS} fake GPUs "
            "on the same machine: the nodes register, heartbeat every 5 s, long-poll their work and report their "
            "runs' ends exactly as `shoal agent` does (same client, same requests: `shoal.agent.wire`), but run "
            "nothing. Server CPU is its process's CPU time; round trips are timed by the hollow nodes. "
@@ -361,6 +421,24 @@ def render(meta: dict, args, results, baseline, note: str) -> str:
     return "\n".join(out)
 
 
+def _postgres():
+    """A PostgreSQL server for the run, as the tests start one (a database per size)."""
+    import secrets
+
+    from tests.integration.postgres import PostgresServer, _system_user, find_postgres_bin
+
+    bindir = find_postgres_bin()
+    if bindir is None:
+        raise SystemExit("--postgres: PostgreSQL is not installed (apt-get install -y postgresql)")
+    root = Path(tempfile.mkdtemp(prefix="scale-pg-"))
+    os.chmod(root, 0o700)
+    pg = PostgresServer(bindir=bindir, root=root, port=free_port(), password=secrets.token_hex(16),
+                        run_as=_system_user())
+    pg._chown(root)
+    pg.start()
+    return pg
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="100,300,1000")
@@ -375,6 +453,10 @@ def main() -> int:
     ap.add_argument("--no-write", action="store_true", help="print, but leave BENCHMARKS.md alone")
     ap.add_argument("--profile", type=Path, help="py-spy the server (idle and run phases) into this folder")
     ap.add_argument("--results", type=Path, help="render an earlier --save instead of running")
+    ap.add_argument("--fill", action="store_true",
+                    help="then fill every GPU (one array job of nodes x 8 long tasks), read, and cancel it")
+    ap.add_argument("--postgres", action="store_true",
+                    help="store on a PostgreSQL server started for the run (tests/integration/postgres.py)")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     command = "python bench/bench_scale.py " + shlex.join(sys.argv[1:])
@@ -386,7 +468,9 @@ def main() -> int:
         env.pop(k, None)
     results: dict[int, list[dict]] = {n: [] for n in sizes}
     t0 = time.time()
-    meta = {"command": command, "load_before": args.load_before, "facts": facts}
+    meta = {"command": command, "load_before": args.load_before, "facts": facts,
+            "store": "PostgreSQL, fsync off as the tests run it" if args.postgres else "SQLite"}
+    pg = _postgres() if args.postgres and not args.results else None
     if args.results:
         saved = _load(args.results)
         results, meta = saved["results"], saved["meta"] or meta
@@ -394,12 +478,16 @@ def main() -> int:
     for rnd in range(0 if args.results else args.rounds):
         for n in sizes:
             print(f"round {rnd + 1}/{args.rounds}: {n} hollow nodes ...", flush=True)
-            r = one_size(n, args.jobs, args.idle_s, args.reads, env, args.profile)
+            r = one_size(n, args.jobs, args.idle_s, args.reads, env, args.profile,
+                         pg.create_database() if pg else None, args.fill)
             print("  " + json.dumps(r), flush=True)
             results[n].append(r)
     if not args.results:
         meta.update(wall_s=time.time() - t0, load_after=load_average(),
                     when=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"))
+    if pg is not None:
+        pg.stop()
+        shutil.rmtree(pg.root, ignore_errors=True)
     if args.save:
         args.save.write_text(json.dumps({"meta": meta, "results": {str(n): rs for n, rs in results.items()}},
                                         indent=1))

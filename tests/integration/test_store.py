@@ -223,19 +223,27 @@ def test_the_controllers_row_cache_sees_every_change_a_fresh_read_would(engine):
 # ------------------------------------------------------------------ the agents' work answers
 
 
-def test_an_agents_work_lists_its_runs_as_the_store_has_them_after_every_change(engine):
+@pytest.mark.parametrize("watched", [True, False], ids=["one-server", "shared-store"])
+def test_an_agents_work_lists_its_runs_as_the_store_has_them_after_every_change(engine, watched):
     """Batch runs' entries are kept between answers by row version (RunEntries): an unchanged
     job is not read again, a changed one is, an ended one is dropped, and a pod's entry is
-    built afresh each time (it names its node's current address)."""
+    built afresh each time (it names its node's current address). The node's jobs come from
+    the running jobs' index (RunningJobs), or from a read per answer where its change count
+    is off (several servers on one store)."""
     from sqlalchemy import event
 
     from shoal.server.hub import WorkHub
+    from shoal.server.running import RunningJobs
     from shoal.server.work import RunEntries, node_work
+    from shoal.store.changes import ChangeCount
 
     migrate(engine)
     sessions = session_factory(engine)
     addresses = {"n01": "127.0.0.2", "n02": "127.0.0.3"}
-    server = SimpleNamespace(run_entries=RunEntries(), hub=WorkHub(), submit_host="login", secret=b"k" * 32,
+    entries = RunEntries()
+    running = RunningJobs(sessions, ChangeCount(sessions, {JobRow: "id"}, enabled=watched), entries.drop)
+    server = SimpleNamespace(run_entries=entries, running=running, hub=WorkHub(), submit_host="login",
+                             secret=b"k" * 32,
                              node_address=addresses.get,
                              config=SimpleNamespace(cluster_name="c", nodes=SimpleNamespace(
                                  kill_wait_s=2.0, heartbeat_interval_s=5.0)))
@@ -276,6 +284,74 @@ def test_an_agents_work_lists_its_runs_as_the_store_has_them_after_every_change(
         s.get(JobRow, gang.id).state = "COMPLETED"
     assert set(work("n01")) == set() and set(work("n02")) == {pod.id}
     assert len(server.run_entries) == 0
+
+
+def test_the_running_jobs_index_holds_what_a_fresh_read_would_and_reads_only_what_changed(engine):
+    """RunningJobs (agents' work answers, sinfo): after every kind of change (start, a
+    multi-node start, an update, an end, a bulk UPDATE) each node's jobs and their holdings
+    are those a fresh read of the store gives; an answer with nothing changed reads nothing,
+    one after a change reads only the changed jobs; ended jobs are reported once."""
+    from sqlalchemy import event, update
+
+    from shoal.server.running import RunningJobs, _running
+    from shoal.store.changes import ChangeCount
+
+    migrate(engine)
+    sessions = session_factory(engine)
+    ended: list[int] = []
+    index = RunningJobs(sessions, ChangeCount(sessions, {JobRow: "id"}), ended.extend)
+    statements: list[str] = []
+    event.listen(engine, "before_cursor_execute",
+                 lambda conn, cursor, sql, params, *a: statements.append((sql, params)) if "FROM jobs" in sql else None)
+
+    def one(name: str, gpus: int) -> dict:
+        return {"name": name, "cpus": 2 * gpus, "memory_mb": 100 * gpus, "gpus": list(range(gpus))}
+
+    def fresh(node: str) -> list:
+        with sessions() as s:
+            rows = s.execute(select(JobRow.id, JobRow.version, JobRow.kind, JobRow.allocation)
+                             .where(JobRow.state == "RUNNING").order_by(JobRow.id)).all()
+        return [j for j in (_running(*r) for r in rows) if node in j.nodes]
+
+    def check() -> None:
+        """The index against a fresh read; ``statements`` left holding only the index's reads."""
+        expected = {node: fresh(node) for node in ("n01", "n02", "n03")}
+        del statements[:]
+        with sessions() as s:
+            got = {node: index.on_node(s, node) for node in expected}
+            every = sorted(j.id for j in index.all(s))
+        assert got == expected
+        assert every == sorted({j.id for jobs in expected.values() for j in jobs})
+
+    with sessions() as s, s.begin():
+        jobs = [_job(name=f"j{i}", state="RUNNING", allocation={"nodes": [one(f"n0{1 + i % 2}", 1 + i)]})
+                for i in range(4)] + [_job(name="waiting")]
+        s.add_all(jobs)
+    check()
+    check()
+    assert statements == [], "an answer with nothing changed read the jobs again"
+
+    with sessions() as s, s.begin():  # a gang job starts on all three nodes
+        gang = _job(name="gang", state="RUNNING", allocation={"nodes": [one("n01", 1), one("n02", 2), one("n03", 4)]})
+        s.add(gang)
+    check()
+    assert len(statements) == 1 and " IN " in statements[0][0], "the change was not read by id alone"
+    ids = statements[0][1].values() if isinstance(statements[0][1], dict) else statements[0][1]
+    assert [v for v in ids if isinstance(v, int)] == [gang.id]
+    with sessions() as s:
+        assert [j.nodes["n03"].gpus for j in index.on_node(s, "n03")] == [4]
+
+    with sessions() as s, s.begin():  # one ends, one changes (a new version), one pending starts
+        s.get(JobRow, jobs[0].id).state = "COMPLETED"
+        s.get(JobRow, jobs[1].id).time_limit_s = 60
+        w = s.get(JobRow, jobs[4].id)
+        w.state, w.allocation = "RUNNING", {"nodes": [one("n03", 1)]}
+    check()
+    assert ended == [jobs[0].id]
+    with sessions() as s, s.begin():  # a bulk UPDATE: any job may have changed
+        s.execute(update(JobRow).where(JobRow.id == gang.id).values(state="CANCELLED"))
+    check()
+    assert sorted(ended) == sorted([jobs[0].id, gang.id])
 
 
 # ------------------------------------------------------------------ durability

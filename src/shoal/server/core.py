@@ -28,6 +28,7 @@ from shoal.server.kube.logs import PodLogs
 from shoal.server.leader import Leadership
 from shoal.server.metrics import ServerMetrics
 from shoal.server.queueview import QueueView
+from shoal.server.running import RunningJobs
 from shoal.server.work import RunEntries
 from shoal.store.engine import make_engine, migrate, session_factory
 from shoal.store.changes import ChangeCount
@@ -93,6 +94,10 @@ class Server:
                                        enabled=not self.leader.shared)
         self.queue = QueueView(self.sessions, self.job_changes)
         self.node_changes = ChangeCount(self.sessions, {NodeRow: "name"}, enabled=not self.leader.shared)
+        # The running jobs by node (agents' work answers, sinfo), from the job rows' changes.
+        self.running = RunningJobs(self.sessions, ChangeCount(self.sessions, {JobRow: "id"},
+                                                              enabled=not self.leader.shared),
+                                   self.run_entries.drop)
         self.node_listing = NodeListing(self)  # sinfo's nodes (server/nodelist.py)
         nodes = config.nodes
         self.heartbeats = Heartbeats(self.sessions, min(nodes.heartbeat_interval_s, nodes.heartbeat_timeout_s / 4),

@@ -3,9 +3,9 @@
 Each node's own facts (its row: address, GPUs and their gres, labels, taints, state) are kept
 by name until a commit of this process changes a node row (the node rows' change count,
 which heartbeats do not move: server.heartbeats), so listing a thousand nodes reads and
-decodes their rows only after a change, not at every sinfo. What they hold (running jobs'
-allocations, clean-ups), maintenance windows, partitions and the last heartbeat are read
-for each answer. With several servers on one store the count is off and rows are read each
+decodes their rows only after a change, not at every sinfo. What the running jobs hold is
+kept the same way (server/running.py); clean-ups, maintenance windows, partitions and the
+last heartbeat are read for each answer. With several servers on one store the count is off and rows are read each
 time.
 """
 
@@ -17,11 +17,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from shoal.model.gpu import gpu_gres
-from shoal.model.job import JobState
 from shoal.model.node import NodeState, display_state
 from shoal.model.resources import GPU
 from shoal.server import reservations as resvsvc
-from shoal.store.models import CleanupRow, JobRow, NodeRow
+from shoal.store.models import CleanupRow, NodeRow
 
 
 def node_facts(r: NodeRow) -> dict:
@@ -56,8 +55,7 @@ class NodeListing:
 
     def _with_use(self, s: Session, facts: list[dict]) -> list[dict]:
         server = self.server
-        # The running jobs' allocations alone: whole rows (their scripts) cost most of sinfo.
-        running = s.execute(select(JobRow.id, JobRow.allocation).where(JobRow.state == JobState.RUNNING.value))
+        running = server.running.all(s)  # what each running job holds where, kept (server/running.py)
         use: dict[str, list] = {f["name"]: [0, 0, 0, []] for f in facts}  # CPUs, memory, GPUs, jobs
 
         def hold(node: str, cpus: int, memory_mb: int, gpus: int, job_id: int) -> None:
@@ -67,9 +65,9 @@ class NodeListing:
                 if job_id not in u[3]:
                     u[3].append(job_id)
 
-        for jid, allocation in running:
-            for n in (allocation or {"nodes": []})["nodes"]:
-                hold(n["name"], n["cpus"], n["memory_mb"], len(n["gpus"]), jid)
+        for job in running:
+            for name, held in job.nodes.items():
+                hold(name, held.cpus, held.memory_mb, held.gpus, job.id)
         for c in s.scalars(select(CleanupRow)):
             hold(c.node, c.cpus, c.memory_mb, len(c.gpus), c.job_id)
         maint = resvsvc.maint_nodes(s, server.clock())

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Iterable
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -121,7 +122,7 @@ class RunEntries:
     every ORM update bumps the row's version, so an entry kept for the version a query
     returns is the one that row would give now. Pods are built afresh: their entries name
     the node's current address. Safe from any thread; a job not running any more is
-    dropped at the next answer."""
+    dropped when the running jobs' index sees it end (``drop``)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()  # guards _kept
@@ -132,8 +133,8 @@ class RunEntries:
         return len(self._kept)
 
     def for_node(self, session: Session, server, node: str, running: list[tuple[int, int]]) -> list[str]:
-        """The encoded entries of ``node``'s runs among ``running`` (batch jobs' (id, version)),
-        in job id order."""
+        """The encoded entries of ``node``'s batch runs ``running`` ((id, version) each), in job
+        id order."""
         versions = dict(running)
         kept = self._current(versions)
         if len(kept) < len(versions):
@@ -150,10 +151,13 @@ class RunEntries:
                     kept.update(fresh)
                     with self._lock:
                         self._kept.update(fresh)
-        with self._lock:  # runs that ended are dropped
-            for jid in self._kept.keys() - versions.keys():
-                del self._kept[jid]
         return [e for jid in sorted(versions) if (k := kept.get(jid)) is not None and (e := k[1].get(node))]
+
+    def drop(self, ended: Iterable[int]) -> None:
+        """Forget the entries of jobs that stopped running (``running.RunningJobs`` tells)."""
+        with self._lock:
+            for jid in ended:
+                self._kept.pop(jid, None)
 
     def _current(self, versions: dict[int, int]) -> dict[int, tuple[int, dict[str, str]]]:
         """The kept entries of these runs at these versions."""
@@ -202,11 +206,10 @@ def run_entry(row: JobRow, mine: dict, nodeid: int, server, session: Session | N
 def node_work(session: Session, server, node: str, gen: int) -> bytes:
     """The agent's answer, encoded: its node's runs (``server.run_entries`` keeps batch jobs'
     entries), the runs to kill and the signals to send."""
-    running = session.execute(select(JobRow.id, JobRow.version, JobRow.kind)
-                              .where(JobRow.state == JobState.RUNNING.value)).all()
-    batch = [(jid, version) for jid, version, kind in running if kind != "pod"]
+    running = server.running.on_node(session, node)  # server/running.py: O(the node's jobs)
+    batch = [(j.id, j.version) for j in running if j.kind != "pod"]
     runs = server.run_entries.for_node(session, server, node, batch)
-    pods = [jid for jid, _, kind in running if kind == "pod"]
+    pods = [j.id for j in running if j.kind == "pod"]
     if pods:
         for row in session.scalars(select(JobRow).where(JobRow.id.in_(pods)).order_by(JobRow.id)):
             if (entry := _entries_by_node(row, server, session).get(node)) is not None:

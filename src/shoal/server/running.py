@@ -1,0 +1,144 @@
+"""The running jobs by node, kept in memory: what each agent's work answer and sinfo read.
+
+Every start and end wakes the long-polls of the nodes concerned, and each answer used to read
+every running job (id, version, kind) to find its node's own: with 8,000 jobs running on
+1,000 nodes that is O(running jobs) per answer, and sinfo decoded every running job's
+allocation per call. Here the running jobs (version, kind, and what each holds on each node)
+are kept by id and by node, brought up to date from the jobs this process's commits changed
+(``store.changes.ChangeCount``, one of its own), so a node's answer costs O(its jobs).
+
+With several servers on one store (HA) the count does not see the others' commits: every
+call reads the running jobs afresh, as before.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from shoal.model.job import JobState
+from shoal.store.changes import ALL, ChangeCount
+from shoal.store.models import JobRow
+
+_BATCH = 500  # ids per IN (...) when re-reading changed jobs
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """What a running job holds on one node."""
+
+    cpus: int
+    memory_mb: int
+    gpus: int
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    """A running job: its row's version, its kind and what it holds on each of its nodes."""
+
+    id: int
+    version: int
+    kind: str
+    nodes: dict[str, Held]
+
+
+def _running(jid: int, version: int, kind: str, allocation: dict | None) -> Running:
+    held: dict[str, Held] = {}
+    for n in (allocation or {"nodes": []})["nodes"]:
+        h = held.get(n["name"])  # (a node named twice: its holdings add up, as sinfo counted them)
+        c, m, g = n["cpus"], n["memory_mb"], len(n["gpus"])
+        held[n["name"]] = Held(c, m, g) if h is None else Held(h.cpus + c, h.memory_mb + m, h.gpus + g)
+    return Running(jid, version, kind, held)
+
+
+_COLUMNS = (JobRow.id, JobRow.version, JobRow.kind, JobRow.allocation)
+
+
+class RunningJobs:
+    """``changes`` watches the job rows (its own count: ``take`` hands each key out once);
+    ``ended`` is told the ids of jobs that stopped running (the run entries kept for them)."""
+
+    def __init__(self, sessions: Callable[[], Session], changes: ChangeCount,
+                 ended: Callable[[Iterable[int]], None] = lambda ids: None) -> None:
+        self.sessions = sessions
+        self.changes = changes
+        self.ended = ended
+        self._jobs: dict[int, Running] = {}
+        self._by_node: dict[str, dict[int, Running]] = {}
+        self._synced_at: int | None = None  # changes.value the jobs are current for
+        self._lock = threading.Lock()
+
+    def on_node(self, session: Session, node: str) -> list[Running]:
+        """The jobs running on ``node``, by id."""
+        if not self.changes.enabled:
+            return sorted((j for j in self._reload(session) if node in j.nodes), key=lambda j: j.id)
+        with self._lock:
+            self._sync()
+            on = self._by_node.get(node, {})
+            return [on[jid] for jid in sorted(on)]
+
+    def all(self, session: Session) -> list[Running]:
+        """Every running job (in no set order)."""
+        if not self.changes.enabled:
+            return self._reload(session)
+        with self._lock:
+            self._sync()
+            return list(self._jobs.values())
+
+    def _sync(self) -> None:
+        at = self.changes.value  # noted before the keys are taken: a racing commit moves it again
+        if at == self._synced_at:
+            return
+        keys = self.changes.take()
+        if self._synced_at is None or ALL in keys:
+            with self.sessions() as s:
+                self._reload(s)
+        elif keys:
+            self._refresh(keys)
+        self._synced_at = at
+
+    def _reload(self, s: Session) -> list[Running]:
+        """Every running job, read (and kept, for ``ended``: the jobs gone since the last read)."""
+        jobs = {r[0]: _running(*r) for r in s.execute(select(*_COLUMNS).where(JobRow.state == JobState.RUNNING.value))}
+        gone = self._jobs.keys() - jobs.keys()
+        if self.changes.enabled:
+            self._by_node = {}
+            for job in jobs.values():
+                self._put(job)
+        self._jobs = jobs
+        if gone:
+            self.ended(gone)
+        return list(jobs.values())
+
+    def _refresh(self, ids: Iterable[int]) -> None:
+        ids = sorted(ids)
+        gone = []
+        with self.sessions() as s:
+            for i in range(0, len(ids), _BATCH):
+                chunk = ids[i:i + _BATCH]
+                now = {r[0]: _running(*r[:4]) for r in s.execute(
+                    select(*_COLUMNS, JobRow.state).where(JobRow.id.in_(chunk))) if r[4] == JobState.RUNNING.value}
+                for jid in chunk:
+                    old = self._jobs.pop(jid, None)
+                    if old is not None:
+                        for name in old.nodes:
+                            on = self._by_node.get(name)
+                            if on is not None:
+                                on.pop(jid, None)
+                                if not on:
+                                    del self._by_node[name]
+                    if jid in now:
+                        self._put(now[jid])
+                    elif old is not None:
+                        gone.append(jid)
+        if gone:
+            self.ended(gone)
+
+    def _put(self, job: Running) -> None:
+        self._jobs[job.id] = job
+        for name in job.nodes:
+            self._by_node.setdefault(name, {})[job.id] = job
