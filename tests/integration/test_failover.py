@@ -363,3 +363,67 @@ def test_a_leader_that_loses_its_connection_stops_and_its_late_write_is_refused(
         old.stop()
         new.stop()
         engine.dispose()
+
+
+def test_hollow_racks_spread_over_both_servers_stay_up_through_a_failover_and_run_each_job_once(tmp_path,
+                                                                                                 postgres_url):
+    """The layout docs/SCALE.md describes for a large site: several servers on one PostgreSQL,
+    each rack's agents given the servers in a different order, so the followers take their
+    share of the long-polls and reports. Two racks of 20 hollow nodes, one per server; 200
+    array tasks run while the leader is `kill -9`ed: no node goes DOWN (the leader hears the
+    follower's nodes through the store), and each task runs exactly once."""
+    ha = TwoServers(tmp_path / "ha", postgres_url)
+    ha.config.write_text(json.dumps({
+        "cluster_name": "ha", "partitions": [{"name": "gpu", "nodes": "ra[01-20],rb[01-20]", "default": True}],
+        "nodes": {"heartbeat_interval_s": 1.0, "heartbeat_timeout_s": 15.0, "kill_wait_s": 2.0},
+        "scheduler": {"interval_s": 1.0}}))
+    stats = {rack: ha.root / f"{rack}.json" for rack in ("ra", "rb")}
+    try:
+        ha.start_server(0)
+        ha.write_client_config()
+        wait_until(lambda: ha.leader(0)["self"]["role"] == "leader", 30, "the first server to lead")
+        ha.start_server(1)
+        for rack, order in (("ra", ha.urls), ("rb", ha.urls[::-1])):
+            ha._spawn(rack, ["agent", "--hollow", "20", "--name", rack, "--server", ",".join(order),
+                             "--join-token-file", str(ha.join), "--address", "127.0.0.1", "--port", "1",
+                             "--fake-gpus", "8", "--gpu-model", "H100-SXM-80GB", "--hollow-stats", str(stats[rack])])
+
+        def states() -> dict[str, str]:
+            for rack in stats:
+                if ha.procs[rack].poll() is not None:
+                    raise AssertionError(f"the hollow rack {rack} exited:\n{ha.log(rack)}")
+            return {n["name"]: n["state"] for n in ha.client().get("/shoal/v1/nodes")["nodes"]}
+
+        wait_until(lambda: list(states().values()).count("UP") == 40, 60, "the 40 hollow nodes to register")
+        array = ha.sbatch("--array=0-199", "--gpus=4", "--output=/dev/null", "--wrap", "sleep 2")
+
+        def tasks() -> list[dict]:
+            return [j for j in ha.client().get("/shoal/v1/jobs", {"job_id": str(array)})["jobs"]]
+
+        wait_until(lambda: sum(j["state"] == "COMPLETED" for j in tasks()) >= 40, 60, "the first tasks to end")
+        ha.kill9("server0")
+        wait_until(lambda: ha.leader(1)["self"]["role"] == "leader", FAILOVER_BOUND_S, "the follower to lead")
+        seen_down: set[str] = set()
+
+        def ended() -> bool:
+            seen_down.update(n for n, s in states().items() if s != "UP")
+            jobs = tasks()
+            return len(jobs) == 200 and all(j["state"] not in ("PENDING", "RUNNING") and not j["completing"]
+                                            for j in jobs)
+
+        wait_until(ended, 120, "the 200 array tasks to end", interval=0.5)
+        jobs = tasks()
+        assert {j["state"] for j in jobs} == {"COMPLETED"}
+        assert all(j["restart_count"] == 0 for j in jobs)
+        assert not seen_down, f"nodes left UP: {sorted(seen_down)}"
+
+        def started() -> int:
+            return sum(json.loads(p.read_text())["runs_started"] for p in stats.values())
+
+        time.sleep(2)  # the stats files are written every second
+        assert started() == 200, "each task ran exactly once on the hollow nodes"
+        # Both racks ran tasks: the follower's rack was not idle.
+        by_rack = {rack: json.loads(p.read_text())["runs_started"] for rack, p in stats.items()}
+        assert all(by_rack.values()), by_rack
+    finally:
+        ha.stop()
