@@ -26,6 +26,7 @@ from shoal.model.selectors import eviction_delay
 from shoal.server import jobs as jobsvc
 from shoal.server.kube import objects as objs
 from shoal.server.kube import pods as podsvc
+from shoal.server.kube.backends import ROUTES_KEY
 from shoal.server.kube.metrics import Metrics
 from shoal.server.loop import KickedLoop
 from shoal.store.lease import NotLeader
@@ -33,7 +34,6 @@ from shoal.store.models import JobRow, NodeRow, ObjectRow
 
 log = logging.getLogger("shoal.server")
 
-ROUTES_KEY = "@routes"
 Reconcile = Callable[..., tuple[bool, bool]]  # (session, object row, now) -> (pods created, pods deleted)
 
 
