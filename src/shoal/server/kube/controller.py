@@ -219,12 +219,10 @@ class KubeController(KickedLoop):
                                   f"Deleted pod: {pod.name}", now, "replicaset-controller")
             deleted = True
             live = podsvc.live(session, owner_uid=rs.uid)
-        min_ready = int(spec.get("minReadySeconds") or 0)
-        ready = [p for p in live if podsvc.is_ready(p)]
-        available = [p for p in ready if now - (podsvc.ready_since(p) or now) >= min_ready]
-        status = {"replicas": len(live), "fullyLabeledReplicas": len(live), "readyReplicas": len(ready),
-                  "availableReplicas": len(available), "observedGeneration": rs.generation}
-        objs.set_status(rs, status)
+        counts = rollout.replicaset_status(_pod_views(live), int(spec.get("minReadySeconds") or 0), now)
+        objs.set_status(rs, {"replicas": counts["replicas"], "fullyLabeledReplicas": counts["replicas"],
+                             "readyReplicas": counts["readyReplicas"], "availableReplicas": counts["availableReplicas"],
+                             "observedGeneration": rs.generation})
         return created, deleted
 
     # -------------------------------------------------------------- Jobs
