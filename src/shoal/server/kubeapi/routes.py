@@ -18,6 +18,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from shoal.kube.jobs import seconds
+from shoal.server.auth import Principal
 from shoal.server.deps import Caller, ServerDep
 from shoal.server.endpoints import Table
 from shoal.server.kube import api as shoal_kube_api
@@ -30,7 +31,6 @@ from shoal.server.kubeapi.registry import (
     RESOURCES, Resource, api_group, api_group_list, api_versions, group_versions, resource_list, version_info,
 )
 from shoal.server.kubeapi.service import Invalid, KubeService, Selection
-from shoal.server.auth import Principal
 
 BOOKMARK_S = 5.0  # a bookmark at most this often while a watcher's position moves without its events
 WATCH_TIMEOUT_S = 1800  # a watch without timeoutSeconds ends after this, as the API server's min-request-timeout
