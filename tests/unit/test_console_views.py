@@ -1,7 +1,7 @@
 """The console's own figures: the GPU grid's colours, partitions' totals, GPU-hours; and the
 cookie's and login's rules."""
 
-from shoal.server.console import _local, cookie_credential
+from shoal.server.console import cookie_credential, local_path
 from shoal.server.console.views import Holder, gpu_grid, gpu_hours, gpu_hours_over_time, partition_totals
 
 
@@ -64,9 +64,9 @@ def test_the_cookie_counts_only_with_the_consoles_header_and_never_over_a_real_h
 
 
 def test_a_login_goes_on_only_to_a_console_page():
-    assert _local("/console/jobs/7") == "/console/jobs/7"
+    assert local_path("/console/jobs/7") == "/console/jobs/7"
     for bad in ("https://evil.example/", "//evil.example/console/", "/console/..//evil", "/shoal/v1/tokens"):
-        assert _local(bad) == "/console/overview", bad
+        assert local_path(bad) == "/console/overview", bad
 
 
 def test_gpu_hours_count_busy_hours_where_the_agents_sampled_them():

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping
 
-from shoal.model.node import NodeState
 from shoal.model.selectors import LabelSelector, node_affinity_matches, preferred_score, untolerated
 from shoal.model.snapshot import NodeInfo, PodTerms, Snapshot
 
@@ -154,24 +153,3 @@ class PodFit:
 
     def started(self, node: str, pod: PodTerms) -> None:
         self.placed.append((node, pod))
-
-
-def explain(snapshot: Snapshot, pod: PodTerms, partition_nodes: Iterable[str]) -> str:
-    """kube-scheduler's FailedScheduling message: ``0/8 nodes are available: 8 node(s) didn't
-    match Pod's node affinity/selector.`` (static filters; the rest count as resources)."""
-    fit = PodFit(snapshot)
-    allowed = set(partition_nodes)
-    nodes = [n for n in snapshot.nodes if n.name in allowed]
-    counts: dict[str, int] = {}
-    dynamic = fit.excluded(pod)
-    for n in nodes:
-        why = static_fit(n, pod)
-        if why is None and n.name in dynamic:
-            why = "didn't match pod anti-affinity rules or had a conflicting port"
-        if why is None and n.state is not NodeState.UP:
-            why = "were not ready or were drained"
-        why = why or "had insufficient resources (GPU, CPU or memory)"
-        counts[why] = counts.get(why, 0) + 1
-    parts = ", ".join(f"{c} node(s) {why}" for why, c in sorted(counts.items(), key=lambda kv: -kv[1]))
-    return f"0/{len(nodes)} nodes are available: {parts}."
-

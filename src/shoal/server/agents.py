@@ -16,7 +16,7 @@ from shoal.server import jobs as jobsvc
 from shoal.server import nodes as nodesvc
 from shoal.server.auth import AuthError, agent_credential, node_step_key
 from shoal.server.retry import retry_on_conflict
-from shoal.server.kube import api as kube_api
+from shoal.server.kube.backends import ROUTES_KEY
 from shoal.server.kube import service as kubesvc
 from shoal.server.schemas import AgentRegister, AgentReport
 from shoal.server.work import node_work
@@ -139,7 +139,7 @@ def report(server: Server, s: Session, node: str, body: AgentReport, authorizati
     if routes_changed or body.pods:  # batch jobs' ends are the scheduler's alone
         server.kube.wake()
     if routes_changed or touched:
-        server.hub.bump([kube_api.ROUTES_KEY])
+        server.hub.bump([ROUTES_KEY])
     return {"ok": True}
 
 

@@ -1,15 +1,21 @@
-"""One table of the native API's endpoints, from which its three ways in are made.
+"""The one table of every route the server answers, from which its ways in are made.
 
 A router module declares each endpoint once, as a FastAPI handler with typed dependencies,
-on a ``Table`` (an APIRouter that also records it). From that one declaration come:
+on a ``Table`` (an APIRouter that also records it); ``server/routers.TABLES`` lists the
+tables in the order they are matched: the native API's, the console's and the Kubernetes
+API's (whose routes ``server/kubeapi/routes.py`` makes per resource of its registry). From
+that one declaration come:
 
-- the FastAPI route (OpenAPI, validation, the exception handlers);
+- the FastAPI route (OpenAPI, validation, the exception handlers), or its WebSocket route;
 - with ``fast=True``, a route of the fast path (server/fastpath.py), which answers the
   requests every job costs without FastAPI's layers: the handler is called directly, its
   parameters read from the path, query, headers and body as FastAPI would read them, and
   anything it cannot take (a value that does not validate) left to the app to answer;
 - with ``local=True``, the in-process route the commands the server runs call
   (server/commands.py: ``LocalApi``), with no HTTP and no JSON.
+
+An endpoint that answers with a stream (``streaming=True``: a watch, a log, server-sent
+events) or over a WebSocket is HTTP-only: it can be neither ``fast`` nor ``local``.
 
 A handler's dependencies are the aliases of server/deps.py; ``deps.DIRECT`` says how each is
 had without FastAPI. A handler that answers with a ``Reply`` gives the local path its data
@@ -153,17 +159,26 @@ def _query_reader(name: str, annotation, info, default):
     return read
 
 
+WEBSOCKET = "WEBSOCKET"  # an Endpoint's method when it is a WebSocket route
+
+
 @dataclass
 class Endpoint:
     """One endpoint as declared: method, path, handler and the ways in it is offered."""
 
-    method: str
+    method: str  # GET, POST, ... or WEBSOCKET
     path: str
     handler: Callable
     status_code: int = 200
     fast: bool = False
     local: bool = False
+    streaming: bool = False  # answers with a stream (HTTP only)
+    in_schema: bool = True  # in the native OpenAPI document (/openapi.json)
     plan: list[Param] = field(default_factory=list)
+
+    @property
+    def is_async(self) -> bool:
+        return inspect.iscoroutinefunction(self.handler)
 
     @property
     def pattern(self) -> str:
@@ -225,18 +240,36 @@ def _http(handler: Callable) -> Callable:
 class Table:
     """An APIRouter whose routes are also recorded as Endpoints."""
 
-    def __init__(self, prefix: str = "") -> None:
-        self.router = APIRouter(prefix=prefix)
+    def __init__(self, prefix: str = "", include_in_schema: bool = True) -> None:
+        self.router = APIRouter(prefix=prefix, include_in_schema=include_in_schema)
         self.endpoints: list[Endpoint] = []
 
-    def route(self, method: str, path: str, *, fast: bool = False, local: bool = False, status_code: int = 200,
-              **fastapi: Any) -> Callable[[Callable], Callable]:
+    def route(self, method: str | tuple[str, ...], path: str, *, fast: bool = False, local: bool = False,
+              streaming: bool = False, status_code: int = 200, **fastapi: Any) -> Callable[[Callable], Callable]:
+        """Declare a handler for ``path``: one route, however many methods it answers."""
+        methods = (method,) if isinstance(method, str) else method
+        if streaming and (fast or local):
+            raise ValueError(f"{path}: a streaming endpoint is HTTP-only (neither fast nor local)")
+
         def register(handler: Callable) -> Callable:
-            self.router.add_api_route(path, _http(handler), methods=[method], status_code=status_code, **fastapi)
+            self.router.add_api_route(path, _http(handler), methods=list(methods), status_code=status_code,
+                                      **fastapi)
             full = self.router.prefix + path
-            endpoint = Endpoint(method, full, handler, status_code, fast, local)
-            endpoint.plan = _plan(handler, full)
-            self.endpoints.append(endpoint)
+            for m in methods:
+                endpoint = Endpoint(m, full, handler, status_code, fast, local, streaming,
+                                    self.router.include_in_schema and fastapi.get("include_in_schema", True))
+                if fast or local:
+                    endpoint.plan = _plan(handler, full)
+                self.endpoints.append(endpoint)
+            return handler
+        return register
+
+    def websocket(self, path: str) -> Callable[[Callable], Callable]:
+        """Declare a WebSocket handler for ``path`` (HTTP-only, never in the OpenAPI document)."""
+        def register(handler: Callable) -> Callable:
+            self.router.add_api_websocket_route(path, handler)
+            self.endpoints.append(Endpoint(WEBSOCKET, self.router.prefix + path, handler, streaming=True,
+                                           in_schema=False))
             return handler
         return register
 
@@ -245,6 +278,9 @@ class Table:
 
     def post(self, path: str, **kw: Any):
         return self.route("POST", path, **kw)
+
+    def put(self, path: str, **kw: Any):
+        return self.route("PUT", path, **kw)
 
     def patch(self, path: str, **kw: Any):
         return self.route("PATCH", path, **kw)
@@ -274,7 +310,7 @@ def fast_routes(endpoints: list[Endpoint], server, state) -> fastpath.Routes:
 
 
 def _fast_handler(endpoint: Endpoint, server, state) -> fastpath.Handler:
-    is_async = inspect.iscoroutinefunction(endpoint.handler)
+    is_async = endpoint.is_async
 
     async def handle(scope, match, headers, body):
         ctx = Context(server, state, headers)

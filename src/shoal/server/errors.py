@@ -10,7 +10,8 @@ from sqlalchemy.orm.exc import StaleDataError
 from shoal.server import jobs as jobsvc
 from shoal.server.auth import AuthError
 from shoal.server.kube.objects import ObjectError
-from shoal.server.kubeapi import routes as kubeapi_routes
+from shoal.server.kubeapi.printing import status
+from shoal.server.kubeapi.registry import is_kube_path
 from shoal.server.retry import CONFLICT_MESSAGE
 
 
@@ -19,9 +20,9 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(AuthError)
     async def _auth_error(request, exc: AuthError):
-        if kubeapi_routes.is_kube_path(request.url.path):  # kubectl reads a Status
+        if is_kube_path(request.url.path):  # kubectl reads a Status
             reason = "Unauthorized" if exc.status == 401 else "Forbidden"
-            return JSONResponse(kubeapi_routes.status(exc.message, exc.status, reason), status_code=exc.status)
+            return JSONResponse(status(exc.message, exc.status, reason), status_code=exc.status)
         return JSONResponse({"detail": exc.message}, status_code=exc.status)
 
     @app.exception_handler(jobsvc.JobError)
@@ -35,6 +36,6 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(StaleDataError)
     async def _conflict(request, exc: StaleDataError):
         # Optimistic concurrency: someone else changed the same row first. Safe to retry.
-        if kubeapi_routes.is_kube_path(request.url.path):
-            return JSONResponse(kubeapi_routes.status(CONFLICT_MESSAGE, 409, "Conflict"), status_code=409)
+        if is_kube_path(request.url.path):
+            return JSONResponse(status(CONFLICT_MESSAGE, 409, "Conflict"), status_code=409)
         return JSONResponse({"detail": CONFLICT_MESSAGE}, status_code=409)

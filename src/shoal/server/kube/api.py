@@ -22,15 +22,13 @@ from shoal.server.kube import service as svc
 from shoal.server.kube.logs import AgentEndpoint
 from shoal.server.kube.objects import ObjectError
 from shoal.server.kube.rbac import Access
-from shoal.server.kube.routes import routes_table
+from shoal.server.kube.backends import ROUTES_KEY, routes_table
 from shoal.server.retry import retry_on_conflict
 from shoal.server.schemas import ApplyRequest, ExecRequest, GatewayMetrics, ScaleRequest, UndoRequest
 from shoal.store.models import NodeRow
 
 if TYPE_CHECKING:
     from shoal.server.core import Server
-
-ROUTES_KEY = "@routes"  # the hub key gateways wait on
 
 
 def _status_body(e: ObjectError) -> dict:
@@ -39,7 +37,6 @@ def _status_body(e: ObjectError) -> dict:
 
 
 table = Table(prefix="/shoal/v1/kube")
-router = table.router
 
 
 def node_addresses(s) -> dict[str, str]:

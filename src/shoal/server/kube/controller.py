@@ -2,14 +2,15 @@
 
 Level-triggered like the scheduling loop: each round reads the store and decides with the
 pure functions of ``shoal.kube`` (rollout, HPA, Jobs). The cluster-wide work (drains,
-evictions, autoscaling) is one transaction; then each Deployment, ReplicaSet and Job is
-reconciled in a transaction of its own, as Kubernetes' controllers take one key at a time
+evictions) is one transaction; then each HPA, Deployment, ReplicaSet and Job is reconciled
+in a transaction of its own, as Kubernetes' controllers take one key at a time
 from a work queue: an object whose reconcile fails (or loses an optimistic-concurrency race)
 is retried after a per-key back-off (``BackOff``), and the others go on. A round runs on every
 change that may matter (apply, scale, pod readiness, pod exit) and every ``interval_s``.
 """
 
 from __future__ import annotations
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -26,6 +27,7 @@ from shoal.model.selectors import eviction_delay
 from shoal.server import jobs as jobsvc
 from shoal.server.kube import objects as objs
 from shoal.server.kube import pods as podsvc
+from shoal.server.kube.backends import ROUTES_KEY
 from shoal.server.kube.metrics import Metrics
 from shoal.server.loop import KickedLoop
 from shoal.store.lease import NotLeader
@@ -33,7 +35,6 @@ from shoal.store.models import JobRow, NodeRow, ObjectRow
 
 log = logging.getLogger("shoal.server")
 
-ROUTES_KEY = "@routes"
 Reconcile = Callable[..., tuple[bool, bool]]  # (session, object row, now) -> (pods created, pods deleted)
 
 
@@ -99,12 +100,13 @@ class KubeController(KickedLoop):
             s.leader.fence(session)
             nodes, routes = self._drain(session, now)
             routes |= self._evict(session, now)
-            hpa_due = now - self._last_hpa >= s.config.serving.hpa_sync_s
-            if hpa_due:
-                self._last_hpa = now
-            self._autoscale(session, now, hpa_due)
+        hpa_due = now - self._last_hpa >= s.config.serving.hpa_sync_s
+        if hpa_due:
+            self._last_hpa = now
         sched = False
-        for kind, reconcile in (("Deployment", self._deployment), ("ReplicaSet", self._replicaset),
+        # HPAs first: a Deployment they rescale is rolled out in the same round.
+        for kind, reconcile in (("HorizontalPodAutoscaler", functools.partial(self._hpa, due=hpa_due)),
+                                ("Deployment", self._deployment), ("ReplicaSet", self._replicaset),
                                 ("Job", self._job)):
             with s.sessions() as session:
                 keys = [(r.uid, f"{kind} {r.namespace}/{r.name}") for r in objs.list_rows(session, kind)]
@@ -217,12 +219,10 @@ class KubeController(KickedLoop):
                                   f"Deleted pod: {pod.name}", now, "replicaset-controller")
             deleted = True
             live = podsvc.live(session, owner_uid=rs.uid)
-        min_ready = int(spec.get("minReadySeconds") or 0)
-        ready = [p for p in live if podsvc.is_ready(p)]
-        available = [p for p in ready if now - (podsvc.ready_since(p) or now) >= min_ready]
-        status = {"replicas": len(live), "fullyLabeledReplicas": len(live), "readyReplicas": len(ready),
-                  "availableReplicas": len(available), "observedGeneration": rs.generation}
-        objs.set_status(rs, status)
+        counts = rollout.replicaset_status(_pod_views(live), int(spec.get("minReadySeconds") or 0), now)
+        objs.set_status(rs, {"replicas": counts["replicas"], "fullyLabeledReplicas": counts["replicas"],
+                             "readyReplicas": counts["readyReplicas"], "availableReplicas": counts["availableReplicas"],
+                             "observedGeneration": rs.generation})
         return created, deleted
 
     # -------------------------------------------------------------- Jobs
@@ -312,57 +312,62 @@ class KubeController(KickedLoop):
 
     # -------------------------------------------------------------- HPAs
 
-    def _autoscale(self, session, now: float, due: bool) -> None:
-        for h in objs.list_rows(session, "HorizontalPodAutoscaler"):
-            spec = h.body.get("spec") or {}
-            ref = spec.get("scaleTargetRef") or {}
-            dep = objs.get(session, "Deployment", h.namespace, ref.get("name", "")) \
-                if ref.get("kind") == "Deployment" else None
-            if dep is None:
-                objs.set_status(h, {**(h.status or {}), "conditions": [{
-                    "type": "AbleToScale", "status": "False", "reason": "FailedGetScale",
-                    "message": f"the HPA controller was unable to get the target's current scale: "
-                               f"{ref.get('kind')} {ref.get('name')!r} not found"}]})
-                continue
-            current = int((dep.body.get("spec") or {}).get("replicas", 1))
-            pods = podsvc.live(session, namespace=h.namespace)
-            selector = ((dep.body.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
-            mine = [p for p in pods if all((p.spec["pod"].get("labels") or {}).get(k) == v
-                                           for k, v in selector.items())]
-            held = self.metrics.held(h.namespace, self._services_of(session, h.namespace, selector))
-            if current == 0 and held:
-                # Scale from zero (opt-in beyond Kubernetes): a request is waiting at the gateway.
-                objs.set_spec_field(dep, "replicas", max(1, int(spec.get("minReplicas", 1) or 1)))
-                objs.record_event(session, h.namespace, "HorizontalPodAutoscaler", h.name, "Normal",
-                                  "SuccessfulRescale", "New size: 1; reason: a request is waiting at the gateway",
-                                  now, "horizontal-pod-autoscaler")
-                continue
-            if not due:
-                continue
-            ready = [p for p in mine if podsvc.is_ready(p)]
-            values = self.metrics.for_pods(self.server, ready, now)
-            requests = [pod_resources(p.spec["pod"]["spec"])["cpus"] for p in ready]
-            # As Kubernetes: no utilisation without a cpu request on every pod ("missing request for cpu").
-            values["cpu"] = [None if v is None or min(requests) <= 0 else 100.0 * v / r
-                             for v, r in zip(values["cpu"], requests)]
-            state = self.hpa_state.get(h.uid, hpalib.HPAState())
-            result = hpalib.desired_replicas(spec, current, values, state, now, ready_pods=len(ready),
-                                             unready_pods=len(mine) - len(ready))
-            self.hpa_state[h.uid] = result.state
-            self.server.metrics.hpa_decided(h.namespace, h.name, current, result.replicas)
-            status = {"currentReplicas": current, "desiredReplicas": result.replicas,
-                      "currentMetrics": list(result.current_metrics),
-                      "conditions": hpalib.stamp_conditions((h.status or {}).get("conditions") or (),
-                                                            result.conditions, objs.rfc3339(now))}
-            if result.rescale:
-                objs.set_spec_field(dep, "replicas", result.replicas)
-                status["lastScaleTime"] = objs.rfc3339(now)
-                objs.record_event(session, h.namespace, "HorizontalPodAutoscaler", h.name, "Normal",
-                                  "SuccessfulRescale", f"New size: {result.replicas}; reason: {result.reason}",
-                                  now, "horizontal-pod-autoscaler")
-            elif (h.status or {}).get("lastScaleTime"):
-                status["lastScaleTime"] = h.status["lastScaleTime"]
-            objs.set_status(h, status)
+    def _hpa(self, session, h: ObjectRow, now: float, due: bool) -> tuple[bool, bool]:
+        """One HPA: scale from zero at once when a request waits; else, when ``due`` (every
+        ``hpa_sync_s``), the replicas ``kube.hpa`` decides. It creates and deletes no pods itself."""
+        self._autoscale(session, h, now, due)
+        return False, False
+
+    def _autoscale(self, session, h: ObjectRow, now: float, due: bool) -> None:
+        spec = h.body.get("spec") or {}
+        ref = spec.get("scaleTargetRef") or {}
+        dep = objs.get(session, "Deployment", h.namespace, ref.get("name", "")) \
+            if ref.get("kind") == "Deployment" else None
+        if dep is None:
+            objs.set_status(h, {**(h.status or {}), "conditions": [{
+                "type": "AbleToScale", "status": "False", "reason": "FailedGetScale",
+                "message": f"the HPA controller was unable to get the target's current scale: "
+                           f"{ref.get('kind')} {ref.get('name')!r} not found"}]})
+            return
+        current = int((dep.body.get("spec") or {}).get("replicas", 1))
+        pods = podsvc.live(session, namespace=h.namespace)
+        selector = ((dep.body.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+        mine = [p for p in pods if all((p.spec["pod"].get("labels") or {}).get(k) == v
+                                       for k, v in selector.items())]
+        held = self.metrics.held(h.namespace, self._services_of(session, h.namespace, selector))
+        if current == 0 and held:
+            # Scale from zero (opt-in beyond Kubernetes): a request is waiting at the gateway.
+            objs.set_spec_field(dep, "replicas", max(1, int(spec.get("minReplicas", 1) or 1)))
+            objs.record_event(session, h.namespace, "HorizontalPodAutoscaler", h.name, "Normal",
+                              "SuccessfulRescale", "New size: 1; reason: a request is waiting at the gateway",
+                              now, "horizontal-pod-autoscaler")
+            return
+        if not due:
+            return
+        ready = [p for p in mine if podsvc.is_ready(p)]
+        values = self.metrics.for_pods(self.server, ready, now)
+        requests = [pod_resources(p.spec["pod"]["spec"])["cpus"] for p in ready]
+        # As Kubernetes: no utilisation without a cpu request on every pod ("missing request for cpu").
+        values["cpu"] = [None if v is None or min(requests) <= 0 else 100.0 * v / r
+                         for v, r in zip(values["cpu"], requests)]
+        state = self.hpa_state.get(h.uid, hpalib.HPAState())
+        result = hpalib.desired_replicas(spec, current, values, state, now, ready_pods=len(ready),
+                                         unready_pods=len(mine) - len(ready))
+        self.hpa_state[h.uid] = result.state
+        self.server.metrics.hpa_decided(h.namespace, h.name, current, result.replicas)
+        status = {"currentReplicas": current, "desiredReplicas": result.replicas,
+                  "currentMetrics": list(result.current_metrics),
+                  "conditions": hpalib.stamp_conditions((h.status or {}).get("conditions") or (),
+                                                        result.conditions, objs.rfc3339(now))}
+        if result.rescale:
+            objs.set_spec_field(dep, "replicas", result.replicas)
+            status["lastScaleTime"] = objs.rfc3339(now)
+            objs.record_event(session, h.namespace, "HorizontalPodAutoscaler", h.name, "Normal",
+                              "SuccessfulRescale", f"New size: {result.replicas}; reason: {result.reason}",
+                              now, "horizontal-pod-autoscaler")
+        elif (h.status or {}).get("lastScaleTime"):
+            status["lastScaleTime"] = h.status["lastScaleTime"]
+        objs.set_status(h, status)
 
     def _services_of(self, session, namespace: str, selector: dict) -> list[str]:
         out = []

@@ -30,6 +30,7 @@ from shoal.server.kube import objects as objs
 from shoal.server.kube import pods as podsvc
 from shoal.server.kube.service import owner_of
 from shoal.server.kubeapi.registry import Resource
+from shoal.server.nodes import nodes_json
 from shoal.store.models import EventRow, NodeRow, ObjectRow
 
 EVENTS_KEPT = 20_000  # watch events kept for clients resuming from a position
@@ -174,7 +175,7 @@ def _read(s: Session, resource: Resource, server, created: float) -> dict[Key, t
                 for r in podsvc.visible(s)}
     if resource.source == "nodes":
         rows = list(s.scalars(select(NodeRow).order_by(NodeRow.name)))
-        return {("", n["name"]): (None, node_object(n, f"v{__version__}")) for n in server.nodes_json(s, rows)}
+        return {("", n["name"]): (None, node_object(n, f"v{__version__}")) for n in nodes_json(server, s, rows)}
     if resource.source == "events":
         out = {}
         for e in objs.events_for(s, None, limit=EVENTS_KEPT // 4):

@@ -10,9 +10,6 @@ import hashlib
 import json
 from functools import lru_cache
 
-from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse, Response
-
 from shoal.kube.schema import KINDS
 from shoal.server.kubeapi.registry import RESOURCES, Resource, group_versions
 
@@ -142,28 +139,3 @@ def _field(number: int, payload: bytes) -> bytes:
 V2_PROTOBUF = _field(1, b"2.0") + _field(2, _field(1, b"Shoal") + _field(2, b"v2"))
 V2_MEDIA = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf"
 
-
-def add_routes(r: APIRouter, principal) -> None:
-    @r.get("/openapi/v2")
-    async def openapi_v2(request: Request, p=Depends(principal)):
-        if "protobuf" in request.headers.get("accept", ""):
-            return Response(V2_PROTOBUF, media_type=V2_MEDIA)
-        return {"swagger": "2.0", "info": {"title": "Shoal", "version": "v2"}, "paths": {}}
-
-    @r.get("/openapi/v3")
-    async def openapi_index(p=Depends(principal)):
-        return index()
-
-    @r.get("/openapi/v3/{path:path}")
-    async def openapi_doc(path: str, p=Depends(principal)):
-        parts = path.split("/")
-        missing = JSONResponse({"kind": "Status", "status": "Failure", "code": 404, "reason": "NotFound"}, 404)
-        if parts[0] == "api" and len(parts) == 2:
-            group, version = "", parts[1]
-        elif parts[0] == "apis" and len(parts) == 3:
-            group, version = parts[1], parts[2]
-        else:
-            return missing
-        if version not in group_versions().get(group, ()):
-            return missing
-        return Response(document(group, version), media_type="application/json")

@@ -104,6 +104,12 @@ RESOURCES: tuple[Resource, ...] = (
              notes="pods run to completion; no work queues, pod failure policies or suspension yet"),
 )
 
+
+def is_kube_path(path: str) -> bool:
+    """Whether a request path is the Kubernetes API's (its errors are answered as a Status)."""
+    return path.startswith(("/api/", "/apis", "/openapi/")) or path in ("/api", "/version")
+
+
 def group_versions() -> dict[str, list[str]]:
     """Each served group (``""`` the core one) and its versions, in the order declared."""
     out: dict[str, list[str]] = {}

@@ -1,6 +1,8 @@
-"""The Kubernetes REST API's routes, made from the resource registry: discovery, then for
-each resource its collection, item and subresource paths. Handlers only translate HTTP:
-the use cases are ``KubeService``'s, and every refusal is a ``Status`` as kubectl expects.
+"""The Kubernetes REST API's routes, declared on one ``Table`` (server/endpoints.py) like the
+native API's: discovery and the OpenAPI documents, then for each resource of the registry
+(``kubeapi/registry.py``: add a resource there, not here) its collection, item and
+subresource paths. Handlers only translate HTTP: the use cases are ``KubeService``'s, and
+every refusal is a ``Status`` as kubectl expects.
 """
 
 from __future__ import annotations
@@ -8,23 +10,26 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from typing import Annotated
 
 import yaml
-from fastapi import APIRouter, Depends, Request, WebSocket
+from fastapi import Depends, Request, WebSocket
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from shoal.kube.jobs import seconds
 from shoal.server.auth import Principal
+from shoal.server.deps import Caller, ServerDep
+from shoal.server.endpoints import Table
 from shoal.server.kube import api as shoal_kube_api
 from shoal.server.kube.objects import ObjectError
 from shoal.server.kubeapi import openapi, printing, protobuf, streams
-from shoal.server.kubeapi.protobuf import ProtobufError
 from shoal.server.kubeapi.cache import POLL_S, Entry, with_rv
-from shoal.server.kubeapi.registry import (
-    RESOURCES, Resource, api_group, api_group_list, api_versions, resource_list, version_info,
-)
 from shoal.server.kubeapi.printing import status
+from shoal.server.kubeapi.protobuf import ProtobufError
+from shoal.server.kubeapi.registry import (
+    RESOURCES, Resource, api_group, api_group_list, api_versions, group_versions, resource_list, version_info,
+)
 from shoal.server.kubeapi.service import Invalid, KubeService, Selection
 
 BOOKMARK_S = 5.0  # a bookmark at most this often while a watcher's position moves without its events
@@ -35,10 +40,6 @@ PATCH_TYPES = {
     "application/strategic-merge-patch+json": "strategic",
     "application/apply-patch+yaml": "apply",
 }
-
-
-def is_kube_path(path: str) -> bool:
-    return path.startswith(("/api/", "/apis", "/openapi/")) or path in ("/api", "/version")
 
 
 def error_response(e: Exception) -> JSONResponse:
@@ -95,53 +96,89 @@ def dry_run(request: Request) -> bool:
     return "All" in request.query_params.getlist("dryRun")
 
 
-# ---------------------------------------------------------------- the router
+# ---------------------------------------------------------------- the routes
+
+# Described by their own OpenAPI documents (/openapi/v3), not the native API's.
+table = Table(include_in_schema=False)
 
 
-def router(server, principal, nodes_json, retry_on_conflict) -> APIRouter:
-    """``retry_on_conflict``: runs a write again when the controllers changed its rows first."""
-    r = APIRouter(include_in_schema=False)  # described by its own OpenAPI documents (/openapi/v3)
-    server.nodes_json = nodes_json
-    svc = server.kube_api = KubeService(server, retry_on_conflict)
+async def kube_service(request: Request) -> KubeService:
+    return request.app.state.kube_api
 
-    @r.get("/version")
-    async def version():
-        return version_info()
 
-    @r.get("/api")
-    async def api(request: Request, p: Principal = Depends(principal)):
-        return api_versions(request.url.netloc)
+KubeApi = Annotated[KubeService, Depends(kube_service)]
 
-    @r.get("/apis")
-    async def apis(p: Principal = Depends(principal)):
-        return api_group_list()
 
-    @r.get("/api/{version}")
-    async def core_resources(version: str, p: Principal = Depends(principal)):
-        return _found(resource_list("", version))
+@table.get("/version")
+async def version():
+    return version_info()
 
-    @r.get("/apis/{group}")
-    async def group_doc(group: str, p: Principal = Depends(principal)):
-        return _found(api_group(group))
 
-    @r.get("/apis/{group}/{version}")
-    async def group_resources(group: str, version: str, p: Principal = Depends(principal)):
-        return _found(resource_list(group, version))
+@table.get("/api")
+async def api(request: Request, p: Caller):
+    return api_versions(request.url.netloc)
 
-    openapi.add_routes(r, principal)
-    for res in RESOURCES:
-        _read_routes(r, res, svc, principal)
-        _write_routes(r, res, svc, principal)
-        for sub in res.subresources:
-            if sub.name == "scale":
-                _scale_routes(r, res, svc, principal)
-            elif sub.name == "log":
-                _log_route(r, res, server, principal)
-            elif sub.name == "status":
-                _status_routes(r, res, svc, principal)
-            elif sub.name in ("exec", "attach", "portforward"):
-                _stream_routes(r, res, server, sub.name)
-    return r
+
+@table.get("/apis")
+async def apis(p: Caller):
+    return api_group_list()
+
+
+@table.get("/api/{version}")
+async def core_resources(version: str, p: Caller):
+    return _found(resource_list("", version))
+
+
+@table.get("/apis/{group}")
+async def group_doc(group: str, p: Caller):
+    return _found(api_group(group))
+
+
+@table.get("/apis/{group}/{version}")
+async def group_resources(group: str, version: str, p: Caller):
+    return _found(resource_list(group, version))
+
+
+@table.get("/openapi/v2")
+async def openapi_v2(request: Request, p: Caller):
+    if "protobuf" in request.headers.get("accept", ""):
+        return Response(openapi.V2_PROTOBUF, media_type=openapi.V2_MEDIA)
+    return {"swagger": "2.0", "info": {"title": "Shoal", "version": "v2"}, "paths": {}}
+
+
+@table.get("/openapi/v3")
+async def openapi_index(p: Caller):
+    return openapi.index()
+
+
+@table.get("/openapi/v3/{path:path}")
+async def openapi_doc(path: str, p: Caller):
+    parts = path.split("/")
+    missing = JSONResponse({"kind": "Status", "status": "Failure", "code": 404, "reason": "NotFound"}, 404)
+    if parts[0] == "api" and len(parts) == 2:
+        group, version = "", parts[1]
+    elif parts[0] == "apis" and len(parts) == 3:
+        group, version = parts[1], parts[2]
+    else:
+        return missing
+    if version not in group_versions().get(group, ()):
+        return missing
+    return Response(openapi.document(group, version), media_type="application/json")
+
+
+def resource_routes(t: Table, res: Resource) -> None:
+    """A resource's routes: read, write, then those of each of its subresources."""
+    _read_routes(t, res)
+    _write_routes(t, res)
+    for sub in res.subresources:
+        if sub.name == "scale":
+            _scale_routes(t, res)
+        elif sub.name == "log":
+            _log_route(t, res)
+        elif sub.name == "status":
+            _status_routes(t, res)
+        elif sub.name in ("exec", "attach", "portforward"):
+            _stream_routes(t, res, sub.name)
 
 
 def _found(doc: dict | None):
@@ -158,10 +195,10 @@ def _paths(res: Resource) -> tuple[str, str]:
     return collection, f"{collection}/{{name}}"
 
 
-def _read_routes(r: APIRouter, res: Resource, svc: KubeService, principal) -> None:
+def _read_routes(t: Table, res: Resource) -> None:
     collection, item = _paths(res)
 
-    async def read(request: Request, namespace: str | None, p: Principal):
+    async def read(request: Request, namespace: str | None, p: Principal, svc: KubeService):
         q, accept = request.query_params, request.headers.get("accept")
         try:
             sel = Selection(namespace, q.get("labelSelector"), q.get("fieldSelector"))
@@ -173,24 +210,23 @@ def _read_routes(r: APIRouter, res: Resource, svc: KubeService, principal) -> No
         return await call(svc.list, res, p, sel, limit, q.get("continue"),
                           printing.wants_table(accept), q.get("includeObject", "Metadata"))
 
-    async def read_collection(request: Request, namespace: str, p: Principal = Depends(principal)):
-        return await read(request, namespace, p)
+    async def read_collection(request: Request, namespace: str, p: Caller, svc: KubeApi):
+        return await read(request, namespace, p, svc)
 
-    async def read_all(request: Request, p: Principal = Depends(principal)):
-        return await read(request, None, p)
+    async def read_all(request: Request, p: Caller, svc: KubeApi):
+        return await read(request, None, p, svc)
 
-    async def read_item(request: Request, name: str, namespace: str | None = None,
-                        p: Principal = Depends(principal)):
+    async def read_item(request: Request, name: str, p: Caller, svc: KubeApi, namespace: str | None = None):
         out = await call(svc.get, res, p, namespace, name)
         if isinstance(out, Response) or not printing.wants_table(request.headers.get("accept")):
             return out
         return printing.table(res.resource, [out], time.time(), out["metadata"]["resourceVersion"],
                               request.query_params.get("includeObject", "Metadata"))
 
-    if res.namespaced:
-        r.add_api_route(collection, read_collection, methods=["GET"])
-    r.add_api_route(_paths(res)[0].replace("/namespaces/{namespace}", ""), read_all, methods=["GET"])
-    r.add_api_route(item, read_item, methods=["GET"])
+    if res.namespaced:  # a watch streams
+        t.get(collection, streaming=True)(read_collection)
+    t.get(_paths(res)[0].replace("/namespaces/{namespace}", ""), streaming=True)(read_all)
+    t.get(item)(read_item)
 
 
 async def watch(request: Request, res: Resource, svc: KubeService, p: Principal, sel: Selection):
@@ -268,24 +304,24 @@ async def watch(request: Request, res: Resource, svc: KubeService, p: Principal,
     return StreamingResponse(events(), media_type="application/json")
 
 
-def _write_routes(r: APIRouter, res: Resource, svc: KubeService, principal) -> None:
+def _write_routes(t: Table, res: Resource) -> None:
     collection, item = _paths(res)
 
-    async def create(request: Request, namespace: str | None = None, p: Principal = Depends(principal)):
+    async def create(request: Request, p: Caller, svc: KubeApi, namespace: str | None = None):
         try:
             doc = await body_of(request)
         except ObjectError as e:
             return error_response(e)
         return await call(lambda: svc.write(res, p, namespace, doc, None, dry_run(request))[0], code=201)
 
-    async def replace(request: Request, name: str, namespace: str | None = None, p: Principal = Depends(principal)):
+    async def replace(request: Request, name: str, p: Caller, svc: KubeApi, namespace: str | None = None):
         try:
             doc = await body_of(request)
         except ObjectError as e:
             return error_response(e)
         return await call(lambda: svc.write(res, p, namespace, doc, name, dry_run(request))[0])
 
-    async def patch(request: Request, name: str, namespace: str | None = None, p: Principal = Depends(principal)):
+    async def patch(request: Request, name: str, p: Caller, svc: KubeApi, namespace: str | None = None):
         kind = PATCH_TYPES.get(request.headers.get("content-type", "").split(";")[0].strip())
         if kind is None:
             return JSONResponse(status(f"the body of the request was in an unknown format - accepted media types "
@@ -296,7 +332,7 @@ def _write_routes(r: APIRouter, res: Resource, svc: KubeService, principal) -> N
             return error_response(e)
         return await call(lambda: svc.patch(res, p, namespace, name, kind, body, dry_run(request))[0])
 
-    async def delete(request: Request, name: str, namespace: str | None = None, p: Principal = Depends(principal)):
+    async def delete(request: Request, name: str, p: Caller, svc: KubeApi, namespace: str | None = None):
         def gone():
             uid = svc.delete(res, p, namespace, name)
             return status("", 200, "", {"name": name, "group": res.group, "kind": res.resource, "uid": uid})
@@ -304,19 +340,19 @@ def _write_routes(r: APIRouter, res: Resource, svc: KubeService, principal) -> N
         return await call(gone)
 
     if "create" in res.verbs:
-        r.add_api_route(collection, create, methods=["POST"])
+        t.post(collection)(create)
     for verb, method, handler in (("update", "PUT", replace), ("patch", "PATCH", patch), ("delete", "DELETE", delete)):
         if verb in res.verbs:
-            r.add_api_route(item, handler, methods=[method])
+            t.route(method, item)(handler)
 
 
-def _scale_routes(r: APIRouter, res: Resource, svc: KubeService, principal) -> None:
+def _scale_routes(t: Table, res: Resource) -> None:
     """``deployments/{name}/scale``: an autoscaling/v1 Scale (``kubectl scale``)."""
 
-    async def get_scale(namespace: str, name: str, p: Principal = Depends(principal)):
+    async def get_scale(namespace: str, name: str, p: Caller, svc: KubeApi):
         return await call(svc.scale_of, res, namespace, name)
 
-    async def set_scale(request: Request, namespace: str, name: str, p: Principal = Depends(principal)):
+    async def set_scale(request: Request, namespace: str, name: str, p: Caller, svc: KubeApi):
         try:
             body = await body_of(request)
         except ObjectError as e:
@@ -324,18 +360,17 @@ def _scale_routes(r: APIRouter, res: Resource, svc: KubeService, principal) -> N
         return await call(svc.scale, res, p, namespace, name, body)
 
     path = f"{_paths(res)[1]}/scale"
-    r.add_api_route(path, get_scale, methods=["GET"])
-    r.add_api_route(path, set_scale, methods=["PUT", "PATCH"])
+    t.get(path)(get_scale)
+    t.route(("PUT", "PATCH"), path)(set_scale)
 
 
-def _status_routes(r: APIRouter, res: Resource, svc: KubeService, principal) -> None:
+def _status_routes(t: Table, res: Resource) -> None:
     """``{name}/status``: the object; PUT and PATCH change only its status (controllers' writes)."""
 
-    async def get_status(name: str, namespace: str | None = None, p: Principal = Depends(principal)):
+    async def get_status(name: str, p: Caller, svc: KubeApi, namespace: str | None = None):
         return await call(svc.get, res, p, namespace, name)
 
-    async def set_status(request: Request, name: str, namespace: str | None = None,
-                         p: Principal = Depends(principal)):
+    async def set_status(request: Request, name: str, p: Caller, svc: KubeApi, namespace: str | None = None):
         kind = "replace" if request.method == "PUT" else PATCH_TYPES.get(
             request.headers.get("content-type", "").split(";")[0].strip(), "merge")
         try:
@@ -345,14 +380,14 @@ def _status_routes(r: APIRouter, res: Resource, svc: KubeService, principal) -> 
         return await call(svc.write_status, res, p, namespace, name, kind, body, dry_run(request))
 
     path = f"{_paths(res)[1]}/status"
-    r.add_api_route(path, get_status, methods=["GET"])
-    r.add_api_route(path, set_status, methods=["PUT", "PATCH"])
+    t.get(path)(get_status)
+    t.route(("PUT", "PATCH"), path)(set_status)
 
 
-def _log_route(r: APIRouter, res: Resource, server, principal) -> None:
+def _log_route(t: Table, res: Resource) -> None:
     """``pods/{name}/log`` (``kubectl logs``): the agent's log stream, as text."""
 
-    async def pod_log(request: Request, namespace: str, name: str, p: Principal = Depends(principal)):
+    async def pod_log(request: Request, namespace: str, name: str, p: Caller, server: ServerDep, svc: KubeApi):
         q = request.query_params
         try:
             tail = int(number(request, "tailLines")) if q.get("tailLines") else None
@@ -360,7 +395,7 @@ def _log_route(r: APIRouter, res: Resource, server, principal) -> None:
             agent, key, cname = await run_in_threadpool(shoal_kube_api.locate, server, p, namespace, name,
                                                         q.get("container"), "get")
             if since is not None:
-                await run_in_threadpool(server.kube_api.check_log_window, res, p, namespace, name, cname,
+                await run_in_threadpool(svc.check_log_window, res, p, namespace, name, cname,
                                         q.get("previous") == "true", since)
             chunks = server.logs.stream(agent, key=key, container=cname, previous=q.get("previous") == "true",
                                         follow=q.get("follow") == "true", tail=tail)
@@ -369,7 +404,7 @@ def _log_route(r: APIRouter, res: Resource, server, principal) -> None:
             return error_response(e)
         return StreamingResponse(shoal_kube_api.prepend(first, chunks), media_type="text/plain")
 
-    r.add_api_route(f"{_paths(res)[1]}/log", pod_log, methods=["GET"])
+    t.get(f"{_paths(res)[1]}/log", streaming=True)(pod_log)
 
 
 def log_since(request: Request) -> float | None:
@@ -390,16 +425,20 @@ def log_since(request: Request) -> float | None:
     return None
 
 
-def _stream_routes(r: APIRouter, res: Resource, server, mode: str) -> None:
+def _stream_routes(t: Table, res: Resource, mode: str) -> None:
     """``pods/{name}/exec`` and ``/attach``: kubectl's WebSocket (server/kubeapi/streams.py);
     its SPDY fallback (POST) gets the reason the upgrade was refused."""
     path = f"{_paths(res)[1]}/{mode}"
 
     async def stream(ws: WebSocket, namespace: str, name: str):
-        await streams.serve(ws, server, namespace, name, mode)
+        await streams.serve(ws, ws.app.state.server, namespace, name, mode)
 
-    async def spdy(request: Request, namespace: str, name: str):
+    async def spdy(request: Request, namespace: str, name: str, server: ServerDep):
         return await streams.spdy_refusal(server, request, namespace, name, mode)
 
-    r.add_api_websocket_route(path, stream)
-    r.add_api_route(path, spdy, methods=["GET", "POST"])
+    t.websocket(path)(stream)
+    t.route(("GET", "POST"), path)(spdy)
+
+
+for _resource in RESOURCES:
+    resource_routes(table, _resource)

@@ -14,7 +14,7 @@ from shoal.kube.jobs import seconds
 from shoal.kube.patch import PatchError, json_patch, merge_patch, strategic_merge
 from shoal.model.selectors import SelectorError, parse_selector_text
 from shoal.server.auth import Principal
-from shoal.server.kube import api as shoal_kube_api
+from shoal.server.kube.backends import ROUTES_KEY
 from shoal.server.kube import objects as objs
 from shoal.server.kube import pods as podsvc
 from shoal.server.kube import service as objsvc
@@ -121,7 +121,7 @@ class KubeService:
         """After a write: the controllers and the gateways' routes look again at once."""
         self.server.controller.wake()
         self.server.kube.wake()
-        self.server.hub.bump([shoal_kube_api.ROUTES_KEY])
+        self.server.hub.bump([ROUTES_KEY])
 
     # -- reads
 

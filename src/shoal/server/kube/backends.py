@@ -1,4 +1,6 @@
-"""The routing table gateways follow: each Service's pods, ready or not, and its split.
+"""The routing table gateways follow (``GET /shoal/v1/kube/routes``, a long poll on the hub's
+``ROUTES_KEY``): each Service's pods, ready or not, and its split. Traffic routes, not HTTP
+ones: the server's HTTP routes are all listed in server/routers.TABLES.
 
 Services select pods by label in their namespace (as the endpoints controller does); a pod
 being deleted is listed as ``terminating`` from the moment its deletion begins, so gateways
@@ -17,6 +19,7 @@ from shoal.server.kube import objects as objs
 from shoal.server.kube import pods as podsvc
 from shoal.store.models import JobRow, NodeRow
 
+ROUTES_KEY = "@routes"  # the hub key gateways wait on: bumped when a Service's backends may change
 
 
 def parse_split(text: str | None) -> dict[str, int] | None:
