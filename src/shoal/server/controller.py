@@ -23,6 +23,7 @@ from shoal.sched.schedule import schedule
 from shoal.server import jobs as jobsvc
 from shoal.server.loop import KickedLoop
 from shoal.server.snapshot import JobRowCache, NodeInfoCache
+from shoal.store.changes import ChangeCount
 from shoal.store.models import CleanupRow, JobRow, NodeRow
 
 log = logging.getLogger("shoal.controller")
@@ -171,6 +172,8 @@ class Controller(KickedLoop):
                 return set()  # nothing to start (a job's end with an empty queue): no snapshot
             if self._nodes is None:
                 self._nodes = NodeInfoCache(s.node_changes, check_feasible)
+                # The job rows this process commits, from now on: a pass reads only those.
+                self._rows = JobRowCache(ChangeCount(s.sessions, {JobRow: "id"}, enabled=not s.leader.shared))
             snap = s.snapshot(session, now, cache=self._rows, nodes=tuple(self._nodes.nodes(session)))
         seen = max((j.id for j in (*snap.pending, *snap.active)), default=0)
         if not snap.pending:
