@@ -480,6 +480,28 @@ def test_the_change_count_goes_up_once_a_job_write_is_committed_and_only_then(en
     assert changes.value == 3 and changes.take() == {job.id}
 
 
+def test_an_arrays_submission_counts_as_a_change_to_its_tasks_alone(engine):
+    """An array's tasks are stored with their array's id; the change count names those tasks,
+    not "any job" (which would make the scheduler and squeue's view read the whole queue)."""
+    from shoal.server.jobs import _insert
+    from shoal.store.changes import ALL, ChangeCount
+    from shoal.store.models import CleanupRow
+
+    migrate(engine)
+    sessions = session_factory(engine)
+    changes = ChangeCount(sessions, {JobRow: "id", CleanupRow: "job_id"})
+    common = {c: getattr(_job(), c) for c in ("name", "user", "partition", "state", "submit_time", "request",
+                                              "spec", "workdir")}
+    with sessions() as s, s.begin():
+        answer = _insert(s, common, [0, 1, 2], None)
+    keys = changes.take()
+    assert ALL not in keys
+    with sessions() as s:
+        tasks = s.execute(select(JobRow.id, JobRow.array_job_id, JobRow.array_task_id).order_by(JobRow.id)).all()
+    assert keys == {t.id for t in tasks} and len(tasks) == 3
+    assert {(t.array_job_id, t.array_task_id) for t in tasks} == {(answer["job_id"], i) for i in range(3)}
+
+
 def test_the_queue_view_kept_in_memory_lists_what_the_store_says(engine):
     """squeue's view (server.queueview) after each kind of change, against a read of the store."""
     from sqlalchemy import update
