@@ -59,6 +59,12 @@ class Controller(KickedLoop):
         self._streaming = False
         self._defer_s = 0.0  # how long the loop rests before looking again (0: not deferring)
 
+    def watch_rows(self, changes: ChangeCount) -> None:
+        """Keep the job rows between passes by the changes this process commits (a pass then
+        reads only those). Given before the server takes any request: a transaction already
+        under way when the count is made would not be counted, and its jobs never read."""
+        self._rows = JobRowCache(changes)
+
     def interval_s(self) -> float:
         return self.server.config.scheduler.interval_s
 
@@ -172,8 +178,6 @@ class Controller(KickedLoop):
                 return set()  # nothing to start (a job's end with an empty queue): no snapshot
             if self._nodes is None:
                 self._nodes = NodeInfoCache(s.node_changes, check_feasible)
-                # The job rows this process commits, from now on: a pass reads only those.
-                self._rows = JobRowCache(ChangeCount(s.sessions, {JobRow: "id"}, enabled=not s.leader.shared))
             snap = s.snapshot(session, now, cache=self._rows, nodes=tuple(self._nodes.nodes(session)))
         seen = max((j.id for j in (*snap.pending, *snap.active)), default=0)
         if not snap.pending:

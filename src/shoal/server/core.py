@@ -103,6 +103,7 @@ class Server:
         self.running = RunningJobs(self.sessions, ChangeCount(self.sessions, {JobRow: "id"},
                                                               enabled=not self.leader.shared),
                                    self.run_entries.drop)
+        self.controller.watch_rows(ChangeCount(self.sessions, {JobRow: "id"}, enabled=not self.leader.shared))
         self.node_listing = NodeListing(self)  # sinfo's nodes (server/nodelist.py)
         nodes = config.nodes
         self.heartbeats = Heartbeats(self.sessions, min(nodes.heartbeat_interval_s, nodes.heartbeat_timeout_s / 4),
