@@ -296,10 +296,23 @@ def table(results: list[dict], baseline: list[dict] | None) -> list[str]:
     return lines
 
 
+def _sizes(r: dict) -> str:
+    """What a run did, from its results (so an earlier --save renders right)."""
+    out = []
+    if "throughput" in r:
+        out.append(f"throughput {r['throughput']['tasks']} tasks of `sleep {r['throughput']['task_s']:g}`")
+    if "storm" in r:
+        out.append(f"storm {r['storm']['requests']} requests from {r['storm']['submitters']} threads")
+    if "reads" in r:
+        out.append(f"reads {r['reads']['readers']} clients x {r['reads']['rounds']} rounds with {r['queued']} jobs "
+                   "queued")
+    return "; ".join(out)
+
+
 def render(meta: dict, args, results: list[dict], baseline: list[dict] | None, note: str) -> str:
     facts = meta["facts"]
     out = [SECTION, "",
-           f"One server ({meta['store']}) and one `shoal agent --hollow {args.nodes}` process on the same machine "
+           f"One server ({meta['store']}) and one `shoal agent --hollow {results[0]['nodes']}` process on the same machine "
            "(as above). Throughput: single-GPU array tasks that \"run\" a few seconds, all submitted at once, "
            "counted in the store (each COMPLETED once). Storm: one `POST /jobs` per request from parallel "
            "submitters, the jobs an hour long, so the queue grows. Reads: concurrent clients making squeue's, "
@@ -310,9 +323,7 @@ def render(meta: dict, args, results: list[dict], baseline: list[dict] | None, n
            f"- when: {meta.get('when', '?')}; load average before {meta['load_before']}, after "
            f"{meta.get('load_after', '?')}; wall {meta.get('wall_s', float('nan')):.0f} s",
            f"- command: `{meta['command']}`",
-           f"- throughput: {args.arrays} arrays x {args.array_size} tasks of `sleep {args.task_s:g}`; storm: "
-           f"{args.storm} requests from {args.submitters} threads; reads: {args.readers} clients x {args.reads} "
-           f"rounds with {args.queued} jobs queued"]
+           f"- per run (as the command says): {_sizes(results[0])}"]
     if baseline:
         out.append(f"- before: {note}")
     out += ["", *table(results, baseline), ""]
