@@ -233,6 +233,9 @@ def run(args, env: dict, db: str | None) -> dict:
             out["server_rss_mb"] = h.server.memory_info().rss / 2 ** 20
             out["hollow_report_errors"] = (h.stats() or {}).get("report_errors")
             return out
+        except Exception:
+            print((Path(tmp) / "server.log").read_text()[-3000:], file=sys.stderr)  # gone with the folder
+            raise
         finally:
             h.stop()
 
