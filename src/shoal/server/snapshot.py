@@ -243,7 +243,7 @@ class JobRowCache:
             self._reload(session)
             self._synced = counted
         rows = self._rows
-        if len(self._records) > 2 * len(rows) + 1000:  # ended jobs' records, now and then
+        if max(len(self._records), len(self._active)) > 2 * len(rows) + 1000:  # ended jobs', now and then
             self._records = {jid: kept for jid, kept in self._records.items() if jid in rows}
             self._active = {jid: kept for jid, kept in self._active.items() if jid in rows}
         live = sorted(rows)
