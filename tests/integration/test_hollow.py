@@ -24,6 +24,13 @@ def cluster(tmp_path_factory) -> LocalCluster:
     c.down()
 
 
+def _metric(cluster: LocalCluster, name: str) -> float:
+    from shoal.api_client import Client
+
+    text = Client(cluster.server, cluster.admin_token).get_bytes("/metrics").decode()
+    return next(float(line.split()[1]) for line in text.splitlines() if line.startswith(name + " "))
+
+
 def _states(cluster: LocalCluster, job_ids: list[int]) -> dict[int, dict]:
     wanted = set(job_ids)
     return {j["job_id"]: j for j in cluster.jobs() if j["job_id"] in wanted}
@@ -63,6 +70,10 @@ def test_a_stream_of_jobs_runs_through_the_hollow_nodes_each_exactly_once(cluste
     # Hollow runs last as long as their scripts' sleeps.
     for w in wide:
         assert jobs[w]["end_time"] - jobs[w]["start_time"] >= 0.9, jobs[w]
+    # The runs' ends reach the store in transactions that several nodes' reports share.
+    stored, commits = (_metric(cluster, name) for name in ("shoal_agent_reports_stored_total",
+                                                          "shoal_agent_report_commits_total"))
+    assert stored >= 50 and commits < stored, (stored, commits)
     stats = wait_until(lambda: (st := _stats(cluster)) and st["runs_ended"] >= len(ids) and st, 10,
                        "the hollow agents' statistics (written every second) to count the runs")
     assert stats["report_errors"] == 0, stats

@@ -163,10 +163,13 @@ def test_the_second_of_two_writers_to_one_row_gets_a_stale_data_error(engine, ki
 # ------------------------------------------------------------------ the scheduler's row cache
 
 
-def test_the_controllers_row_cache_sees_every_change_a_fresh_read_would(engine):
+@pytest.mark.parametrize("counted", [False, True], ids=["versions", "change-count"])
+def test_the_controllers_row_cache_sees_every_change_a_fresh_read_would(engine, counted):
     """Passes keep job rows by version between them: a submission, a change, a start and an
-    end must each show in the next snapshot exactly as in one built from scratch."""
+    end must each show in the next snapshot exactly as in one built from scratch, whether
+    the cache reads every live job's version or only the jobs the commits changed."""
     from shoal.server.snapshot import JobRowCache, build
+    from shoal.store.changes import ChangeCount
 
     from shoal.model.resources import ResourceRequest
     from shoal.server.jobs import request_to_json
@@ -176,7 +179,7 @@ def test_the_controllers_row_cache_sees_every_change_a_fresh_read_would(engine):
     one_gpu = request_to_json(ResourceRequest(nodes=1, ntasks=1, gpus_per_node=1))
     with sessions() as s, s.begin():
         s.add_all([_job(name=f"j{i}", request=one_gpu) for i in range(6)])
-    cache = JobRowCache()
+    cache = JobRowCache(ChangeCount(sessions, {JobRow: "id"}) if counted else None)
 
     def same() -> None:
         with sessions() as s:
@@ -477,6 +480,28 @@ def test_the_change_count_goes_up_once_a_job_write_is_committed_and_only_then(en
     assert changes.value == 3 and changes.take() == {job.id}
 
 
+def test_an_arrays_submission_counts_as_a_change_to_its_tasks_alone(engine):
+    """An array's tasks are stored with their array's id; the change count names those tasks,
+    not "any job" (which would make the scheduler and squeue's view read the whole queue)."""
+    from shoal.server.jobs import _insert
+    from shoal.store.changes import ALL, ChangeCount
+    from shoal.store.models import CleanupRow
+
+    migrate(engine)
+    sessions = session_factory(engine)
+    changes = ChangeCount(sessions, {JobRow: "id", CleanupRow: "job_id"})
+    common = {c: getattr(_job(), c) for c in ("name", "user", "partition", "state", "submit_time", "request",
+                                              "spec", "workdir")}
+    with sessions() as s, s.begin():
+        answer = _insert(s, common, [0, 1, 2], None)
+    keys = changes.take()
+    assert ALL not in keys
+    with sessions() as s:
+        tasks = s.execute(select(JobRow.id, JobRow.array_job_id, JobRow.array_task_id).order_by(JobRow.id)).all()
+    assert keys == {t.id for t in tasks} and len(tasks) == 3
+    assert {(t.array_job_id, t.array_task_id) for t in tasks} == {(answer["job_id"], i) for i in range(3)}
+
+
 def test_the_queue_view_kept_in_memory_lists_what_the_store_says(engine):
     """squeue's view (server.queueview) after each kind of change, against a read of the store."""
     from sqlalchemy import update
@@ -490,7 +515,11 @@ def test_the_queue_view_kept_in_memory_lists_what_the_store_says(engine):
     view = QueueView(sessions, ChangeCount(sessions, {JobRow: "id", CleanupRow: "job_id"}))
 
     def listed() -> list[tuple]:
-        return [(j["job_id"], j["state"], j["reason"], j["completing"]) for j in view.jobs()]
+        jobs = view.jobs()
+        # The whole answer squeue gets, encoded once per change and then kept, says the same.
+        for _ in range(2):
+            assert json.loads(view.encoded(view.jobs())) == {"jobs": jobs}
+        return [(j["job_id"], j["state"], j["reason"], j["completing"]) for j in jobs]
 
     with sessions() as s, s.begin():
         jobs = [_job(name=f"j{i}") for i in range(5)]

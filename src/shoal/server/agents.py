@@ -110,27 +110,10 @@ def report(server: Server, s: Session, node: str, body: AgentReport, authorizati
         if body.gpu_util or body.pod_cpu:
             server.record_metrics({"agent": node}, {"gpu_util": body.gpu_util, "pod_cpu": body.pod_cpu}, now)
         return {"ok": True}
-    touched: set[str] = set()
-    with s.begin():
-        row = s.get(NodeRow, node)
-        if row is None:
-            raise jobsvc.JobError(f"node {node} is not registered", 404)
-        server.heartbeats.seen(node, now)
-        if row.state == NodeState.DOWN.value and row.reason == "Not responding":
-            row.state, row.reason, row.reason_time = NodeState.UP.value, None, None
-            row.last_heartbeat = now  # with its state: another server's leader must not find it silent
-        touched |= _exits(server, s, node, body.events, now)
-        touched |= nodesvc.apply_gpu_health(s, server.controller, row,
-                                            [g.model_dump() for g in body.gpu_health], now)
-        if body.images is not None:
-            nodesvc.apply_images(row, [i.model_dump(exclude_none=True) for i in body.images])
-        routes_changed = kubesvc.pod_reports(s, node, body.pods, now)
-        gpuacct.record(s, node, body.gpu_usage, now)
-        alive = set(body.alive)
-        for c in list(s.scalars(select(CleanupRow).where(CleanupRow.node == node))):
-            if jobsvc.job_run_key(c.job_id, c.run) not in alive:
-                s.delete(c)
-                touched.add(node)
+    # Stored in a transaction shared with the other reports that arrive meanwhile (group
+    # commit): with 1,000 nodes ending short runs, a transaction per report queued hundreds of
+    # writers on SQLite's single lock, and reports timed out (their heartbeats with them).
+    touched, routes_changed = server.reports.run(lambda ws: _store_report(server, ws, node, body, now))
     if body.gpu_util or body.pod_cpu:
         server.record_metrics({"agent": node}, {"gpu_util": body.gpu_util, "pod_cpu": body.pod_cpu}, now)
     if touched:
@@ -141,6 +124,30 @@ def report(server: Server, s: Session, node: str, body: AgentReport, authorizati
     if routes_changed or touched:
         server.hub.bump([ROUTES_KEY])
     return {"ok": True}
+
+
+def _store_report(server: Server, s: Session, node: str, body: AgentReport, now: float) -> tuple[set[str], bool]:
+    """Write what a report carries (in the caller's transaction); the nodes whose work it
+    changed, and whether a Service's routes changed."""
+    row = s.get(NodeRow, node)
+    if row is None:
+        raise jobsvc.JobError(f"node {node} is not registered", 404)
+    server.heartbeats.seen(node, now)
+    if row.state == NodeState.DOWN.value and row.reason == "Not responding":
+        row.state, row.reason, row.reason_time = NodeState.UP.value, None, None
+        row.last_heartbeat = now  # with its state: another server's leader must not find it silent
+    touched = _exits(server, s, node, body.events, now)
+    touched |= nodesvc.apply_gpu_health(s, server.controller, row, [g.model_dump() for g in body.gpu_health], now)
+    if body.images is not None:
+        nodesvc.apply_images(row, [i.model_dump(exclude_none=True) for i in body.images])
+    routes_changed = kubesvc.pod_reports(s, node, body.pods, now)
+    gpuacct.record(s, node, body.gpu_usage, now)
+    alive = set(body.alive)
+    for c in list(s.scalars(select(CleanupRow).where(CleanupRow.node == node))):
+        if jobsvc.job_run_key(c.job_id, c.run) not in alive:
+            s.delete(c)
+            touched.add(node)
+    return touched, routes_changed
 
 
 def _exits(server: Server, s: Session, node: str, events, now: float) -> set[str]:

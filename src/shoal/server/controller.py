@@ -23,6 +23,7 @@ from shoal.sched.schedule import schedule
 from shoal.server import jobs as jobsvc
 from shoal.server.loop import KickedLoop
 from shoal.server.snapshot import JobRowCache, NodeInfoCache
+from shoal.store.changes import ChangeCount
 from shoal.store.models import CleanupRow, JobRow, NodeRow
 
 log = logging.getLogger("shoal.controller")
@@ -57,6 +58,12 @@ class Controller(KickedLoop):
         self._last_step = float("-inf")
         self._streaming = False
         self._defer_s = 0.0  # how long the loop rests before looking again (0: not deferring)
+
+    def watch_rows(self, changes: ChangeCount) -> None:
+        """Keep the job rows between passes by the changes this process commits (a pass then
+        reads only those). Given before the server takes any request: a transaction already
+        under way when the count is made would not be counted, and its jobs never read."""
+        self._rows = JobRowCache(changes)
 
     def interval_s(self) -> float:
         return self.server.config.scheduler.interval_s

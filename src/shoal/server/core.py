@@ -20,8 +20,10 @@ from shoal.server import accounting as acctsvc
 from shoal.server.auth import Authenticator
 from shoal.server.config import ClusterConfig
 from shoal.server.controller import Controller
+from shoal.server.groupcommit import GroupCommit
 from shoal.server.heartbeats import Heartbeats
 from shoal.server.hub import WorkHub
+from shoal.server.jobs import JobError
 from shoal.server.nodelist import NodeListing
 from shoal.server.kube.controller import KubeController
 from shoal.server.kube.logs import PodLogs
@@ -93,11 +95,15 @@ class Server:
         self.job_changes = ChangeCount(self.sessions, {JobRow: "id", CleanupRow: "job_id"},
                                        enabled=not self.leader.shared)
         self.queue = QueueView(self.sessions, self.job_changes)
+        # Agents' reports that store something (runs' ends) share transactions, as submissions
+        # do (server/agents.py): one writer and one disk flush for the ends of many runs.
+        self.reports = GroupCommit(self.sessions, refusals=(JobError,))
         self.node_changes = ChangeCount(self.sessions, {NodeRow: "name"}, enabled=not self.leader.shared)
         # The running jobs by node (agents' work answers, sinfo), from the job rows' changes.
         self.running = RunningJobs(self.sessions, ChangeCount(self.sessions, {JobRow: "id"},
                                                               enabled=not self.leader.shared),
                                    self.run_entries.drop)
+        self.controller.watch_rows(ChangeCount(self.sessions, {JobRow: "id"}, enabled=not self.leader.shared))
         self.node_listing = NodeListing(self)  # sinfo's nodes (server/nodelist.py)
         nodes = config.nodes
         self.heartbeats = Heartbeats(self.sessions, min(nodes.heartbeat_interval_s, nodes.heartbeat_timeout_s / 4),

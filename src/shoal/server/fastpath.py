@@ -95,6 +95,7 @@ class FastPaths:
         # is sent, the template from the fast route or FastAPI's matched route.
         t0 = time.perf_counter()
         code = 500  # an exception escaping both is uvicorn's 500
+        route: str | None = None  # stays None when the answer raised
 
         async def sending(message):
             nonlocal code

@@ -50,6 +50,8 @@ class GroupCommit:
         self._cond = threading.Condition()
         self._queue: list[_Pending] = []
         self._committing = False
+        self.commits = 0  # transactions committed, and the works stored in them (metrics)
+        self.stored = 0
 
     def run(self, work: Callable[[Session], Any]) -> Any:
         item = _Pending(work)
@@ -92,6 +94,8 @@ class GroupCommit:
                 return
             try:
                 s.commit()
+                self.commits += 1
+                self.stored += sum(1 for pending in batch if pending.error is None)
             except Exception as e:
                 # The commit's outcome is unknown (a connection lost during COMMIT may have
                 # committed): running the works again could store each job twice, so every
@@ -105,6 +109,8 @@ class GroupCommit:
         try:
             with self.sessions() as s, s.begin():
                 pending.value = pending.work(s)
+            self.commits += 1
+            self.stored += 1
         except Exception as e:
             pending.value, pending.error = None, e
 

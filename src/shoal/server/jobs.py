@@ -310,7 +310,10 @@ def _insert(session: Session, common: dict, task_ids: list[int] | None, throttle
     # The first task's id names the array: it goes in first, then the rest in one statement.
     first = insert_rows(session, JobRow, [{**common, "version": 1, "array_task_id": task_ids[0],
                                            "array_throttle": throttle}])[0]
-    session.execute(update(JobRow.__table__).where(JobRow.id == first).values(array_job_id=first))
+    # On the connection: the change counts know the row from its INSERT, and a session-level
+    # UPDATE counted as one that may change any job, so every array made the scheduler and
+    # squeue's view read the whole queue again.
+    session.connection().execute(update(JobRow.__table__).where(JobRow.id == first).values(array_job_id=first))
     rest = [{**common, "version": 1, "array_task_id": tid, "array_throttle": throttle, "array_job_id": first}
             for tid in task_ids[1:]]
     if rest:

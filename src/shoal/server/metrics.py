@@ -316,6 +316,10 @@ class ClusterCollector:
             yield from self._resources(session, now)
             yield from self._usage(session, now)
             yield from self._deployments(session)
+        yield CounterMetricFamily("shoal_agent_reports_stored", "Agents' reports that stored something "
+                                  "(runs' ends, pods, GPU health, clean-ups done).", value=s.reports.stored)
+        yield CounterMetricFamily("shoal_agent_report_commits", "The transactions those reports were stored in "
+                                  "(group commit: reports that arrive together share one).", value=s.reports.commits)
         info = GaugeMetricFamily("shoal_build_info", "The server's version.", labels=["version"])
         info.add_metric([__version__], 1)
         yield info

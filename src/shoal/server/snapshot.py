@@ -17,6 +17,7 @@ from shoal.server.jobs import ACTIVE, request_from_json
 from shoal.server.kube.pods import POD, gang_of, terms_of
 from shoal.model.topology import Topology
 from shoal.sched import cycle
+from shoal.store.changes import ALL, ChangeCount
 from shoal.store.models import CleanupRow, JobRow, NodeRow, ReservationRow
 
 
@@ -186,17 +187,32 @@ class JobRowCache:
     Every write of a job row bumps its version (the optimistic-concurrency column), so a
     row whose version is unchanged is unchanged. Only passes that read committed rows may
     use it (the controller's), never a transaction that is rolled back (``--test-only``).
+
+    With ``changes`` (the job rows this process's commits changed), a pass reads only the
+    versions of the jobs changed since the one before: with 50,000 jobs queued, reading
+    every live job's id and version was a quarter of each pass. Without it (several servers
+    on one store), or after a bulk statement (``ALL``), every live job's version is read.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, changes: ChangeCount | None = None) -> None:
         self._rows: dict[int, tuple[int, JobRow, PendingJob | None]] = {}
         self._records: dict[int, tuple[int, JobRecord]] = {}
+        self._active: dict[int, tuple[int, ActiveJob]] = {}
+        self._changes = changes
+        self._synced = False  # _rows is every live job as of the changes taken so far
 
     def record(self, row: JobRow) -> JobRecord:
         """``job_record(row)``, made once per version of the row."""
         kept = self._records.get(row.id)
         if kept is None or kept[0] != row.version:
             kept = self._records[row.id] = (row.version, job_record(row))
+        return kept[1]
+
+    def active(self, row: JobRow) -> ActiveJob:
+        """``active_job(row)``, made once per version of the running row."""
+        kept = self._active.get(row.id)
+        if kept is None or kept[0] != row.version:
+            kept = self._active[row.id] = (row.version, active_job(row))
         return kept[1]
 
     def row(self, job_id: int) -> JobRow | None:
@@ -218,6 +234,44 @@ class JobRowCache:
 
     def read(self, session: Session) -> tuple[list[JobRow], tuple[PendingJob, ...]]:
         """Live (pending and running) rows by id, and the pending ones' views."""
+        changes = self._changes
+        counted = changes is not None and changes.enabled
+        keys = changes.take() if counted else {ALL}  # taken before reading: later commits are read next time
+        if counted and self._synced and ALL not in keys:
+            self._refresh(session, sorted(keys))
+        else:
+            self._reload(session)
+            self._synced = counted
+        rows = self._rows
+        if max(len(self._records), len(self._active)) > 2 * len(rows) + 1000:  # ended jobs', now and then
+            self._records = {jid: kept for jid, kept in self._records.items() if jid in rows}
+            self._active = {jid: kept for jid, kept in self._active.items() if jid in rows}
+        live = sorted(rows)
+        return ([rows[jid][1] for jid in live],
+                tuple(rows[jid][2] for jid in live if rows[jid][2] is not None))
+
+    def _refresh(self, session: Session, ids: list[int]) -> None:
+        """Bring the changed jobs ``ids`` up to date: dropped if no longer live, read whole if
+        their version moved (a row this controller committed and kept has not)."""
+        rows = self._rows
+        for i in range(0, len(ids), 500):
+            chunk = ids[i:i + 500]
+            versions = dict(session.execute(select(JobRow.id, JobRow.version).where(
+                JobRow.id.in_(chunk), JobRow.state.in_(LIVE))).all())
+            stale = []
+            for jid in chunk:
+                if jid not in versions:
+                    rows.pop(jid, None)
+                elif rows.get(jid, (None,))[0] != versions[jid]:
+                    stale.append(jid)
+                    rows.pop(jid, None)
+            if stale:
+                for r in session.scalars(select(JobRow).where(JobRow.id.in_(stale))):
+                    if r.state in LIVE:  # PostgreSQL: it may have ended between the two reads
+                        rows[r.id] = (r.version, r, pending_job(r) if r.state == JobState.PENDING.value else None)
+
+    def _reload(self, session: Session) -> None:
+        """Every live job's version read, and the rows whose version moved."""
         versions = session.execute(select(JobRow.id, JobRow.version).where(JobRow.state.in_(LIVE))
                                    .order_by(JobRow.id)).all()
         stale = [jid for jid, version in versions if self._rows.get(jid, (None,))[0] != version]
@@ -231,11 +285,6 @@ class JobRowCache:
             if r.state in LIVE:  # PostgreSQL: it may have ended between the two reads
                 rows[r.id] = (r.version, r, pending_job(r) if r.state == JobState.PENDING.value else None)
         self._rows = rows
-        if len(self._records) > 2 * len(rows) + 1000:  # ended jobs' records, now and then
-            self._records = {jid: kept for jid, kept in self._records.items() if jid in rows}
-        live = sorted(rows)
-        return ([rows[jid][1] for jid in live],
-                tuple(rows[jid][2] for jid in live if rows[jid][2] is not None))
 
 
 def usage_records(session: Session, now: float, half_life_s: float) -> tuple[UsageRecord, ...]:
@@ -277,7 +326,8 @@ def build(session: Session, partitions, now: float, *, accounts: tuple[Account, 
     fetch = (missing | wanted) - by_id.keys()
     extra = {j.id: j for j in session.scalars(select(JobRow).where(JobRow.id.in_(fetch)))} if fetch else {}
     all_rows = {**extra, **by_id}
-    active = tuple([active_job(j) for j in running] + cleanup_jobs(cleanups, all_rows))
+    active_of = cache.active if cache is not None else active_job
+    active = tuple([active_of(j) for j in running] + cleanup_jobs(cleanups, all_rows))
     record = cache.record if cache is not None else job_record
     records = {jid: record(r) for jid, r in all_rows.items()
                if jid in wanted or r.state == JobState.RUNNING.value or r.state == JobState.PENDING.value}
