@@ -143,7 +143,11 @@ def run(args) -> int:
     workdir = Path(args.workdir or f"/var/lib/shoal/{name}").resolve()
     try:
         if args.hostname:
-            socket.sethostname(name)  # only inside a UTS namespace (shoal up does that as root)
+            if not in_own_uts_namespace():
+                print("shoal agent: error: --hostname would rename this machine itself: run the agent in a UTS "
+                      "namespace of its own (unshare --uts, as shoal up does)", file=sys.stderr)
+                return 2
+            socket.sethostname(name)
         fake = None
         if args.fake_gpus_file:
             fake = fake_nvml_from_file(args.fake_gpus_file, seed=name)
@@ -227,6 +231,22 @@ def _gpu_features(gpus) -> set[str]:
     from shoal.agent.labels import gpu_type
 
     return {gpu_type(g.product) for g in gpus}
+
+
+def in_own_uts_namespace() -> bool:
+    """Whether this process has a UTS namespace (host name) apart from the machine's: only there
+    may ``--hostname`` set the node's name without renaming the machine. The machine's is the
+    kernel's initial namespace (PROC_UTS_INIT_INO) or, in a container, init's."""
+    try:
+        own = os.readlink("/proc/self/ns/uts")
+    except OSError:  # no /proc: assume the machine's
+        return False
+    if own == f"uts:[{0xEFFFFFFE}]":
+        return False
+    try:
+        return own != os.readlink("/proc/1/ns/uts")
+    except OSError:  # init's hidden from us (another PID namespace, or a locked-down init)
+        return True
 
 
 def run_hollow(args) -> int:
