@@ -154,6 +154,16 @@ class LocalCluster:
         return list(self.state["pids"]["agents"])
 
 
+def agent_argv(pid: int) -> list[str]:
+    """The command line of a running agent, to start it again after killing it. ``shoal up``
+    runs its agents as root under ``unshare --uts`` with ``--hostname``; the agent refuses that
+    flag outside a UTS namespace of its own (it would rename the machine), so the restart goes
+    through ``unshare --uts`` too."""
+    argv = [a.decode() for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]]
+    assert argv, f"process {pid} has no command line (it has exited)"
+    return ["unshare", "--uts", "--", *argv] if "--hostname" in argv else argv
+
+
 def pid_alive(pid: int) -> bool:
     """Whether ``pid`` is a live process (a zombie is not: it has ended, unreaped)."""
     try:

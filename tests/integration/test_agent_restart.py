@@ -11,16 +11,16 @@ import signal
 import subprocess
 from pathlib import Path
 
-from tests.integration.cluster import LocalCluster, wait_until
+from tests.integration.cluster import LocalCluster, agent_argv, wait_until
 
 
 def _kill_agent(cluster: LocalCluster, name: str) -> list[str]:
     """kill -9 the node's agent; its command line, to start it again."""
     pid = cluster.agent_pid(name)
-    cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]
+    cmd = agent_argv(pid)
     os.kill(pid, signal.SIGKILL)
     wait_until(lambda: not _alive(pid), 10, "the killed agent to be gone")
-    return [c.decode() for c in cmd]
+    return cmd
 
 
 def _start_agent(cluster: LocalCluster, cmd: list[str]) -> subprocess.Popen:

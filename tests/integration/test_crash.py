@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from shoal.api_client import ClientError
-from tests.integration.cluster import BIN, wait_until
+from tests.integration.cluster import BIN, agent_argv, wait_until
 from tests.integration.test_store import ServerProcess
 
 ROUNDS = 5
@@ -225,12 +225,12 @@ echo $SLURM_JOB_ID >> {marks}/finished
                 break
             running_at_kills.append(len(found))
             pid = agent.pid if agent else cluster.agent_pid(victim)
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]
+            argv = agent_argv(pid)
             os.kill(pid, signal.SIGKILL)
             if agent:
                 agent.wait()
             time.sleep(rng.uniform(0, 2.0))  # down for a moment: some jobs end with nobody watching
-            agent = subprocess.Popen([a.decode() for a in argv], env=cluster.env, start_new_session=True,
+            agent = subprocess.Popen(argv, env=cluster.env, start_new_session=True,
                                      stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
         ended = {job_id: cluster.wait_for(job_id, timeout=120) for job_id in jobs}
         wait_until(lambda: not _processes_with(marker), 30, "every task of the jobs to be gone")

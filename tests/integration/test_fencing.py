@@ -13,11 +13,10 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-from pathlib import Path
 
 import pytest
 
-from tests.integration.cluster import LocalCluster, wait_until
+from tests.integration.cluster import LocalCluster, agent_argv, wait_until
 from tests.integration.test_agent_restart import _kill_agent, _start_agent
 from tests.integration.test_partition import partitioned  # noqa: F401  (the fixture)
 
@@ -98,7 +97,7 @@ def test_a_requeue_job_never_runs_twice_at_once_when_its_agent_is_cut_off_killed
         # nor fences), twice each, wherever the job runs by then.
         for fault in ("kill", "stop", "kill", "stop"):
             if fault == "kill":
-                cmd = Path(f"/proc/{agent_pid(host)}/cmdline").read_bytes().decode().split("\0")[:-1]
+                cmd = agent_argv(agent_pid(host))
                 os.kill(agent_pid(host), signal.SIGKILL)
                 again = _restarted(cluster, job, log, run)
                 agents[host] = _start_agent(cluster, cmd)

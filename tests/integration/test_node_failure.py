@@ -16,7 +16,7 @@ from pathlib import Path
 from shoal.api_client import ClientError
 import pytest
 
-from tests.integration.cluster import LocalCluster, pid_alive, wait_until
+from tests.integration.cluster import LocalCluster, agent_argv, pid_alive, wait_until
 from tests.integration.test_agent_restart import _start_agent
 
 
@@ -128,7 +128,7 @@ def test_a_silent_nodes_pods_stop_by_their_lease_before_they_are_replaced_elsewh
     spare = (set(cluster.node_names()) - set(first.values())).pop()
     orphan = int((pids / lost_pod).read_text())
     agent = cluster.agent_pid(victim)
-    cmd = Path(f"/proc/{agent}/cmdline").read_bytes().decode().split("\0")[:-1]
+    cmd = agent_argv(agent)
     restarted = None
     os.kill(agent, signal.SIGKILL if fault == "kill" else signal.SIGSTOP)
     try:

@@ -9,7 +9,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from tests.integration.cluster import LocalCluster, wait_until
+from tests.integration.cluster import LocalCluster, agent_argv, wait_until
 
 
 def _node(cluster: LocalCluster, name: str) -> dict:
@@ -22,7 +22,7 @@ def test_a_revoked_node_goes_down_until_its_agent_joins_again(tmp_path):
     try:
         [name] = cluster.node_names()
         pid = cluster.agent_pid(name)
-        argv = [a.decode() for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]]
+        argv = agent_argv(pid)
         log = cluster.root / "state" / "logs" / f"{name}.log"
 
         alice = cluster.api("POST", "/shoal/v1/tokens", {"user": "alice", "role": "user"})["token"]
