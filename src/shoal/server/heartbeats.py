@@ -65,6 +65,7 @@ class Heartbeats:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.flushes = 0
+        self._statement: tuple[str, tuple[str, bool, tuple[str, ...]]] | None = None  # (dialect, _compiled)
 
     def seen(self, node: str, now: float) -> None:
         """The node's agent reported at ``now``."""
@@ -142,7 +143,12 @@ class Heartbeats:
             with self.sessions() as s, s.begin():
                 # The connection's own execute: the ORM's events (the change counts) do not see
                 # it, and no version moves, so no plan or update of the node rows conflicts with it.
-                s.connection().execute(_WRITE, [{"node": n, "seen": t} for n, t in batch.items()])
+                conn = s.connection()
+                sql, positional, order = self._compiled(conn.dialect)
+                rows = [{"node": n, "seen": t} for n, t in batch.items()]
+                # As the driver's own statement: SQLAlchemy's per-row parameter processing of an
+                # executemany was most of a flush (5,000 nodes: 10% of an idle server's time).
+                conn.exec_driver_sql(sql, [tuple(r[k] for k in order) for r in rows] if positional else rows)
         except Exception:
             with self._lock:  # kept for the next flush, unless a later report replaced it
                 for n, t in batch.items():
@@ -150,6 +156,13 @@ class Heartbeats:
             raise
         self.flushes += 1
         return len(batch)
+
+    def _compiled(self, dialect) -> tuple[str, bool, tuple[str, ...]]:
+        """_WRITE in the driver's own SQL and parameter style (compiled once per dialect)."""
+        if self._statement is None or self._statement[0] != dialect.name:
+            c = _WRITE.compile(dialect=dialect)
+            self._statement = (dialect.name, (str(c), c.positional, tuple(c.positiontup or ())))
+        return self._statement[1]
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="heartbeats", daemon=True)
