@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
-"""Scale benchmark: one server holding 100 / 300 / 1,000 hollow nodes (8 fake GPUs each).
+"""Scale benchmark: one server holding 100 / 1,000 / 5,000 hollow nodes (8 fake GPUs each).
 
-For each size it starts a server (SQLite, the default heartbeat of 5 s and timeout of 60 s)
-and one ``shoal agent --hollow N`` process, waits for every node to register, then:
+For each size it starts a server (SQLite, the default heartbeat interval and the default
+timeout of 60 s) and one ``shoal agent --hollow N`` process, waits for every node to
+register, then:
 
 1. idle: for ``--idle-s`` seconds only heartbeats and long-polls: the server's CPU per
    heartbeat (its process CPU time over the reports the hollow nodes sent), that as a share
-   of one core, and the reports' round trips (p50/p99, as the hollow nodes timed them);
+   of one core, the long-polls answered, the reports' round trips (p50/p99, as the hollow
+   nodes timed them), the hollow process's own CPU, and the server's RSS per node (after
+   registration, over an empty server's);
 2. submit: ``--jobs`` single-GPU jobs (``sleep 2``) through the HTTP API from 4 threads,
    one request per job: jobs per second accepted;
 3. run: until every job has ended, counted: each COMPLETED exactly once (restart count 0),
@@ -14,13 +17,18 @@ and one ``shoal agent --hollow N`` process, waits for every node to register, th
    pass time (/metrics' shoal_scheduler_pass_duration_seconds, over the run), and the heartbeat
    round trips meanwhile;
 4. reads: ``--reads`` rounds of the requests squeue and sinfo make (``GET /jobs?view=queue``;
-   ``GET /nodes`` + ``GET /partitions``) with the finished jobs still listed.
+   ``GET /nodes`` + ``GET /partitions``) with the finished jobs still listed;
+5. node-loss wave (``--wave``, on by default): half the nodes busy with whole-node jobs of an
+   hour (half of them ``--requeue``), then 5% of all nodes (every 20th, busy or idle) fall
+   silent at once (``--hollow-silence``: no heartbeats, no long-polls): seconds until each is
+   DOWN and each of their jobs requeued or NODE_FAIL (against two heartbeat timeouts), and,
+   counted, no other node DOWN and no other job touched (still RUNNING, restart count 0).
 
 Each size runs ``--rounds`` times, sizes interleaved; the tables give medians. ``--save``
 keeps the results as JSON and ``--baseline FILE`` puts an earlier saved run beside them
 (before/after a change). Writes the ``## Scale`` section of BENCHMARKS.md.
 
-    .venv/bin/python bench/bench_scale.py                         # 100, 300, 1000 nodes, 3 rounds
+    .venv/bin/python bench/bench_scale.py                         # 100, 1000, 5000 nodes, 3 rounds
     .venv/bin/python bench/bench_scale.py --sizes 1000 --rounds 1 --profile /tmp/prof  # + py-spy
 """
 
@@ -76,6 +84,7 @@ class Hollow:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.stats_file = root / "hollow-stats.json"
+        self.silence_file = root / "hollow-silence"
         self.procs: list[subprocess.Popen] = []
 
     def start(self, timeout: float = 300) -> None:
@@ -103,9 +112,12 @@ class Hollow:
             time.sleep(0.1)
         self.admin = Client(self.url, admin.read_text().strip(), timeout=120)
         self.admin.job_token = None
+        time.sleep(2)  # settled: the empty server's RSS, the base of the per-node growth
+        self.empty_rss_mb = self.server.memory_info().rss / 2 ** 20
         hollow = subprocess.Popen([py, "-m", "shoal", "agent", "--hollow", str(self.nodes), "--name", "hollow",
                                    "--server", self.url, "--join-token-file", str(join), "--fake-gpus", str(GPUS),
-                                   "--cpus", "128", "--memory", "2T", "--hollow-stats", str(self.stats_file)],
+                                   "--cpus", "128", "--memory", "2T", "--hollow-stats", str(self.stats_file),
+                                   "--hollow-silence", str(self.silence_file)],
                                   stdout=open(self.root / "hollow.log", "wb"), stderr=subprocess.STDOUT, env=self.env)
         self.procs.append(hollow)
         self.hollow = hollow
@@ -165,20 +177,24 @@ def window(h: Hollow, seconds: float) -> dict:
     used = cpu1 - cpu0
     lat = after["report_latency_s"]
     return {"reports_per_s": reports / span, "server_cpu_share": used / span, "hollow_cpu_share": (hcpu1 - hcpu0) / span,
+            "work_answers_per_s": (after["work_answers"] - before["work_answers"]) / span,
+            "heartbeat_interval_s": after.get("heartbeat_interval_s"),
             "cpu_ms_per_report": 1000 * used / reports if reports else float("nan"),
             "report_p50_ms": 1000 * (lat["p50"] or 0), "report_p99_ms": 1000 * (lat["p99"] or 0)}
 
 
 def one_size(nodes: int, jobs: int, idle_s: float, reads: int, env: dict, profile: Path | None,
-             db: str | None = None, fill: bool = False) -> dict:
+             db: str | None = None, fill: bool = False, wave: bool = True) -> dict:
     with tempfile.TemporaryDirectory(prefix=f"scale{nodes}-") as tmp:
         h = Hollow(Path(tmp), nodes, env, db)
         t_start = time.time()
         try:
             h.start()
             out: dict = {"nodes": nodes, "register_s": time.time() - t_start}
-            time.sleep(6)  # every node past its first heartbeat
+            first = h.fresh_stats(time.time()).get("heartbeat_interval_s") or 5.0
+            time.sleep(first + 1)  # every node past its first heartbeat
             out["server_rss_mb"] = h.server.memory_info().rss / 2 ** 20
+            out["empty_rss_mb"] = h.empty_rss_mb
             spy = _py_spy(h.server.pid, profile / f"idle-{nodes}.txt") if profile else None
             out["idle"] = window(h, idle_s)
             if spy:
@@ -248,6 +264,11 @@ def one_size(nodes: int, jobs: int, idle_s: float, reads: int, env: dict, profil
             out["sinfo_p50_ms"], out["sinfo_p99_ms"] = 1000 * pct(sinfo, 0.5), 1000 * pct(sinfo, 0.99)
             if fill:
                 out["fill"] = fill_phase(h, workdir, reads)
+            if wave:
+                spy = _py_spy(h.server.pid, profile / f"wave-{nodes}.txt") if profile else None
+                out["wave"] = wave_phase(h, workdir)
+                if spy:
+                    _py_spy_stop(spy)
             out["hollow_report_errors"] = (h.stats() or {}).get("report_errors")
             return out
         finally:
@@ -297,13 +318,74 @@ def fill_phase(h: Hollow, workdir: str, reads: int, runtime_s: int = 120) -> dic
     return out
 
 
+HEARTBEAT_TIMEOUT_S = 60.0  # the server's default, which this benchmark keeps
+
+
+def wave_phase(h: Hollow, workdir: str, share: float = 0.05) -> dict:
+    """A node-loss wave: half the nodes busy with whole-node jobs of an hour (half of those
+    ``--requeue``), then ``share`` of all nodes (every 20th, busy or idle) silenced at once.
+    Timed from the silence: the last silent node DOWN, the last of their jobs requeued or
+    NODE_FAIL. Counted: silent nodes not DOWN, other nodes DOWN, other jobs no longer in
+    their first run."""
+    busy = max(2, h.nodes // 2)
+    ids = []
+    for requeue in (True, False):
+        job = h.admin.post("/shoal/v1/jobs", {"name": "wave", "script": "#!/bin/sh\nsleep 3600\n",
+                                              "workdir": workdir, "gpus_per_node": GPUS, "exclusive": True,
+                                              "stdout": "/dev/null", "requeue": requeue,
+                                              "array": f"0-{busy // 2 - 1}"})
+        ids.append(job["job_id"])
+    t0 = time.time()
+
+    def wave_jobs() -> dict[int, dict]:
+        return {j["job_id"]: j for j in h.admin.get("/shoal/v1/jobs", {"all": "true"})["jobs"] if j["name"] == "wave"}
+
+    deadline = t0 + 600
+    while True:
+        jobs = wave_jobs()
+        if len(jobs) == 2 * (busy // 2) and all(j["state"] == "RUNNING" for j in jobs.values()):
+            break
+        if time.time() > deadline:
+            raise RuntimeError("wave: the jobs did not all start in 600 s")
+        time.sleep(1)
+    started_s = time.time() - t0
+    names = sorted(n["name"] for n in h.admin.get("/shoal/v1/nodes")["nodes"])
+    silent = set(names[::round(1 / share)])
+    held = {jid: {n["name"] for n in j["allocation"]["nodes"]} for jid, j in jobs.items()}
+    hit = {jid for jid, on in held.items() if on & silent}
+    cpu0 = cpu_s(h.server)
+    t1 = time.time()
+    h.silence_file.write_text(",".join(sorted(silent)))
+    down_s = jobs_s = None
+    while time.time() - t1 < 3 * HEARTBEAT_TIMEOUT_S:
+        time.sleep(1)
+        down = {n["name"] for n in h.admin.get("/shoal/v1/nodes")["nodes"] if n["state"] == "DOWN"}
+        if down_s is None and silent <= down:
+            down_s = time.time() - t1
+        jobs = wave_jobs()
+        handled = {jid for jid in hit if jobs[jid]["restart_count"] >= 1 or jobs[jid]["state"] == "NODE_FAIL"}
+        if jobs_s is None and handled == hit:
+            jobs_s = time.time() - t1
+        if down_s is not None and jobs_s is not None:
+            break
+    cpu = cpu_s(h.server) - cpu0
+    jobs = wave_jobs()
+    return {"nodes_silenced": len(silent), "busy_nodes": 2 * (busy // 2), "start_s": started_s,
+            "jobs_hit": len(hit), "requeued": sum(1 for jid in hit if jobs[jid]["restart_count"] >= 1),
+            "node_fail": sum(1 for jid in hit if jobs[jid]["state"] == "NODE_FAIL"),
+            "down_s": down_s, "jobs_s": jobs_s, "timeout_s": HEARTBEAT_TIMEOUT_S, "server_cpu_s": cpu,
+            "silent_not_down": len(silent - down), "others_down": len(down - silent),
+            "others_touched": sum(1 for jid, j in jobs.items() if jid not in hit
+                                  and (j["state"] != "RUNNING" or j["restart_count"] != 0))}
+
+
 def _py_spy(pid: int, path: Path):
     spy = BIN / "py-spy"
     if not spy.exists():
         return None
     path.parent.mkdir(parents=True, exist_ok=True)
     p = subprocess.Popen([str(spy), "record", "--pid", str(pid), "--rate", "100", "--format", "raw",
-                          "--nonblocking", "--threads", "--output", str(path)],
+                          "--nonblocking", "--gil", "--output", str(path)],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return p, path
 
@@ -324,8 +406,12 @@ def _py_spy_stop(spy) -> None:
 # ---------------------------------------------------------------------- report
 
 ROWS = [  # (label, how to read it from a result, format)
+    ("heartbeat interval the server gives (s)", lambda r: r["idle"]["heartbeat_interval_s"], "{:g}"),
     ("server RSS after registration (MiB)", lambda r: r["server_rss_mb"], "{:.0f}"),
+    ("server RSS growth per node, over an empty server (KiB)",
+     lambda r: 1024 * (r["server_rss_mb"] - r["empty_rss_mb"]) / r["nodes"], "{:.0f}"),
     ("idle: heartbeats per second", lambda r: r["idle"]["reports_per_s"], "{:.0f}"),
+    ("idle: long-poll answers per second", lambda r: r["idle"]["work_answers_per_s"], "{:.0f}"),
     ("idle: server CPU per heartbeat (ms)", lambda r: r["idle"]["cpu_ms_per_report"], "{:.2f}"),
     ("idle: server CPU (share of one core)", lambda r: 100 * r["idle"]["server_cpu_share"], "{:.1f}%"),
     ("idle: the hollow nodes' process CPU (share of one core)", lambda r: 100 * r["idle"]["hollow_cpu_share"],
@@ -343,6 +429,16 @@ ROWS = [  # (label, how to read it from a result, format)
     ("reads: sinfo (`GET /nodes` + `/partitions`) p50 (ms)", lambda r: r["sinfo_p50_ms"], "{:.1f}"),
     ("reads: sinfo p99 (ms)", lambda r: r["sinfo_p99_ms"], "{:.1f}"),
     ("jobs lost or run twice / nodes DOWN", lambda r: (r["lost_or_twice"], r["nodes_down"]), None),
+    ("wave: nodes silenced at once (5%) / of them busy / their jobs requeued / NODE_FAIL",
+     lambda r: (r["wave"]["nodes_silenced"], r["wave"]["jobs_hit"], r["wave"]["requeued"], r["wave"]["node_fail"]),
+     None),
+    ("wave: seconds from the silence to the last silent node DOWN (timeout 60 s)",
+     lambda r: r["wave"]["down_s"], "{:.0f}"),
+    ("wave: seconds to the last of their jobs requeued or failed (target: under 120)",
+     lambda r: r["wave"]["jobs_s"], "{:.0f}"),
+    ("wave: server CPU from the silence until then (s)", lambda r: r["wave"]["server_cpu_s"], "{:.1f}"),
+    ("wave: silent nodes not DOWN / other nodes DOWN / other jobs touched",
+     lambda r: (r["wave"]["silent_not_down"], r["wave"]["others_down"], r["wave"]["others_touched"]), None),
     ("fill: every GPU busy (one array, nodes x 8 tasks of 120 s): seconds until none pending",
      lambda r: r["fill"]["start_s"], "{:.0f}"),
     ("fill: server CPU per task started (ms)", lambda r: 1000 * r["fill"]["start_cpu_s"] / r["fill"]["tasks"],
@@ -402,7 +498,8 @@ def render(meta: dict, args, results, baseline, note: str) -> str:
     facts, command = meta["facts"], meta["command"]
     out = [SECTION, "",
            f"One server ({meta.get('store', 'SQLite')}) and one `shoal agent --hollow N` process of N hollow nodes x {GPUS} fake GPUs "
-           "on the same machine: the nodes register, heartbeat every 5 s, long-poll their work and report their "
+           "on the same machine: the nodes register, heartbeat at the interval the server gives (its default), "
+           "long-poll their work and report their "
            "runs' ends exactly as `shoal agent` does (same client, same requests: `shoal.agent.wire`), but run "
            "nothing. Server CPU is its process's CPU time; round trips are timed by the hollow nodes. "
            f"Medians of {args.rounds} round(s) per size, sizes interleaved; lost/twice and DOWN are the worst "
@@ -413,7 +510,8 @@ def render(meta: dict, args, results, baseline, note: str) -> str:
            f"{meta.get('load_after', '?')}; wall {meta.get('wall_s', float('nan')):.0f} s",
            f"- command: `{command}`",
            f"- per size: {args.idle_s:g} s idle window, {args.jobs} jobs (`sleep 2`, 1 GPU each, from 4 threads), "
-           f"{args.reads} read rounds",
+           f"{args.reads} read rounds" + ("; then the node-loss wave (half the nodes busy with whole-node jobs, "
+                                          "5% of all nodes silenced)" if args.wave else ""),
            ]
     if baseline:
         out.append(f"- before: {note}")
@@ -441,10 +539,12 @@ def _postgres():
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", default="100,300,1000")
+    ap.add_argument("--sizes", default="100,1000,5000")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--jobs", type=int, default=2000)
-    ap.add_argument("--idle-s", type=float, default=20.0)
+    # Hollow nodes that registered together renew their long-polls together: a window of one
+    # long-poll wait (wire.WORK_WAIT_S) sees each node renew once, whatever the phase.
+    ap.add_argument("--idle-s", type=float, default=55.0)
     ap.add_argument("--reads", type=int, default=30)
     ap.add_argument("--save", type=Path, help="keep the results as JSON")
     ap.add_argument("--baseline", type=Path, help="an earlier --save, shown beside these as 'before'")
@@ -455,6 +555,7 @@ def main() -> int:
     ap.add_argument("--results", type=Path, help="render an earlier --save instead of running")
     ap.add_argument("--fill", action="store_true",
                     help="then fill every GPU (one array job of nodes x 8 long tasks), read, and cancel it")
+    ap.add_argument("--no-wave", dest="wave", action="store_false", help="skip the node-loss wave")
     ap.add_argument("--postgres", action="store_true",
                     help="store on a PostgreSQL server started for the run (tests/integration/postgres.py)")
     args = ap.parse_args()
@@ -479,7 +580,7 @@ def main() -> int:
         for n in sizes:
             print(f"round {rnd + 1}/{args.rounds}: {n} hollow nodes ...", flush=True)
             r = one_size(n, args.jobs, args.idle_s, args.reads, env, args.profile,
-                         pg.create_database() if pg else None, args.fill)
+                         pg.create_database() if pg else None, args.fill, args.wave)
             print("  " + json.dumps(r), flush=True)
             results[n].append(r)
     if not args.results:

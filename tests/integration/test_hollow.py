@@ -102,3 +102,53 @@ def _stats(cluster: LocalCluster) -> dict | None:
 def test_no_hollow_node_went_down(cluster):
     time.sleep(1)
     assert {n["state"] for n in cluster.nodes_json()} == {"UP"}
+
+
+def test_a_wave_of_silent_nodes_requeues_or_fails_their_jobs_and_leaves_the_rest_alone(cluster):
+    """Four nodes hang at once (three holding jobs, one idle): within two heartbeat timeouts
+    each is DOWN, its --requeue jobs are back in the queue and the others ended NODE_FAIL,
+    while every other node stays UP and every other job keeps running its first run."""
+    requeue = [cluster.sbatch("-N1", "--exclusive", "--requeue", "--wrap", "sleep 600") for _ in range(3)]
+    plain = [cluster.sbatch("-N1", "--exclusive", "--no-requeue", "--wrap", "sleep 600") for _ in range(3)]
+    running = {j: cluster.wait_for(j, ("RUNNING",), timeout=30) for j in requeue + plain}
+    node_of = {j: r["allocation"]["nodes"][0]["name"] for j, r in running.items()}
+    hit = [requeue[0], requeue[1], plain[0]]
+    busy = set(node_of.values())
+    idle = next(n["name"] for n in cluster.nodes_json() if n["name"] not in busy)
+    silent = {node_of[j] for j in hit} | {idle}
+    t0 = time.time()
+    (cluster.root / "state" / "hollow-silence").write_text(",".join(sorted(silent)))
+    try:
+        seen: dict = {}
+
+        def settled():
+            jobs = _states(cluster, requeue + plain)
+            down = {n["name"] for n in cluster.nodes_json() if n["state"] == "DOWN"}
+            seen.update(down=down, jobs={j: (jobs[j]["state"], jobs[j]["restart_count"]) for j in jobs})
+            return (jobs, down) if down == silent and all(jobs[j]["restart_count"] >= 1 for j in hit[:2]) \
+                and jobs[plain[0]]["state"] == "NODE_FAIL" else None
+
+        try:
+            jobs, down = wait_until(settled, 60, "the silent nodes to go DOWN and their jobs to be requeued or "
+                                    "failed", interval=0.5)
+        except AssertionError as e:
+            raise AssertionError(f"{e}; silenced {sorted(silent)}, hit {hit}, last seen {seen}") from None
+        timeout = 20  # the cluster's heartbeat timeout
+        assert time.time() - t0 < 2 * timeout, f"took {time.time() - t0:.0f}s"
+        assert all(n["reason"] == "Not responding" for n in cluster.nodes_json() if n["name"] in silent)
+        # Back in the queue (a job may have been started again on a silent node not yet found
+        # silent, and requeued once more), and now never on a silent node.
+        for j in hit[:2]:
+            assert jobs[j]["state"] in ("PENDING", "RUNNING"), jobs[j]
+            if jobs[j]["state"] == "RUNNING":
+                assert jobs[j]["allocation"]["nodes"][0]["name"] not in silent, jobs[j]
+        untouched = [requeue[2], plain[1], plain[2]]
+        assert all(jobs[j]["state"] == "RUNNING" and jobs[j]["restart_count"] == 0 for j in untouched), \
+            [jobs[j] for j in untouched]
+    finally:
+        (cluster.root / "state" / "hollow-silence").write_text("")
+    # Heard again, the nodes come back UP (the hung runs they still hold are killed there).
+    wait_until(lambda: {n["state"] for n in cluster.nodes_json()} == {"UP"}, 30, "the silent nodes to come back UP")
+    cluster.run(["scancel", *map(str, requeue + plain)])
+    wait_until(lambda: all(j["state"] not in ("PENDING", "RUNNING") and not j["completing"]
+                           for j in _states(cluster, requeue + plain).values()), 30, "the jobs to end")

@@ -721,14 +721,26 @@ def test_heartbeats_are_stored_together_and_leave_the_node_cache_alone(engine):
         assert not only_a_heartbeat(s, "n01", [], has_news=True)
         assert not only_a_heartbeat(s, "n09", [], has_news=False), "an unknown node: the full path says so"
     # The same answers from what a server keeps while its change counts stand still.
-    kept = Heartbeats(sessions, 60, changes, ChangeCount(sessions, {JobRow: "id", CleanupRow: "job_id"}))
+    clock = [0.0]
+    kept = Heartbeats(sessions, 60, changes, ChangeCount(sessions, {JobRow: "id", CleanupRow: "job_id"}),
+                      monotonic=lambda: clock[0])
+    assert kept.known("n01", [], False) is None, "nothing kept yet: the event loop must not decide"
     assert kept.only_a_heartbeat("n01", [], has_news=False) and not kept.only_a_heartbeat("n09", [], False)
+    # Kept: the event loop answers without a thread or a read (server/agents.py, report).
+    assert kept.known("n01", [], False) is True and kept.known("n09", [], False) is False
+    assert kept.known("n01", [], has_news=True) is False
     with sessions() as s, s.begin():
         s.add(CleanupRow(job_id=7, run=0, node="n01", since=t, cpus=1, memory_mb=1, gpus=[]))
+    assert kept.known("n01", [], False) is None, "a clean-up since: not known until read"
     with sessions() as s:
         assert only_a_heartbeat(s, "n01", ["7.0"], has_news=False), "its clean-up still alive there"
         assert not only_a_heartbeat(s, "n01", [], has_news=False), "a clean-up to drop: written"
+    # Within a second of the last whole read, the node's own rows are read, not every node's.
     assert kept.only_a_heartbeat("n01", ["7.0"], False) and not kept.only_a_heartbeat("n01", [], False)
+    assert kept.known("n01", ["7.0"], False) is None
+    clock[0] += 2  # then the whole read again, and the loop may answer once more
+    assert kept.only_a_heartbeat("n01", ["7.0"], False) and not kept.only_a_heartbeat("n01", [], False)
+    assert kept.known("n01", ["7.0"], False) is True and kept.known("n01", [], False) is False
     with sessions() as s, s.begin():
         row = s.get(NodeRow, "n02")
         row.state, row.reason = "DOWN", "Not responding"

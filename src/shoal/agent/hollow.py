@@ -9,6 +9,10 @@ environment (a trace's runtime), or the default, then exits 0 (the script's last
 gives its code); a run the server lists for killing, or stops listing, ends at once by
 SIGTERM. Pods and srun steps are not run.
 
+A node can be silenced (``HollowFleet.silence``; ``shoal agent --hollow N --hollow-silence
+FILE``): it stops heartbeating and long-polling, as a node that hangs or falls off the
+network, runs' ends included, until it is woken; a benchmark's node-loss wave.
+
 Threads: one per node for the long-poll (a blocked socket costs no CPU), one clock for
 heartbeats and runs' ends, and a few reporters that send whichever node's report is due.
 """
@@ -126,6 +130,8 @@ class HollowNode:
         self.heartbeat_interval = 5.0
         self.due = 0.0  # when its next heartbeat is due (monotonic); earlier heap entries are stale
         self.queued = False  # in the reporters' queue
+        self.awake = threading.Event()  # cleared: silenced, it sends nothing
+        self.awake.set()
 
     def alive_keys(self) -> list[str]:
         with self.lock:
@@ -164,6 +170,8 @@ class HollowNode:
         fleet.schedule_report(self, time.monotonic() + self.heartbeat_interval * random.random())
         epoch, gen, failures = None, None, 0
         while not fleet.stop.is_set():
+            if not self.awake.wait(1.0):
+                continue
             try:
                 work = self.client.get(wire.work_path(self.spec.name), wire.work_params(epoch, gen),
                                        timeout=wire.WORK_TIMEOUT_S)
@@ -180,6 +188,8 @@ class HollowNode:
                 fleet.stop.wait(min(0.2 * 2 ** failures, 5.0))
                 epoch = None
                 continue
+            if not self.awake.is_set():
+                continue  # silenced while it waited: a hung node acts on nothing
             with fleet.stats.lock:
                 fleet.stats.work_answers += 1
             epoch, gen = work["epoch"], work["gen"]
@@ -254,7 +264,8 @@ class HollowFleet:
     """N hollow nodes against one server (or several, comma-separated)."""
 
     def __init__(self, server: str, join_token: str, specs: list[NodeSpec], *, ca_file: str | None = None,
-                 default_runtime_s: float = DEFAULT_RUNTIME_S, reporters: int = 8, registering: int = 32) -> None:
+                 default_runtime_s: float = DEFAULT_RUNTIME_S, reporters: int | None = None,
+                 registering: int = 32) -> None:
         self.server = server
         self.join_token = join_token
         self.ca_file = ca_file
@@ -269,7 +280,9 @@ class HollowFleet:
         self._heap_lock = threading.Condition()
         self._due: deque[HollowNode] = deque()
         self._due_lock = threading.Condition()
-        self._reporters = reporters
+        # Reports in flight at once: enough that a slow server (a second per answer) still
+        # hears every node once per interval, as N agents of their own would be heard.
+        self._reporters = reporters or max(8, len(specs) // 50)
 
     # ---------------------------------------------------------------- timers
 
@@ -314,6 +327,9 @@ class HollowFleet:
                     return
                 node = self._due.popleft()
                 node.queued = False
+            if not node.awake.is_set():  # silenced: its heartbeat is due again, not sent
+                self.schedule_report(node, time.monotonic() + node.heartbeat_interval)
+                continue
             try:
                 node.report()
                 self.schedule_report(node, time.monotonic() + node.heartbeat_interval)
@@ -326,6 +342,15 @@ class HollowFleet:
                     except ClientError:
                         pass
                 self.schedule_report(node, time.monotonic() + 0.5)
+
+    def silence(self, names: set[str]) -> None:
+        """Silence the nodes named (no heartbeats, no long-polls) and wake every other one."""
+        for node in self.nodes:
+            if node.spec.name in names:
+                node.awake.clear()
+            elif not node.awake.is_set():
+                node.awake.set()
+                self.report_now(node)  # back: it reports at once, its runs' ends included
 
     def usage(self, node: HollowNode) -> dict:
         """The heartbeat's usage sample, as a real agent sends it once per heartbeat (idle GPUs:

@@ -249,6 +249,37 @@ def in_own_uts_namespace() -> bool:
         return True
 
 
+class _SilenceFile:
+    """``--hollow-silence FILE``: the hollow nodes it names (a hostlist) silenced, read again
+    whenever the file changes; no file, or an empty one: none silenced."""
+
+    def __init__(self, path: str, fleet) -> None:
+        self.path, self.fleet = path, fleet
+        self.seen: float | None = None
+
+    def check(self) -> None:
+        from shoal.model.hostlist import HostlistError, expand
+
+        try:
+            mtime: float | None = os.stat(self.path).st_mtime
+        except FileNotFoundError:
+            mtime = None
+        if mtime == self.seen:
+            return
+        try:
+            text = Path(self.path).read_text(encoding="utf-8").strip() if mtime is not None else ""
+        except OSError:
+            return  # gone or replaced meanwhile: read at the next check
+        self.seen = mtime
+        try:
+            names = set(expand(text)) if text else set()
+        except HostlistError as e:
+            logging.getLogger("shoal.hollow").error("--hollow-silence %s: %s", self.path, e)
+            return
+        self.fleet.silence(names)
+        logging.getLogger("shoal.hollow").info("%d hollow nodes silenced", len(names))
+
+
 def run_hollow(args) -> int:
     """``shoal agent --hollow N``: N fake nodes in this process (shoal.agent.hollow)."""
     import json
@@ -296,11 +327,15 @@ def run_hollow(args) -> int:
     fleet.start()
     logging.getLogger("shoal.hollow").info("%d hollow nodes (%s..%s) against %s", len(specs), specs[0].name,
                                            specs[-1].name, args.server)
+    silence = _SilenceFile(args.hollow_silence, fleet) if args.hollow_silence else None
     while not done.wait(1.0):
+        if silence is not None:
+            silence.check()
         if args.hollow_stats:
             tmp = f"{args.hollow_stats}.tmp"
             with open(tmp, "w", encoding="utf-8") as f:
-                json.dump({**fleet.stats.as_json(), "time": time.time(), "nodes": len(specs)}, f)
+                json.dump({**fleet.stats.as_json(), "time": time.time(), "nodes": len(specs),
+                           "heartbeat_interval_s": fleet.nodes[0].heartbeat_interval}, f)
             os.replace(tmp, args.hollow_stats)
     fleet.shutdown()
     return 0

@@ -6,8 +6,11 @@ exactly what a real one does."""
 from __future__ import annotations
 
 REGISTER = "/shoal/v1/agents/register"
-WORK_WAIT_S = 25  # how long a work long-poll waits for a change (the server allows up to 60)
-WORK_TIMEOUT_S = 40  # the long-poll's socket timeout: the wait plus a loaded server's answer
+# How long a work long-poll waits for a change (the server allows up to 60): each renewal is
+# an answer built for nothing, 200 a second from 5,000 nodes at 25 s; under 60 s, so proxies'
+# usual idle timeouts never cut one (docs/SCALE.md).
+WORK_WAIT_S = 55
+WORK_TIMEOUT_S = 70  # the long-poll's socket timeout: the wait plus a loaded server's answer
 REPORT_TIMEOUT_S = 10
 
 

@@ -160,7 +160,7 @@ def up(args) -> int:
             cmd += ["--fake-gpus", str(args.gpus_per_node), "--gpu-model", args.gpu_model]
         for label in args.label:
             cmd += ["--label", label]
-        cmd += ["--hollow-stats", str(sdir / "hollow-stats.json")]
+        cmd += ["--hollow-stats", str(sdir / "hollow-stats.json"), "--hollow-silence", str(sdir / "hollow-silence")]
         pids["hollow"] = _spawn(cmd, sdir / "logs" / "hollow.log")
     for name, address in zip(names, addresses) if hollow is None else ():
         cmd = [py, "-m", "shoal", "agent", "--server", server_url, "--join-token-file", str(join_file),

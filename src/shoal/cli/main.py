@@ -79,6 +79,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="how long a hollow run lasts when its script has no sleep (default 1)")
     a.add_argument("--hollow-stats", metavar="FILE",
                    help="write the hollow nodes' counts and report round trips to FILE (JSON) every second")
+    a.add_argument("--hollow-silence", metavar="FILE",
+                   help="silence the hollow nodes FILE names (a hostlist, read again when it changes): they stop "
+                        "heartbeating and long-polling, as nodes that hang, until the file no longer names them")
 
     u = sub.add_parser("up", help="start a local cluster (server + N agents) in the background")
     u.add_argument("--nodes", type=int, default=4)

@@ -156,6 +156,10 @@ class Authenticator:
         self._forgotten += 1
         self._generations.pop(node, None)
 
+    def knows(self, node: str) -> bool:
+        """Whether the node's credential generation is kept (verify_agent reads nothing)."""
+        return node in self._generations
+
     def node_generation(self, node: str) -> int:
         """The node's credential generation: read once, then kept until a revocation drops it."""
         gen = self._generations.get(node)

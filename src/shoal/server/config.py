@@ -62,10 +62,21 @@ class SchedulerConfig(BaseModel):
                                  "0: every pass is a full one)")
 
 
+def default_heartbeat_interval(timeout_s: float, lease_s: float | None) -> float:
+    """The heartbeat interval when none is set: a third of the timeout, as Slurm pings slurmd
+    every SlurmdTimeout/3, and at most half the agents' lease (``lease_s``; None: no fencing)
+    so a lease always spans two heartbeats. Kubernetes' kubelet renews its Lease every 10 s
+    against a 40 s grace: a quarter."""
+    interval = timeout_s / 3
+    return min(interval, lease_s / 2) if lease_s is not None and lease_s > 0 else interval
+
+
 class NodeLifecycleConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    heartbeat_interval_s: float = Field(default=5.0, gt=0)
+    # Unset, a third of the timeout (Slurm pings slurmd every SlurmdTimeout/3), at most half
+    # the agents' lease: 20 s under the default 60 s timeout (docs/SCALE.md: why not 5 s).
+    heartbeat_interval_s: float = Field(default=20.0, gt=0)
     heartbeat_timeout_s: float = Field(default=60.0, gt=0, description="SlurmdTimeout")
     kill_wait_s: float = Field(default=30.0, ge=0, description="KillWait: SIGTERM to SIGKILL")
     # Agents silent past heartbeat_timeout_s kill their own tasks, which the server restarts
@@ -80,6 +91,9 @@ class NodeLifecycleConfig(BaseModel):
 
     @model_validator(mode="after")
     def _lease_holds_two_heartbeats(self) -> NodeLifecycleConfig:
+        if "heartbeat_interval_s" not in self.model_fields_set:
+            self.heartbeat_interval_s = default_heartbeat_interval(self.heartbeat_timeout_s,
+                                                                   self.fence.lease_s if self.fencing else None)
         if self.fencing and self.fence.lease_s < 2 * self.heartbeat_interval_s:
             raise ValueError(
                 f"heartbeat_timeout_s {self.heartbeat_timeout_s:g} leaves agents a lease of {self.fence.lease_s:.1f}s "

@@ -72,7 +72,7 @@ class KubeController(KickedLoop):
     def __init__(self, server) -> None:
         super().__init__()
         self.server = server
-        self.metrics = Metrics()
+        self.metrics = Metrics(server.config.nodes.heartbeat_interval_s)
         self.hpa_state: dict[str, hpalib.HPAState] = {}  # HPA uid -> recommendations and scale events
         self._last_hpa = float("-inf")
         self.rounds = 0

@@ -1,7 +1,8 @@
 """Live load figures the HPA reads: per pod from the gateways, per GPU and pod from agents.
 
 Kept in memory only (like metrics-server): after a restart the HPA waits for fresh figures,
-and a figure older than ``STALE_S`` counts as missing.
+and a figure older than ``STALE_S`` counts as missing; an agent's, sent once per heartbeat,
+only when older than two heartbeat intervals (``agent_stale_s``).
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ STALE_S = 10.0
 
 
 class Metrics:
-    def __init__(self) -> None:
+    def __init__(self, heartbeat_interval_s: float = STALE_S / 2) -> None:
         self._lock = threading.Lock()
+        self.agent_stale_s = max(STALE_S, 2 * heartbeat_interval_s)
         self._pods: dict[str, tuple[float, float, float]] = {}  # "NS/POD" -> (rps, inflight, time)
         self._held: dict[str, tuple[int, float]] = {}  # "NS/SVC" -> (waiting requests, time)
         self._gpu: dict[tuple[str, int], tuple[float, float]] = {}  # (node, gpu index) -> (util %, time)
@@ -38,7 +40,7 @@ class Metrics:
     def gpu_utilisation(self, now: float) -> dict[tuple[str, int], float]:
         """Each GPU's last fresh utilisation (%), by (node, index): the console's grid."""
         with self._lock:
-            return {g: u for g, (u, t) in self._gpu.items() if now - t < STALE_S}
+            return {g: u for g, (u, t) in self._gpu.items() if now - t < self.agent_stale_s}
 
     def pod_load(self, now: float) -> dict[str, dict]:
         """Each pod's fresh request rate and in-flight requests from the gateways, by "NS/POD"."""
@@ -71,11 +73,11 @@ class Metrics:
                 out["inflight_requests"].append(m[1] if fresh else (0.0 if running else None))
                 gpus = [g for n in (row.allocation or {}).get("nodes", ()) for g in
                         [(n["name"], i) for i in n["gpus"]]]
-                utils = [self._gpu[g][0] for g in gpus if g in self._gpu and now - self._gpu[g][1] < STALE_S]
+                utils = [self._gpu[g][0] for g in gpus if g in self._gpu and now - self._gpu[g][1] < self.agent_stale_s]
                 out["DCGM_FI_DEV_GPU_UTIL"].append(sum(utils) / len(utils) if utils and len(utils) == len(gpus)
                                                    else None)
                 c = self._cpu.get(job_key(row))
-                out["cpu"].append(c[0] if c is not None and now - c[1] < STALE_S else None)
+                out["cpu"].append(c[0] if c is not None and now - c[1] < self.agent_stale_s else None)
         for alias, name in METRIC_ALIASES.items():
             out[alias] = out[name]
         return out

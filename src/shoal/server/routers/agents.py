@@ -29,5 +29,5 @@ async def work(node: str, server: ServerDep, epoch: str | None = None, gen: int 
 
 
 @table.post("/{node}/report", fast=True)
-def report(node: str, body: AgentReport, server: ServerDep, s: SessionDep, authorization: AgentAuth = None):
-    return agentsvc.report(server, s, node, body, authorization)
+async def report(node: str, body: AgentReport, server: ServerDep, authorization: AgentAuth = None):
+    return await agentsvc.report(server, node, body, authorization)
