@@ -12,7 +12,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -355,6 +357,94 @@ def test_the_running_jobs_index_holds_what_a_fresh_read_would_and_reads_only_wha
         s.execute(update(JobRow).where(JobRow.id == gang.id).values(state="CANCELLED"))
     check()
     assert sorted(ended) == sorted([jobs[0].id, gang.id])
+
+
+@pytest.mark.parametrize("watched", [True, False], ids=["one-server", "shared-store"])
+def test_the_first_agent_woken_by_a_pass_encodes_every_nodes_new_runs_for_the_others(engine, watched):
+    """A pass that starts a job on each of many nodes wakes every agent at once: the first
+    answer reads and encodes the new runs of all of them in one read, and the other nodes'
+    answers find theirs kept (one read each under one lock had a thousand answers wait in
+    turn, past the agents' timeout on PostgreSQL)."""
+    from sqlalchemy import event
+
+    from shoal.server.hub import WorkHub
+    from shoal.server.running import RunningJobs
+    from shoal.server.work import RunEntries, node_work
+    from shoal.store.changes import ChangeCount
+
+    migrate(engine)
+    sessions = session_factory(engine)
+    entries = RunEntries()
+    running = RunningJobs(sessions, ChangeCount(sessions, {JobRow: "id"}, enabled=watched), entries.drop)
+    server = SimpleNamespace(run_entries=entries, running=running, hub=WorkHub(), submit_host="login",
+                             secret=b"k" * 32, node_address=lambda node: "127.0.0.2",
+                             config=SimpleNamespace(cluster_name="c", nodes=SimpleNamespace(
+                                 kill_wait_s=2.0, heartbeat_interval_s=5.0)))
+    nodes = [f"n{i:02d}" for i in range(20)]
+    with sessions() as s, s.begin():
+        jobs = [_job(name=f"t{i}", state="RUNNING", batch_host=node, start_time=100.0,
+                     allocation={"nodes": [{"name": node, "cpus": 1, "memory_mb": 10, "gpus": [0]}]})
+                for i, node in enumerate(nodes)]
+        s.add_all(jobs)
+    whole_reads = []
+    event.listen(engine, "before_cursor_execute",
+                 lambda conn, cursor, sql, *a: whole_reads.append(sql) if "jobs.spec" in sql else None)
+
+    def work(node: str) -> list[int]:
+        with sessions() as s:
+            return [r["job_id"] for r in json.loads(node_work(s, server, node, 1))["runs"]]
+
+    assert [work(node) for node in nodes] == [[j.id] for j in jobs]
+    assert len(whole_reads) == 1, f"{len(whole_reads)} reads of whole job rows for {len(nodes)} nodes' new runs"
+
+
+def test_long_polls_woken_together_on_a_shared_store_share_one_fresh_read_of_the_running_jobs(engine):
+    """With several servers on one store the running jobs' index is off and each answer needs
+    the store as it is now: a pass's starts wake a thousand long-polls at once, and a read each
+    (a pool connection checked out meanwhile) ran PostgreSQL's pool dry. The answers that come
+    in while one read is under way share the next read, which begins after they came: each
+    sees every job committed before it asked, none waits holding a connection."""
+    from sqlalchemy import event
+
+    from shoal.server.running import RunningJobs
+    from shoal.store.changes import ChangeCount
+
+    migrate(engine)
+    sessions = session_factory(engine)
+    index = RunningJobs(sessions, ChangeCount(sessions, {JobRow: "id"}, enabled=False))
+    on_n01 = {"nodes": [{"name": "n01", "cpus": 1, "memory_mb": 10, "gpus": [0]}]}
+    with sessions() as s, s.begin():
+        early = _job(name="early", state="RUNNING", allocation=on_n01)
+        s.add(early)
+    reads: list[float] = []
+    gate = threading.Event()
+
+    def read_done(conn, cursor, sql, *a) -> None:
+        if "FROM jobs" in sql and "jobs.allocation" in sql:
+            reads.append(time.monotonic())
+            if len(reads) == 1:
+                gate.wait(30)  # the first read holds its result until the others have asked
+
+    event.listen(engine, "after_cursor_execute", read_done)
+
+    def jobs_on_n01() -> set[int]:
+        with sessions() as s:
+            return {j.id for j in index.on_node(s, "n01")}
+
+    with ThreadPoolExecutor(60) as pool:
+        first = pool.submit(jobs_on_n01)
+        deadline = time.monotonic() + 30
+        while not reads and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with sessions() as s, s.begin():  # a pass starts a job while the first read is under way
+            late = _job(name="late", state="RUNNING", allocation=on_n01)
+            s.add(late)
+        woken = [pool.submit(jobs_on_n01) for _ in range(50)]  # the long-polls it wakes
+        time.sleep(2)
+        gate.set()
+        assert first.result(30) == {early.id}
+        assert all(w.result(30) == {early.id, late.id} for w in woken), "an answer missed a job started before it asked"
+    assert len(reads) <= 3, f"{len(reads)} reads of the running jobs for 51 answers"
 
 
 # ------------------------------------------------------------------ durability

@@ -7,8 +7,11 @@ allocation per call. Here the running jobs (version, kind, and what each holds o
 are kept by id and by node, brought up to date from the jobs this process's commits changed
 (``store.changes.ChangeCount``, one of its own), so a node's answer costs O(its jobs).
 
-With several servers on one store (HA) the count does not see the others' commits: every
-call reads the running jobs afresh, as before.
+With several servers on one store (HA) the count does not see the others' commits, so the
+running jobs are read afresh for each call; but one read serves every call that came before it
+began (``_fresh``): a pass's starts wake a thousand long-polls at once, and each reading every
+running job, a pool connection checked out meanwhile, ran PostgreSQL's pool dry (a read
+begun after a call came in is as fresh as the call's own would be).
 """
 
 from __future__ import annotations
@@ -71,11 +74,17 @@ class RunningJobs:
         self._by_node: dict[str, dict[int, Running]] = {}
         self._synced_at: int | None = None  # changes.value the jobs are current for
         self._lock = threading.Lock()
+        # Reads shared between calls where the count is off: reads begun, and the last one done.
+        self._read = threading.Condition()
+        self._begun = 0
+        self._reading = False
+        self._done: tuple[int, dict[str, dict[int, Running]]] = (0, {})
 
     def on_node(self, session: Session, node: str) -> list[Running]:
         """The jobs running on ``node``, by id."""
         if not self.changes.enabled:
-            return sorted((j for j in self._reload(session) if node in j.nodes), key=lambda j: j.id)
+            on = self._fresh().get(node, {})
+            return [on[jid] for jid in sorted(on)]
         with self._lock:
             self._sync()
             on = self._by_node.get(node, {})
@@ -84,10 +93,43 @@ class RunningJobs:
     def all(self, session: Session) -> list[Running]:
         """Every running job (in no set order)."""
         if not self.changes.enabled:
-            return self._reload(session)
+            return list({jid: j for on in self._fresh().values() for jid, j in on.items()}.values())
         with self._lock:
             self._sync()
             return list(self._jobs.values())
+
+    def known(self) -> list[Running]:
+        """Every running job as last read, without reading (a hint: it may be behind the store)."""
+        return list(self._jobs.values())  # copied in one step under the GIL: safe beside a refresh
+
+    def _fresh(self) -> dict[str, dict[int, Running]]:
+        """The running jobs by node, from a read begun after this call (count off). A call that
+        finds a read under way waits for the next one, which one of the waiters makes, in a
+        session of its own: no caller holds a connection while it waits."""
+        with self._read:
+            want = self._begun + 1
+            while self._done[0] < want:
+                if not self._reading:
+                    self._reading, self._begun = True, self._begun + 1
+                    mine = self._begun
+                    break
+                self._read.wait()
+            else:
+                return self._done[1]
+        by_node: dict[str, dict[int, Running]] | None = None
+        try:
+            with self.sessions() as s:
+                by_node = {}
+                for job in self._reload(s):
+                    for name in job.nodes:
+                        by_node.setdefault(name, {})[job.id] = job
+        finally:
+            with self._read:
+                self._reading = False
+                if by_node is not None:
+                    self._done = (mine, by_node)
+                self._read.notify_all()
+        return by_node
 
     def _sync(self) -> None:
         at = self.changes.value  # noted before the keys are taken: a racing commit moves it again

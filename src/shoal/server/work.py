@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -21,6 +21,8 @@ from shoal.server.auth import job_credential
 from shoal.server.jobs import job_run_key
 from shoal.server.kube.secrets import pod_secrets
 from shoal.store.models import CleanupRow, JobRow
+
+_BATCH = 500  # ids per IN (...) when reading runs to encode
 
 
 def tasks_per_node_text(counts: list[int]) -> str:
@@ -132,23 +134,32 @@ class RunEntries:
     def __len__(self) -> int:
         return len(self._kept)
 
-    def for_node(self, session: Session, server, node: str, running: list[tuple[int, int]]) -> list[str]:
+    def for_node(self, session: Session, server, node: str, running: list[tuple[int, int]],
+                 everyone: Callable[[], Iterable[tuple[int, int]]] = tuple) -> list[str]:
         """The encoded entries of ``node``'s batch runs ``running`` ((id, version) each), in job
-        id order."""
+        id order. ``everyone``: every node's batch runs as last known, built along with the node's."""
         versions = dict(running)
         kept = self._current(versions)
         if len(kept) < len(versions):
-            # A pass that starts jobs on every node wakes every agent at once: one of their
-            # answers reads and encodes the new runs (for all their nodes), the others wait
-            # for it and find them kept, instead of each doing it again.
+            # A pass that starts jobs on every node wakes every agent at once: the first of their
+            # answers reads and encodes the new runs of every node, the others wait for it and
+            # find theirs kept. Each reading its own node's alone under the lock made a thousand
+            # answers one after another, a store round trip each (PostgreSQL: past the agents'
+            # 70 s timeout).
             with self._build:
                 kept = self._current(versions)
-                stale = [jid for jid in versions if jid not in kept]
-                if stale:
-                    # Still running: the rows may have moved on since ``running`` was read.
-                    fresh = {row.id: (row.version, _entries_by_node(row, server)) for row in session.scalars(
-                        select(JobRow).where(JobRow.id.in_(stale), JobRow.state == JobState.RUNNING.value))}
-                    kept.update(fresh)
+                mine = [jid for jid in versions if jid not in kept]
+                if mine:
+                    known = dict(everyone())
+                    others = self._current(known)
+                    stale = sorted(set(mine) | {jid for jid in known if jid not in others})
+                    fresh: dict[int, tuple[int, dict[str, str]]] = {}
+                    for i in range(0, len(stale), _BATCH):
+                        # Still running: the rows may have moved on since ``running`` was read.
+                        fresh.update((row.id, (row.version, _entries_by_node(row, server))) for row in session.scalars(
+                            select(JobRow).where(JobRow.id.in_(stale[i:i + _BATCH]),
+                                                 JobRow.state == JobState.RUNNING.value)))
+                    kept.update((jid, fresh[jid]) for jid in mine if jid in fresh)
                     with self._lock:
                         self._kept.update(fresh)
         return [e for jid in sorted(versions) if (k := kept.get(jid)) is not None and (e := k[1].get(node))]
@@ -208,7 +219,8 @@ def node_work(session: Session, server, node: str, gen: int) -> bytes:
     entries), the runs to kill and the signals to send."""
     running = server.running.on_node(session, node)  # server/running.py: O(the node's jobs)
     batch = [(j.id, j.version) for j in running if j.kind != "pod"]
-    runs = server.run_entries.for_node(session, server, node, batch)
+    runs = server.run_entries.for_node(session, server, node, batch, lambda: [
+        (j.id, j.version) for j in server.running.known() if j.kind != "pod"])
     pods = [j.id for j in running if j.kind == "pod"]
     if pods:
         for row in session.scalars(select(JobRow).where(JobRow.id.in_(pods)).order_by(JobRow.id)):

@@ -31,7 +31,10 @@ def make_engine(url: str) -> Engine:
             cur.close()
 
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+    # As many connections as the fast path's worker threads (``server/fastpath.py``, 40), which
+    # make most requests: two servers (HA) then hold at most 2 x (40 + the leader's lock and the
+    # change feed's two) = 86 of PostgreSQL's default max_connections of 100.
+    return create_engine(url, pool_pre_ping=True, pool_size=16, max_overflow=24)
 
 
 def migrate(engine: Engine) -> None:

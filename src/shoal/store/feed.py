@@ -102,7 +102,9 @@ class ChangeFeed:
         batch: list[dict] = []
         for ev in rest:
             if "bump" in ev and len(json.dumps(ev)) > MAX_PAYLOAD:
-                out.extend(self._payloads([{"bump": part} for part in _halves(ev["bump"])]))
+                # Each half alone: given together, they were merged back into the whole again.
+                for part in _halves(ev["bump"]):
+                    out.extend(self._payloads([{"bump": part}]))
                 continue
             if batch and len(json.dumps({"o": self.origin, "e": batch + [ev]})) > MAX_PAYLOAD:
                 out.append(json.dumps({"o": self.origin, "e": batch}))
