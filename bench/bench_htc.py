@@ -52,6 +52,7 @@ from benchmarks_md import publish  # bench/ is on sys.path as the script's folde
 
 from bench.bench_foundation import ensure_bytecode, load_average, machine_facts
 from bench.bench_scale import Hollow, _postgres, _py_spy, _py_spy_stop, cpu_s, pct
+from tests.integration.cluster import wait_until
 from shoal.api_client import Client
 
 SECTION = "## Scale: throughput and API load"  # its own section: bench_scale.py rewrites "## Scale" whole
@@ -85,14 +86,8 @@ def throughput(h: Hollow, workdir: str, arrays: int, size: int, task_s: float, p
         list(pool.map(submit, range(arrays)))
     submitted_s = time.time() - t0
     total = arrays * size
-    deadline = time.time() + 900
-    while True:
-        live = sum(1 for j in h.admin.get("/shoal/v1/jobs", {"view": "queue"})["jobs"] if j["name"] == "htc")
-        if not live:
-            break
-        if time.time() > deadline:
-            raise RuntimeError(f"throughput: {live} tasks still live after 900 s")
-        time.sleep(0.5)
+    wait_until(lambda: not any(j["name"] == "htc" for j in h.admin.get("/shoal/v1/jobs", {"view": "queue"})["jobs"]),
+               900, "throughput: every task to end", interval=0.5)
     wall = time.time() - t0
     cpu = cpu_s(h.server) - cpu0
     if spy:

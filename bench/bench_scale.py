@@ -59,7 +59,7 @@ from benchmarks_md import write_section  # bench/ is on sys.path as the script's
 
 from bench.bench_foundation import ensure_bytecode, load_average, machine_facts, summarise_raw_profile
 from shoal.api_client import Client, ClientError
-from tests.integration.cluster import BIN, free_port
+from tests.integration.cluster import BIN, free_port, wait_until
 
 SECTION = "## Scale"
 GPUS = 8
@@ -225,15 +225,9 @@ def one_size(nodes: int, jobs: int, idle_s: float, reads: int, env: dict, profil
             out["submit_per_s"] = jobs / (time.perf_counter() - t0)
             os.kill(h.hollow.pid, signal.SIGUSR1)
             cpu0, st0 = cpu_s(h.server), h.fresh_stats(time.time())
-            deadline = time.time() + 600
-            while True:
-                live = [j for j in h.admin.get("/shoal/v1/jobs", {"view": "queue"})["jobs"]
-                        if j["state"] in ("PENDING", "RUNNING")]
-                if not live:
-                    break
-                if time.time() > deadline:
-                    raise RuntimeError(f"{len(live)} jobs still live after 600 s")
-                time.sleep(1)
+            wait_until(lambda: not any(j["state"] in ("PENDING", "RUNNING")
+                                       for j in h.admin.get("/shoal/v1/jobs", {"view": "queue"})["jobs"]),
+                       600, "every job to end", interval=1)
             took = time.perf_counter() - t0
             st1 = h.fresh_stats(time.time())
             if spy:

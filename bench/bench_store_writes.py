@@ -35,6 +35,7 @@ sys.path.insert(0, str(REPO))
 
 from bench.bench_foundation import load_average, machine_facts  # noqa: E402
 from bench.bench_scale import GPUS, Hollow, _postgres  # noqa: E402
+from tests.integration.cluster import wait_until  # noqa: E402
 
 COUNTERS = ("xact_commit", "tup_inserted", "tup_updated", "tup_deleted", "wal_records", "wal_bytes")
 
@@ -79,11 +80,7 @@ def main() -> int:
                     h.admin.post("/shoal/v1/jobs", {"name": "fill", "script": "#!/bin/sh\nsleep 3600\n",
                                                     "workdir": tmp, "gpus_per_node": 1, "stdout": "/dev/null",
                                                     "array": f"0-{args.nodes * GPUS - 1}"})
-                    deadline = time.time() + 600
-                    while live(h) != (0, args.nodes * GPUS):
-                        if time.time() > deadline:
-                            raise RuntimeError(f"the cluster did not fill: {live(h)}")
-                        time.sleep(2)
+                    wait_until(lambda: live(h) == (0, args.nodes * GPUS), 600, "every GPU to be held", interval=2)
                     time.sleep(interval + 2)
                 before = counters(pg, db)
                 time.sleep(args.window_s)
@@ -91,21 +88,13 @@ def main() -> int:
                 out[phase] = {k: v / args.window_s for k, v in d.items()}
                 print(phase, json.dumps(out[phase]), flush=True)
             h.admin.post("/shoal/v1/jobs/cancel", {"name": "fill"})  # scancel --name fill
-            deadline = time.time() + 600
-            while live(h) != (0, 0):
-                if time.time() > deadline:
-                    raise RuntimeError(f"the fill did not end: {live(h)}")
-                time.sleep(2)
+            wait_until(lambda: live(h) == (0, 0), 600, "the cancelled fill to end", interval=2)
             time.sleep(interval + 2)
             before, t0 = counters(pg, db), time.time()
             for _ in range(args.jobs):
                 h.admin.post("/shoal/v1/jobs", {"name": "w", "script": "#!/bin/sh\nsleep 1\n", "workdir": tmp,
                                                 "gpus_per_node": 1, "stdout": "/dev/null"})
-            deadline = time.time() + 900
-            while live(h) != (0, 0):
-                if time.time() > deadline:
-                    raise RuntimeError(f"the jobs did not end: {live(h)}")
-                time.sleep(1)
+            wait_until(lambda: live(h) == (0, 0), 900, "the jobs to end", interval=1)
             d = delta(pg, db, before)
             span = time.time() - t0
             # The idle cluster's writes in the same span are the nodes', not the jobs'.

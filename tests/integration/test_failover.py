@@ -398,7 +398,7 @@ def test_hollow_racks_spread_over_both_servers_stay_up_through_a_failover_and_ru
         array = ha.sbatch("--array=0-199", "--gpus=4", "--output=/dev/null", "--wrap", "sleep 2")
 
         def tasks() -> list[dict]:
-            return [j for j in ha.client().get("/shoal/v1/jobs", {"job_id": str(array)})["jobs"]]
+            return ha.client().get("/shoal/v1/jobs", {"job_id": str(array)})["jobs"]
 
         wait_until(lambda: sum(j["state"] == "COMPLETED" for j in tasks()) >= 40, 60, "the first tasks to end")
         ha.kill9("server0")
