@@ -40,6 +40,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
@@ -54,6 +55,7 @@ from bench.bench_foundation import ensure_bytecode, load_average, machine_facts
 from bench.bench_scale import Hollow, _postgres, _py_spy, _py_spy_stop, cpu_s, pct
 from tests.integration.cluster import wait_until
 from shoal.api_client import Client
+from shoal.slurm import squeue
 
 SECTION = "## Scale: throughput and API load"  # its own section: bench_scale.py rewrites "## Scale" whole
 LONG = "#!/bin/sh\nsleep 3600\n"
@@ -148,11 +150,28 @@ def storm(h: Hollow, workdir: str, n: int, submitters: int, profile: Path | None
             "server_cpu_ms_per_request": 1000 * cpu / n, **_ms(every)}
 
 
+def squeue_path() -> str:
+    """The request plain ``squeue`` makes (its columns as rows, each array's pending tasks as one)."""
+    params = squeue.query(squeue.parse_args([]))
+    return "/shoal/v1/jobs?" + urlencode({k: v for k, v in params.items() if v is not None}, doseq=True)
+
+
+def wire_bytes(h: Hollow, path: str) -> tuple[int, str]:
+    """The answer's size as sent to a client that accepts gzip, and its Content-Encoding."""
+    request = urllib.request.Request(h.url + path, headers={"Authorization": f"Bearer {h.admin.token}",
+                                                            "Accept-Encoding": "gzip"})
+    with urllib.request.urlopen(request, timeout=300) as answer:  # urllib leaves the body encoded
+        return len(answer.read()), answer.headers.get("Content-Encoding") or "identity"
+
+
 def reads(h: Hollow, readers: int, rounds: int, some_job: int) -> dict:
+    """Each squeue, sinfo and scontrol request timed as a client library makes it: sent, its
+    whole answer read and (when gzipped) decompressed; what decoding squeue's JSON into its
+    jobs costs is measured apart (one client, after the load)."""
     clients = [_client(h) for _ in range(readers)]
     got: dict[str, list[float]] = {"squeue": [], "sinfo": [], "scontrol": []}
     lock = threading.Lock()
-    queue_path = "/shoal/v1/jobs?" + urlencode({"view": "queue"})
+    queue_path = squeue_path()
     show_path = "/shoal/v1/jobs?" + urlencode({"all": "true", "job_id": some_job})
     body_bytes = [0]
 
@@ -182,14 +201,16 @@ def reads(h: Hollow, readers: int, rounds: int, some_job: int) -> dict:
     cpu = cpu_s(h.server) - cpu0
     body = h.admin.get_bytes(queue_path)
     t = time.perf_counter()
-    listed = len(json.loads(body)["jobs"])
+    listed = len(squeue.listed_jobs(json.loads(body)))
     decode = time.perf_counter() - t
+    wire, encoding = wire_bytes(h, queue_path)
     alone = []
     for _ in range(rounds):
         t = time.perf_counter()
         h.admin.get_bytes(queue_path)
         alone.append(time.perf_counter() - t)
     return {"readers": readers, "rounds": rounds, "listed": listed, "squeue_bytes": body_bytes[0],
+            "squeue_path": queue_path, "squeue_wire_bytes": wire, "squeue_encoding": encoding,
             "squeue_decode_ms": 1000 * decode, "squeue_alone": _ms(alone),
             "server_cpu_ms_per_round": 1000 * cpu / (readers * rounds), "wall_s": wall,
             **{k: _ms(v) for k, v in got.items()}}
@@ -258,8 +279,11 @@ ROWS = [  # (label, how to read it from a result, format)
     ("reads: jobs queued (pending and running)", lambda r: r["queued"], "{:.0f}"),
     ("reads: squeue (`GET /jobs?view=queue`) p50 / p99 (ms)",
      lambda r: (round(r["reads"]["squeue"]["p50_ms"]), round(r["reads"]["squeue"]["p99_ms"])), None),
-    ("reads: squeue answer (MiB) / a client's JSON decoding of it (ms)",
+    ("reads: squeue answer (MiB) / a client's JSON decoding of it into its jobs (ms)",
      lambda r: (round(r["reads"]["squeue_bytes"] / 2 ** 20, 1), round(r["reads"]["squeue_decode_ms"])), None),
+    ("reads: squeue answer as sent (KiB) / rows listed (a pending array's tasks as one)",
+     lambda r: (round(r["reads"].get("squeue_wire_bytes", r["reads"]["squeue_bytes"]) / 2 ** 10),
+                r["reads"]["listed"]), None),
     ("reads: squeue, one client alone p50 (ms)", lambda r: r["reads"]["squeue_alone"]["p50_ms"], "{:.0f}"),
     ("reads: sinfo (`GET /nodes` + `/partitions`) p50 / p99 (ms)",
      lambda r: (round(r["reads"]["sinfo"]["p50_ms"]), round(r["reads"]["sinfo"]["p99_ms"])), None),

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import gzip
+import json
+import urllib.request
 
 import pytest
+
+from shoal.slurm import squeue
 
 from tests.integration.cluster import LocalCluster
 
@@ -54,6 +59,42 @@ def test_squeue_sacct_and_sinfo_follow_a_job_through_its_life(cluster):
     # Snakemake's slurm executor polls so, and hangs if it is refused.
     polled = cluster.run(["sacct", "-X", "-P", "-n", "--clusters", "all", "-o", "JobIdRaw,State", "-j", str(failing)])
     assert polled.stdout == f"{failing}|FAILED\n"
+
+
+def test_squeue_gets_the_queue_as_rows_gzipped_when_it_asks_and_plain_json_otherwise(cluster):
+    array = cluster.sbatch("--hold", "--array=0-5", "--job-name=sweep", "--wrap", "true")
+    single = cluster.sbatch("--hold", "--job-name=single", "--wrap", "true")
+    path = "/shoal/v1/jobs?view=queue&form=rows&collapse=true"
+
+    def get(path: str, *encodings: str) -> tuple[str | None, bytes]:
+        headers = {"Authorization": f"Bearer {cluster.admin_token}"}
+        if encodings:
+            headers["Accept-Encoding"] = ", ".join(encodings)
+        with urllib.request.urlopen(urllib.request.Request(cluster.server + path, headers=headers)) as answer:
+            return answer.headers.get("Content-Encoding"), answer.read()
+
+    def ours(body: bytes) -> list[tuple]:
+        jobs = squeue.listed_jobs(json.loads(body))
+        return [(j["job_id"], j["array_tasks"]) for j in jobs if j["name"] in ("sweep", "single")]
+
+    encoding, plain = get(path)  # a client that does not ask gets plain JSON
+    assert encoding is None and ours(plain) == [(array, "0-5"), (single, None)]
+    assert get(path, "br", "gzip;q=0") == (None, plain)
+    encoding, squeezed = get(path, "gzip")
+    assert encoding == "gzip" and gzip.decompress(squeezed) == plain and len(squeezed) < len(plain)
+    encoding, whole = get("/shoal/v1/jobs?view=queue")
+    assert encoding is None and {j["job_id"] for j in json.loads(whole)["jobs"] if j["name"] == "sweep"} == \
+        set(range(array, array + 6))
+    lines = cluster.run(["squeue", "-h", "-o", "%i %j"]).stdout.splitlines()  # whole jobs, merged here
+    assert f"{array}_[0-5] sweep" in lines and f"{single} single" in lines
+    table = cluster.run(["squeue"]).stdout  # rows, merged there: the same table
+    assert [f"{array}_[0-5]", "gpu-a100", "sweep", "root", "PD", "0:00", "1", "(JobHeldUser)"] in \
+        [line.split() for line in table.splitlines()], table
+    assert len([x for x in cluster.run(["squeue", "-r", "-h"]).stdout.splitlines() if "sweep" in x]) == 6
+    cluster.run(["scancel", str(single)])
+    encoding, squeezed = get(path, "gzip")  # the kept answer is made again after the change
+    assert encoding == "gzip" and ours(gzip.decompress(squeezed)) == [(array, "0-5")]
+    cluster.run(["scancel", str(array)])
 
 
 def test_scontrol_show_hostname_expands_a_hostlist(cluster):

@@ -596,7 +596,11 @@ def test_the_queue_view_kept_in_memory_lists_what_the_store_says(engine):
     """squeue's view (server.queueview) after each kind of change, against a read of the store."""
     from sqlalchemy import update
 
+    import gzip
+
+    from shoal.server import listing
     from shoal.server.queueview import QueueView
+    from shoal.slurm import squeue
     from shoal.store.changes import ChangeCount
     from shoal.store.models import CleanupRow
 
@@ -606,9 +610,16 @@ def test_the_queue_view_kept_in_memory_lists_what_the_store_says(engine):
 
     def listed() -> list[tuple]:
         jobs = view.jobs()
-        # The whole answer squeue gets, encoded once per change and then kept, says the same.
+        # The whole answer squeue gets, encoded once per change and then kept (in each form,
+        # gzipped or not, its arrays merged or not), says the same.
         for _ in range(2):
             assert json.loads(view.encoded(view.jobs())) == {"jobs": jobs}
+            assert json.loads(gzip.decompress(view.encoded(view.jobs(), "jobs", True))) == {"jobs": jobs}
+            for merged in (False, True):
+                wanted = listing.collapse(jobs) if merged else jobs
+                got = view.collapsed(view.jobs()) if merged else view.jobs()
+                assert squeue.listed_jobs(json.loads(gzip.decompress(view.encoded(got, "rows", True)))) == \
+                    squeue.listed_jobs(json.loads(listing.encode(wanted, "rows")))
         return [(j["job_id"], j["state"], j["reason"], j["completing"]) for j in jobs]
 
     with sessions() as s, s.begin():
@@ -635,6 +646,19 @@ def test_the_queue_view_kept_in_memory_lists_what_the_store_says(engine):
         s.flush()
         s.rollback()
     assert listed()[-1] == (ids[4], "PENDING", "None", False)
+
+    def merged() -> list[tuple]:
+        """The rows squeue gets gzipped, each array's pending tasks as one."""
+        got = json.loads(gzip.decompress(view.encoded(view.collapsed(view.jobs()), "rows", True)))
+        return [(j["job_id"], j["state"], j["array_tasks"]) for j in squeue.listed_jobs(got)]
+
+    with sessions() as s, s.begin():
+        tasks = [_job(name="sweep", array_job_id=10 ** 6, array_task_id=t) for t in range(3)]
+        s.add_all(tasks)
+    assert merged()[-1] == (tasks[0].id, "PENDING", "0-2") and len(merged()) == 4
+    with sessions() as s, s.begin():
+        s.get(JobRow, tasks[1].id).state = "RUNNING"  # a task starts: the kept answers are made again
+    assert merged()[-2:] == [(tasks[0].id, "PENDING", "0,2"), (tasks[1].id, "RUNNING", None)]
 
 
 def test_a_savepoints_rollback_keeps_the_change_keys_of_the_transaction_around_it(engine):

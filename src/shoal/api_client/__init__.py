@@ -148,7 +148,7 @@ class Client:
 
     def get_bytes(self, path: str) -> bytes:
         """GET an answer that is not JSON (a batch script), as the bytes the server sent."""
-        status, data = self._roundtrip(lambda: self._message("GET", path, None), self.timeout)
+        status, data = self._roundtrip(lambda: self._message("GET", path, None, gzip=True), self.timeout)
         if status >= 400:
             raise _status_error(status, _json_or_none(data), data)
         return data
@@ -171,7 +171,8 @@ class Client:
         self.server = server
 
     def request(self, method: str, path: str, body: dict | None = None, timeout: float | None = None):
-        status, data = self._roundtrip(lambda: self._message(method, path, body), timeout or self.timeout)
+        status, data = self._roundtrip(lambda: self._message(method, path, body, gzip=True),
+                                       timeout or self.timeout)
         doc = _json_or_none(data)
         if status >= 400:
             raise _status_error(status, doc, data)
@@ -228,7 +229,9 @@ class Client:
         finally:
             sock.close()
 
-    def _message(self, method: str, path: str, body: dict | None) -> bytes:
+    def _message(self, method: str, path: str, body: dict | None, gzip: bool = False) -> bytes:
+        """The request's bytes; ``gzip``: the answer may come gzipped (whole answers only, which
+        ``_parse_response`` decodes: a long listing is a twentieth of its size so)."""
         payload = b"" if body is None else json.dumps(body).encode()
         headers = [
             f"{method} {self.base}{path} HTTP/1.1",
@@ -237,6 +240,8 @@ class Client:
             "Accept: application/json",
             f"User-Agent: shoal-cli/{os.path.basename(sys.argv[0] or 'shoal')}",
         ]
+        if gzip:
+            headers.append("Accept-Encoding: gzip")
         if self.token:
             headers.append(f"Authorization: Bearer {self.token}")
         if self.job_token:
@@ -459,7 +464,18 @@ def _parse_response(data: bytes) -> tuple[int, bytes]:
         if len(body) < length:
             raise ClientError(_CUT)
         body = body[:length]
+    if headers.get(b"content-encoding", b"").lower() == b"gzip":
+        body = _gunzip(body)
     return status, body
+
+
+def _gunzip(body: bytes) -> bytes:
+    import zlib  # only for a gzipped answer (a long listing)
+
+    try:
+        return zlib.decompress(body, 16 + zlib.MAX_WBITS)  # gzip's header and trailer
+    except zlib.error:
+        raise ClientError("the server sent a malformed gzipped answer") from None
 
 
 def _parse_head(head: bytes) -> tuple[int, dict[bytes, bytes]]:

@@ -252,7 +252,7 @@ def job_rows(jobs: list[dict], options) -> list[dict]:
             rows.extend({"job": job, "step": s} for s in job.get("steps") or () if str(s["step_id"]) in steps)
             continue
         rows.append({"job": job, "step": None})
-        if not options.allocations and not job.get("_array_tasks"):
+        if not options.allocations and not job.get("array_tasks"):
             rows.extend({"job": job, "step": s} for s in job.get("steps") or ())
     return rows
 

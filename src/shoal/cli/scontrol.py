@@ -101,7 +101,7 @@ def render_job(job: Mapping[str, Any], now: float, oneliner: bool = False) -> st
 
     first: list[tuple[str, Any]] = [("JobId", job["job_id"])]
     if job.get("array_job_id") is not None:
-        task = job.get("_array_tasks") or job.get("array_task_id")
+        task = job.get("array_tasks") or job.get("array_task_id")
         first += [("ArrayJobId", job["array_job_id"]), ("ArrayTaskId", task)]
         if job.get("array_throttle"):
             first.append(("ArrayTaskThrottle", job["array_throttle"]))

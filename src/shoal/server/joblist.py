@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
@@ -21,6 +21,7 @@ from shoal.model.job import JobState
 from shoal.model.resources import Allocation
 from shoal.server import fastpath, gpuacct
 from shoal.server import jobs as jobsvc
+from shoal.server import listing
 from shoal.server.auth import Principal
 from shoal.server.endpoints import Reply
 from shoal.server.kube.logs import AgentEndpoint
@@ -134,15 +135,23 @@ def from_queue_view(server: Server, job_id: list[str], all: bool, view: str | No
 
 def list_jobs(server: Server, job_id: list[str], user: str | None = None, partition: str | None = None,
               state: list[str] | tuple[str, ...] = (), name: str | None = None, all: bool = False,
-              since: float | None = None, view: str | None = None, *, viewer: Principal) -> list[dict]:
+              since: float | None = None, view: str | None = None, *, viewer: Principal,
+              collapse: bool = False) -> list[dict]:
     """Jobs as docs/API.md's Job objects, or with ``view=queue`` only the keys squeue's
-    default table reads (jobsvc.QUEUE_VIEW), read from their columns alone."""
+    default table reads (jobsvc.QUEUE_VIEW), read from their columns alone; with ``collapse``
+    each array's pending tasks merged into one, as squeue shows them (``listing.collapse``)."""
     if view not in (None, "queue"):
         raise jobsvc.JobError(f"unknown view {view!r} (expected queue)")
     wanted = JobFilter.of(user, partition, state, name, since, viewer if _private(server, viewer) else None)
     if from_queue_view(server, job_id, all, view):
         # squeue's default call, in users' loops: from the view kept in memory.
-        return wanted.select(server.queue.jobs())
+        jobs = wanted.select(server.queue.jobs())
+        return server.queue.collapsed(jobs) if collapse else jobs
+    found = _read_jobs(server, job_id, all, view, wanted)
+    return listing.collapse(found) if collapse else found
+
+
+def _read_jobs(server: Server, job_id: list[str], all: bool, view: str | None, wanted: JobFilter) -> list[dict]:
     with server.sessions() as s:
         q = select(JobRow) if view is None else select(*jobsvc.QUEUE_VIEW.values())
         ids, arrays = parse_job_ids(job_id)
@@ -157,20 +166,42 @@ def list_jobs(server: Server, job_id: list[str], user: str | None = None, partit
         return jobs_json(s, rows)
 
 
-class Listing(Reply):
-    """A job listing: the commands in process take its dicts; HTTP gets its JSON, from the queue
-    view's kept encodings when it came from there (``queue``)."""
+def check_form(form: str | None, view: str | None) -> str:
+    """The listing's form (``listing.FORMS``); rows are for the queue view's few keys."""
+    if form is None:
+        return "jobs"
+    if form not in listing.FORMS:
+        raise jobsvc.JobError(f"unknown form {form!r} (expected one of {', '.join(listing.FORMS)})")
+    if form == "rows" and view != "queue":
+        raise jobsvc.JobError("form=rows lists the queue view's columns: ask with view=queue")
+    return form
 
-    def __init__(self, jobs: list[dict], queue: QueueView | None) -> None:
-        self.jobs, self.queue = jobs, queue
+
+class Listing(Reply):
+    """A job listing: the commands in process take its dicts; HTTP gets its encoding in ``form``,
+    gzipped when the client accepts it, from the queue view's kept answers when it came from
+    there (``queue``)."""
+
+    def __init__(self, jobs: list[dict], queue: QueueView | None, form: str = "jobs", gzip: bool = False) -> None:
+        self.jobs, self.queue, self.form, self.gzip = jobs, queue, form, gzip
 
     def data(self) -> dict:
         return {"jobs": self.jobs}
 
     def response(self) -> Response:
         if self.queue is not None:
-            return Response(self.queue.encoded(self.jobs), media_type="application/json")
-        return JSONResponse({"jobs": self.jobs})  # already plain JSON: skip re-encoding
+            body = self.queue.encoded(self.jobs, self.form, self.gzip)
+            return _listing_response(body, self.gzip)
+        body = listing.encode(self.jobs, self.form)
+        gzip = self.gzip and len(body) >= listing.GZIP_MIN_BYTES
+        return _listing_response(listing.gzipped(body) if gzip else body, gzip)
+
+
+def _listing_response(body: bytes, gzipped: bool) -> Response:
+    headers = {"Vary": "Accept-Encoding"}
+    if gzipped:
+        headers["Content-Encoding"] = "gzip"
+    return Response(body, media_type="application/json", headers=headers)
 
 
 def job(s: Session, job_id: int) -> JobRow:

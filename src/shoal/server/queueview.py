@@ -11,7 +11,6 @@ PostgreSQL: ``available`` is False there, and callers read the store).
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable, Iterable
 
@@ -19,6 +18,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from shoal.server import jobs as jobsvc
+from shoal.server import listing
 from shoal.store.changes import ALL, ChangeCount
 from shoal.store.models import CleanupRow, JobRow
 
@@ -30,14 +30,19 @@ class QueueView:
         self.sessions = sessions
         self.changes = changes
         self._jobs: dict[int, dict] = {}  # job id -> its queue-view dict (replaced, never changed, when it changes)
-        self._json: dict[int, tuple[dict, bytes]] = {}  # job id -> that dict and its JSON, made once
+        # job id -> that dict and its encoding in each form (listing.FORMS), made once
+        self._json: dict[int, tuple[dict, bytes]] = {}
+        self._row: dict[int, tuple[dict, bytes]] = {}
         self._synced_at: int | None = None  # changes.value the jobs are current for
-        # The listing jobs() gave for _synced_at, and its whole encoding once asked for: with
-        # 100,000 jobs queued, sorting them and joining their encodings was ~100 ms a call,
-        # for an answer that is the same until the next commit changes a job.
+        # The listing jobs() gave for _synced_at, its arrays collapsed once asked for, and
+        # their whole answers once asked for, by (id of the listing, form, gzip): with 100,000
+        # jobs queued, sorting them and joining their encodings was ~100 ms a call, and
+        # compressing them more, for answers that are the same until the next commit changes a job.
         self._listing: list[dict] = []
-        self._whole: tuple[list[dict], bytes] | None = None
+        self._collapsed: tuple[list[dict], list[dict]] | None = None
+        self._answers: dict[tuple[int, str, bool], tuple[list[dict], bytes]] = {}
         self._lock = threading.Lock()
+        self._encoding = threading.RLock()  # one thread builds a kept answer; the others wait for it
 
     @property
     def available(self) -> bool:
@@ -54,14 +59,15 @@ class QueueView:
                 elif keys:
                     self._refresh(keys)
                 self._synced_at = at
-                self._listing, self._whole = [self._jobs[jid] for jid in sorted(self._jobs)], None
+                self._listing = [self._jobs[jid] for jid in sorted(self._jobs)]
+                self._collapsed, self._answers = None, {}
             return self._listing  # the caller must not change it: filters make new lists
 
     def _reload(self) -> None:
         with self.sessions() as s:
             rows = s.execute(select(*jobsvc.QUEUE_VIEW.values()).where(jobsvc.listed(s))).all()
             self._jobs = {job["job_id"]: job for job in jobsvc.queue_view(s, rows)}
-            self._json = {}
+            self._json, self._row = {}, {}
 
     def _refresh(self, ids: Iterable[int]) -> None:
         ids = sorted(ids)
@@ -74,30 +80,62 @@ class QueueView:
                 for jid in chunk:
                     jobs.pop(jid, None)
                     self._json.pop(jid, None)
+                    self._row.pop(jid, None)
                 for job in jobsvc.queue_view(s, rows, completing):
                     if job["state"] in jobsvc.ACTIVE or job["completing"]:
                         jobs[job["job_id"]] = job
 
-    def encoded(self, jobs: list[dict]) -> bytes:
-        """``{"jobs": [...]}`` as JSONResponse writes it, each job's JSON made once and kept:
-        the listing of a long queue, asked for in loops, was mostly its encoding. The whole
-        listing (unfiltered squeue) is encoded once per change."""
-        whole = self._whole
-        if whole is not None and whole[0] is jobs:
-            return whole[1]
-        out = []
-        for job in jobs:
-            kept = self._json.get(job["job_id"])
-            if kept is None or kept[0] is not job:
-                kept = (job, _dumps(job))
-                if self._jobs.get(job["job_id"]) is job:
-                    self._json[job["job_id"]] = kept
-            out.append(kept[1])
-        body = b'{"jobs":[' + b",".join(out) + b"]}"
-        if jobs is self._listing:
-            self._whole = (jobs, body)
-        return body
+    def collapsed(self, jobs: list[dict]) -> list[dict]:
+        """``listing.collapse(jobs)``, made once per change for the whole listing."""
+        kept = self._collapsed
+        if kept is not None and kept[0] is jobs:
+            return kept[1]
+        if jobs is not self._listing:
+            return listing.collapse(jobs)
+        with self._encoding:
+            kept = self._collapsed
+            if kept is None or kept[0] is not jobs:
+                kept = (jobs, listing.collapse(jobs))
+                self._collapsed = kept
+            return kept[1]
 
+    def kept(self, jobs: list[dict]) -> bool:
+        """Whether ``jobs`` is a listing whose answers are kept: the whole queue, or its arrays
+        collapsed (unfiltered squeue)."""
+        collapsed = self._collapsed
+        return jobs is self._listing or (collapsed is not None and jobs is collapsed[1])
 
-def _dumps(doc) -> bytes:
-    return json.dumps(doc, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+    def encoded(self, jobs: list[dict], form: str = "jobs", gzip: bool = False) -> bytes:
+        """The answer listing ``jobs`` in ``form`` (``listing.encode``), gzipped if asked; each
+        job's encoding made once and kept, and a kept listing's whole answer made once per
+        change: the listing of a long queue, asked for in loops, was mostly its encoding."""
+        if not self.kept(jobs):
+            body = listing.encode(jobs, form, self._encoding_of(form))
+            return listing.gzipped(body) if gzip else body
+        key = (id(jobs), form, gzip)
+        answer = self._answers.get(key)
+        if answer is not None and answer[0] is jobs:
+            return answer[1]
+        with self._encoding:
+            answer = self._answers.get(key)
+            if answer is None or answer[0] is not jobs:
+                body = (listing.gzipped(self.encoded(jobs, form)) if gzip
+                        else listing.encode(jobs, form, self._encoding_of(form)))
+                answer = (jobs, body)
+                self._answers[key] = answer
+            return answer[1]
+
+    def _encoding_of(self, form: str) -> Callable[[dict], bytes]:
+        """One job's encoding in ``form``, kept for the jobs of the view."""
+        kept, dumps = (self._row, listing.dumps_row) if form == "rows" else (self._json, listing.dumps)
+        view = self._jobs
+
+        def encode(job: dict) -> bytes:
+            entry = kept.get(job["job_id"])
+            if entry is None or entry[0] is not job:
+                entry = (job, dumps(job))
+                if view.get(job["job_id"]) is job:  # a merged array's row is made anew: not kept
+                    kept[job["job_id"]] = entry
+            return entry[1]
+
+        return encode

@@ -91,8 +91,8 @@ def elapsed(job: Mapping[str, Any], now: float) -> float:
 
 def job_id_text(job: Mapping[str, Any]) -> str:
     """%i: ``12``, an array task ``10_2``, or pending tasks collapsed as ``10_[3-9%2]``."""
-    if job.get("_array_tasks"):
-        return f"{job['array_job_id']}_[{job['_array_tasks']}]"
+    if job.get("array_tasks"):
+        return f"{job['array_job_id']}_[{job['array_tasks']}]"
     if job.get("array_task_id") is not None:
         return f"{job['array_job_id']}_{job['array_task_id']}"
     return str(job["job_id"])
@@ -148,8 +148,8 @@ def _min_memory(job: Mapping[str, Any], now: float) -> str:
 
 
 def _array_task(job: Mapping[str, Any], now: float) -> str:
-    if job.get("_array_tasks"):
-        return job["_array_tasks"]
+    if job.get("array_tasks"):
+        return job["array_tasks"]
     task = job.get("array_task_id")
     return "N/A" if task is None else str(task)
 
@@ -175,7 +175,7 @@ def _account_id(job: Mapping[str, Any], kind: str) -> str | int | None:
 
 
 FIELDS: dict[str, Field] = {
-    "A": Field("JOBID", lambda j, now: j["array_job_id"] if j.get("_array_tasks") else j["job_id"]),
+    "A": Field("JOBID", lambda j, now: j["array_job_id"] if j.get("array_tasks") else j["job_id"]),
     "a": Field("ACCOUNT", lambda j, now: j.get("account")),
     "B": Field("EXEC_HOST", lambda j, now: j.get("batch_host") or "n/a"),
     "b": Field("TRES_PER_NODE", _tres_per_node),
@@ -234,7 +234,7 @@ LONG_FIELDS: dict[str, Field] = {
 def collapse_arrays(jobs: list[dict]) -> list[dict]:
     """Merge pending tasks of one array (same name and partition) into one row, as Slurm does.
 
-    The merged row is the first task's, with ``_array_tasks`` holding ``3-9%2``; a lone
+    The merged row is the first task's, with ``array_tasks`` holding ``3-9%2``; a lone
     pending task keeps its own ``10_3`` id. Running and finished tasks stay one per line.
     """
     groups: dict[tuple, list[dict]] = {}
@@ -253,7 +253,7 @@ def collapse_arrays(jobs: list[dict]) -> list[dict]:
             rows.append({
                 **job,
                 "reason": ",".join(reasons),
-                "_array_tasks": format_array((t["array_task_id"] for t in group),
+                "array_tasks": format_array((t["array_task_id"] for t in group),
                                              job.get("array_throttle")),
             })
     return rows
@@ -423,12 +423,26 @@ def query(options) -> dict:
         return {**params, "state": ["RUNNING"]}  # the steps come with the full Job objects
     if not (options.format or options.Format or options.long or options.start or options.json):
         params["view"] = "queue"  # the default table: only the columns it shows
+        params["form"] = "rows"  # as a table: the keys once, each job a row (decoded by listed_jobs)
+        if not (options.array or options.states):
+            # The server merges each array's pending tasks as render_jobs would: with the default
+            # states no filter here splits an array's pending tasks (-t could: CG among PD).
+            params["collapse"] = "true"
     states = parse_states(split_list(options.states)) if options.states else set()
     if states is None or states & _FINISHED or options.jobs:
         # Finished jobs are only returned on request; a job id asked for by number is
         # looked up among all jobs so that an unknown id can be told from a finished one.
         params["all"] = "true"
     return params
+
+
+def listed_jobs(answer: dict) -> list[dict]:
+    """The jobs of a GET /shoal/v1/jobs answer: ``{"jobs": [...]}``, or with ``form=rows``
+    ``{"columns": [...], "rows": [[...], ...]}`` (a server in this process answers with the first)."""
+    if "rows" not in answer:
+        return answer["jobs"]
+    columns = answer["columns"]
+    return [dict(zip(columns, row)) for row in answer["rows"]]
 
 
 def _only(values: list[str]) -> str | None:
@@ -452,7 +466,7 @@ def run(argv: list[str] | None, *, connect: Callable[[], Any], out: TextIO | Non
         params = query(options)
         client = connect()
         while True:
-            jobs = client.get("/shoal/v1/jobs", params)["jobs"]
+            jobs = listed_jobs(client.get("/shoal/v1/jobs", params))
             if options.jobs and not jobs:
                 print("slurm_load_jobs error: Invalid job id specified", file=err)  # Slurm's words, no prefix
                 return 1

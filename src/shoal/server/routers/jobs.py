@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Query
+from fastapi import Header, Query
 from fastapi.responses import JSONResponse, Response
 
-from shoal.server import jobcontrol, joblist
+from shoal.server import jobcontrol, joblist, listing
 from shoal.server.endpoints import Table
 from shoal.server.deps import Caller, ServerDep, SessionDep, SubmissionsDep, Writer
 from shoal.server.schemas import BulkCancelRequest, CancelRequest, JobSubmit, JobUpdate
@@ -31,9 +31,15 @@ def test_only(body: JobSubmit, p: Writer, submissions: SubmissionsDep):
 def list_jobs(server: ServerDep, p: Caller, job_id: Annotated[list[str], Query()] = [],  # noqa: B006
               user: str | None = None, partition: str | None = None,
               state: Annotated[list[str], Query()] = [], name: str | None = None, all: bool = False,  # noqa: B006
-              since: Annotated[float | None, Query(allow_inf_nan=False)] = None, view: str | None = None):
-    jobs = joblist.list_jobs(server, job_id, user, partition, state, name, all, since, view, viewer=p)
-    return joblist.Listing(jobs, server.queue if joblist.from_queue_view(server, job_id, all, view) else None)
+              since: Annotated[float | None, Query(allow_inf_nan=False)] = None, view: str | None = None,
+              form: str | None = None, collapse: bool = False,
+              accept_encoding: Annotated[str | None, Header()] = None):
+    """squeue's and scontrol's listings (docs/API.md): ``form=rows`` and gzip for long queues."""
+    shape = joblist.check_form(form, view)
+    jobs = joblist.list_jobs(server, job_id, user, partition, state, name, all, since, view, viewer=p,
+                             collapse=collapse)
+    return joblist.Listing(jobs, server.queue if joblist.from_queue_view(server, job_id, all, view) else None,
+                           shape, listing.accepts_gzip(accept_encoding))
 
 
 @table.post("/cancel", local=True)

@@ -1,0 +1,109 @@
+"""Job listings on the wire (server/listing.py): squeue's columns as rows, each array's pending
+tasks merged by the server as squeue would, gzip for the clients that ask, and the client's
+side of each (shoal.api_client, shoal.slurm.squeue)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from shoal import api_client
+from shoal.server import listing
+from shoal.server.jobs import queue_view
+from shoal.slurm import squeue
+from tests.unit.test_cli_render import NOW, QUEUE, job
+
+VIEW_KEYS = [k for k in listing.ROW_COLUMNS if k != "array_tasks"]
+
+
+def view(j: dict) -> dict:
+    """A Job as the queue view holds it: only squeue's default columns."""
+    return {k: j[k] for k in VIEW_KEYS}
+
+
+# Two arrays' pending tasks with different reasons, a lone pending task of a third, a running
+# task among the first's, a requeued task still completing, plain jobs.
+QUEUED = [view(j) for j in QUEUE] + [view(j) for j in (
+    job(job_id=40 + t, array_job_id=40, array_task_id=t, name="other", reason="Priority" if t % 2 else "Resources")
+    for t in range(5))] + [
+    view(job(job_id=50, array_job_id=50, array_task_id=7, name="lone")),
+    view(job(job_id=51, array_job_id=40, array_task_id=9, name="other", completing=True)),
+    view(job(job_id=52, array_job_id=40, array_task_id=10, name="other", partition="debug")),
+]
+QUEUED.sort(key=lambda j: j["job_id"])
+
+
+def rows_answer(jobs: list[dict]) -> dict:
+    return json.loads(listing.encode(jobs, "rows"))
+
+
+def test_the_rows_form_lists_the_columns_once_and_decodes_to_the_same_jobs():
+    answer = rows_answer(QUEUED)
+    assert answer["columns"] == list(listing.ROW_COLUMNS)
+    assert all(isinstance(r, list) and len(r) == len(listing.ROW_COLUMNS) for r in answer["rows"])
+    assert squeue.listed_jobs(answer) == [{**j, "array_tasks": None} for j in QUEUED]
+    assert len(listing.encode(QUEUED, "rows")) < len(listing.encode(QUEUED, "jobs")) / 2
+    assert squeue.listed_jobs(json.loads(listing.encode(QUEUED, "jobs"))) == QUEUED
+
+
+def test_the_rows_columns_are_what_the_queue_view_makes():
+    """A column the view gains must reach the rows (the view's dicts and the columns agree)."""
+    made = queue_view(None, [tuple(None if k == "allocation" else 1 for k in listing.jobsvc.QUEUE_VIEW)], set())
+    assert list(made[0]) + ["array_tasks"] == list(listing.ROW_COLUMNS)
+
+
+@pytest.mark.parametrize("args", [[], ["-h"], ["-u", "alice"], ["-p", "gpu,debug"], ["-n", "other,sweep"],
+                                  ["-j", "40"], ["--me"]])
+def test_squeue_prints_the_same_from_the_servers_collapsed_rows_as_from_every_task(args):
+    options = squeue.parse_args(args, user="alice")
+    params = squeue.query(options)
+    assert params["form"] == "rows" and params["collapse"] == "true"
+    merged = squeue.listed_jobs(rows_answer(listing.collapse(QUEUED)))
+    assert len(merged) < len(QUEUED)
+    out = squeue.render_jobs(merged, options, NOW)
+    assert out == squeue.render_jobs(QUEUED, options, NOW)
+    assert "40_[0-4,9]" in out and " 40_10 " in out
+
+
+@pytest.mark.parametrize("args", [["-r"], ["-t", "CG"], ["-t", "pd"], ["--states=all"]])
+def test_squeue_asks_for_every_task_where_its_own_filters_or_options_need_them(args):
+    """-r lists each task; -t may split an array's pending tasks (CG among PD): not merged."""
+    params = squeue.query(squeue.parse_args(args))
+    assert params.get("collapse") is None and params["form"] == "rows"
+
+
+def test_squeue_with_a_format_asks_for_whole_jobs():
+    params = squeue.query(squeue.parse_args(["-o", "%i %j"]))
+    assert "form" not in params and "collapse" not in params and "view" not in params
+
+
+@pytest.mark.parametrize("header, ok", [
+    (None, False), ("", False), ("identity", False), ("gzip", True), ("br, gzip;q=0.5", True),
+    ("GZIP", True), ("x-gzip", True), ("gzip;q=0", False), ("*", True), ("*;q=0", False),
+    ("gzip;q=0, *", False), ("deflate, br", False), ("gzip;q=bad", False),
+])
+def test_gzip_is_sent_only_to_clients_whose_accept_encoding_admits_it(header, ok):
+    assert listing.accepts_gzip(header) is ok
+
+
+def test_gzip_answers_decompress_to_the_plain_answer():
+    body = listing.encode(QUEUED, "rows")
+    assert gzip.decompress(listing.gzipped(body)) == body
+
+
+def answer(body: bytes, *headers: str) -> bytes:
+    return b"\r\n".join([b"HTTP/1.1 200 OK", *(h.encode() for h in headers),
+                         f"Content-Length: {len(body)}".encode(), b"", body])
+
+
+def test_the_client_asks_for_gzip_and_decodes_a_gzipped_answer():
+    c = api_client.Client("http://127.0.0.1:1", "t")
+    assert b"\r\nAccept-Encoding: gzip\r\n" in c._message("GET", "/shoal/v1/jobs", None, gzip=True)
+    assert b"Accept-Encoding" not in c._message("GET", "/shoal/v1/jobs", None)  # streams: never
+    plain = listing.encode(QUEUED, "rows")
+    assert api_client._parse_response(answer(gzip.compress(plain), "Content-Encoding: gzip")) == (200, plain)
+    assert api_client._parse_response(answer(plain)) == (200, plain)
+    with pytest.raises(api_client.ClientError, match="malformed gzipped"):
+        api_client._parse_response(answer(b"not gzip", "Content-Encoding: gzip"))
