@@ -19,7 +19,7 @@ bench_scale.py starts them: ``bench_scale.Hollow``), then, in order:
    show job ID`` (``GET /jobs?all=true&job_id=ID``) make: each request's round trip with its
    body read (p50/p99), and, apart, what decoding squeue's JSON costs a client.
 
-``--profile DIR`` records the server with py-spy during the throughput phase and the storm.
+``--profile DIR`` records the server with py-spy during the throughput phase, the storm and the reads.
 ``--save``/``--baseline`` keep results and show an earlier run beside them. Writes the
 ``## Scale: throughput and API load`` section of BENCHMARKS.md (``--no-write``: only print).
 
@@ -164,7 +164,7 @@ def wire_bytes(h: Hollow, path: str) -> tuple[int, str]:
         return len(answer.read()), answer.headers.get("Content-Encoding") or "identity"
 
 
-def reads(h: Hollow, readers: int, rounds: int, some_job: int) -> dict:
+def reads(h: Hollow, readers: int, rounds: int, some_job: int, profile: Path | None = None) -> dict:
     """Each squeue, sinfo and scontrol request timed as a client library makes it: sent, its
     whole answer read and (when gzipped) decompressed; what decoding squeue's JSON into its
     jobs costs is measured apart (one client, after the load)."""
@@ -194,11 +194,14 @@ def reads(h: Hollow, readers: int, rounds: int, some_job: int) -> dict:
             for k, xs in mine.items():
                 got[k].extend(xs)
 
+    spy = _py_spy(h.server.pid, profile / "reads.txt") if profile else None
     cpu0, t0 = cpu_s(h.server), time.perf_counter()
     with ThreadPoolExecutor(readers) as pool:
         list(pool.map(reader, range(readers)))
     wall = time.perf_counter() - t0
     cpu = cpu_s(h.server) - cpu0
+    if spy:
+        _py_spy_stop(spy)
     body = h.admin.get_bytes(queue_path)
     t = time.perf_counter()
     listed = len(squeue.listed_jobs(json.loads(body)))
@@ -244,7 +247,7 @@ def run(args, env: dict, db: str | None) -> dict:
                 jobs = h.admin.get("/shoal/v1/jobs", {"view": "queue"})["jobs"]
                 out["queued"] = len(jobs)
                 print(f"  reads with {len(jobs)} jobs queued ...", flush=True)
-                out["reads"] = reads(h, args.readers, args.reads, jobs[len(jobs) // 2]["job_id"])
+                out["reads"] = reads(h, args.readers, args.reads, jobs[len(jobs) // 2]["job_id"], args.profile)
                 print("  " + json.dumps(out["reads"]), flush=True)
             out["server_rss_mb"] = h.server.memory_info().rss / 2 ** 20
             out["hollow_report_errors"] = (h.stats() or {}).get("report_errors")
@@ -369,7 +372,7 @@ def main() -> int:
     ap.add_argument("--baseline-note", default="the same benchmark on the code before the change")
     ap.add_argument("--results", type=Path, help="render an earlier --save instead of running")
     ap.add_argument("--no-write", action="store_true", help="print, but leave BENCHMARKS.md alone")
-    ap.add_argument("--profile", type=Path, help="py-spy the server (throughput and storm) into this folder")
+    ap.add_argument("--profile", type=Path, help="py-spy the server (throughput, storm, reads) into this folder")
     ap.add_argument("--postgres", action="store_true", help="store on a PostgreSQL started for the run")
     args = ap.parse_args()
     ensure_bytecode()

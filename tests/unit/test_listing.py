@@ -107,3 +107,20 @@ def test_the_client_asks_for_gzip_and_decodes_a_gzipped_answer():
     assert api_client._parse_response(answer(plain)) == (200, plain)
     with pytest.raises(api_client.ClientError, match="malformed gzipped"):
         api_client._parse_response(answer(b"not gzip", "Content-Encoding: gzip"))
+
+
+@pytest.mark.parametrize("args", [[], ["-N"], ["-l"], ["-N", "-l"], ["-s"], ["-R"], ["-R", "-l"], ["-e"], ["-d"],
+                                  ["-o", "%all"], ["-t", "idle", "-p", "debug"], ["--json"]])
+def test_sinfo_prints_the_same_from_its_view_of_the_nodes_as_from_whole_nodes(args):
+    """sinfo asks for ``GET /nodes?view=sinfo``: no key it reads may be left out of the view."""
+    from shoal.cli import sinfo
+    from shoal.server.nodelist import SINFO_VIEW
+    from tests.unit.test_cli_render import NODES, PARTS
+
+    nodes = [{**n, "labels": {"nvidia.com/gpu.count": "8"}, "images": ["x"], "last_heartbeat": NOW - 3,
+              "reason_time": NOW - 60 if n["reason"] else None, "taints": [], "gpu_health": []} for n in NODES]
+    seen = [{k: n[k] for k in SINFO_VIEW if k in n} for n in nodes]
+    assert len(json.dumps(seen)) < len(json.dumps(nodes))
+    options = sinfo.parse_args(args)
+    render = sinfo.render_json if options.json else sinfo.render_sinfo
+    assert render(seen, PARTS, options, NOW) == render(nodes, PARTS, options, NOW)

@@ -323,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
             parse_states(split_list(options.states))
         client = Client.from_config()
         while True:
-            nodes = client.get("/shoal/v1/nodes")["nodes"]
+            nodes = client.get("/shoal/v1/nodes", {"view": "sinfo"})["nodes"]  # only the keys it reads
             partitions = client.get("/shoal/v1/partitions")["partitions"]
             now = time.time()
             if options.json:

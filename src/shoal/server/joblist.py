@@ -190,18 +190,8 @@ class Listing(Reply):
 
     def response(self) -> Response:
         if self.queue is not None:
-            body = self.queue.encoded(self.jobs, self.form, self.gzip)
-            return _listing_response(body, self.gzip)
-        body = listing.encode(self.jobs, self.form)
-        gzip = self.gzip and len(body) >= listing.GZIP_MIN_BYTES
-        return _listing_response(listing.gzipped(body) if gzip else body, gzip)
-
-
-def _listing_response(body: bytes, gzipped: bool) -> Response:
-    headers = {"Vary": "Accept-Encoding"}
-    if gzipped:
-        headers["Content-Encoding"] = "gzip"
-    return Response(body, media_type="application/json", headers=headers)
+            return listing.encoded_response(self.queue.encoded(self.jobs, self.form, self.gzip), self.gzip)
+        return listing.response(listing.encode(self.jobs, self.form), self.gzip)
 
 
 def job(s: Session, job_id: int) -> JobRow:

@@ -3,8 +3,8 @@
 
 With 100,000 jobs queued squeue's answer was 23 MB of JSON, each job's keys repeated, and
 decoding it cost a client ~190 ms: as rows it is about a third of that, and gzipped a few
-percent (kube-apiserver gzips large lists the same way). Pure functions; the queue view
-(server/queueview.py) keeps what they make per change.
+percent (kube-apiserver gzips large lists the same way). The queue view (server/queueview.py)
+keeps what these functions make, once per change; sinfo's nodes are made per call.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ from __future__ import annotations
 import gzip
 import json
 from collections.abc import Callable
+
+from fastapi.responses import Response
 
 from shoal.server import jobs as jobsvc
 from shoal.slurm.squeue import collapse_arrays
@@ -49,6 +51,20 @@ def encode(jobs: list[dict], form: str, one: Callable[[dict], bytes] | None = No
 
 def gzipped(body: bytes) -> bytes:
     return gzip.compress(body, compresslevel=GZIP_LEVEL, mtime=0)
+
+
+def response(body: bytes, accepts_gzip: bool) -> Response:
+    """A JSON answer, gzipped for a client that accepts it when it is worth it."""
+    squeeze = accepts_gzip and len(body) >= GZIP_MIN_BYTES
+    return encoded_response(gzipped(body) if squeeze else body, squeeze)
+
+
+def encoded_response(body: bytes, is_gzipped: bool) -> Response:
+    """A JSON answer already encoded (and gzipped, when ``is_gzipped``)."""
+    headers = {"Vary": "Accept-Encoding"}
+    if is_gzipped:
+        headers["Content-Encoding"] = "gzip"
+    return Response(body, media_type="application/json", headers=headers)
 
 
 def accepts_gzip(accept_encoding: str | None) -> bool:

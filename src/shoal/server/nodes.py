@@ -20,6 +20,7 @@ from shoal.model.node import NodeState
 from shoal.model.resources import Allocation
 from shoal.model.timefmt import format_timestamp
 from shoal.server import jobs as jobsvc
+from shoal.server.nodelist import SINFO_VIEW
 from shoal.server.retry import retry_on_conflict
 from shoal.server.schemas import NodeUpdate
 from shoal.store.models import JobRow, NodeRow
@@ -126,9 +127,15 @@ def node(s: Session, name: str) -> NodeRow:
     return row
 
 
-def list_json(server: Server, s: Session) -> list[dict]:
-    """Every node as docs/API.md's Node objects (sinfo), their own facts kept (server/nodelist.py)."""
-    return server.node_listing.all_json(s)
+NODE_VIEWS = {"sinfo": SINFO_VIEW}
+
+
+def list_json(server: Server, s: Session, view: str | None = None) -> list[dict]:
+    """Every node as docs/API.md's Node objects, their own facts kept (server/nodelist.py); with
+    ``view=sinfo`` only the keys sinfo reads."""
+    if view is not None and view not in NODE_VIEWS:
+        raise jobsvc.JobError(f"unknown view {view!r} (expected {', '.join(NODE_VIEWS)})")
+    return server.node_listing.all_json(s, NODE_VIEWS[view] if view else None)
 
 
 def nodes_json(server: Server, s: Session, rows: list[NodeRow]) -> list[dict]:

@@ -7,6 +7,7 @@ every server sharing the store sees them. ``apply_changes`` is the pure part.
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -80,6 +81,20 @@ def update(session: Session, current: tuple[Partition, ...], name: str, body: di
     row.changes = {**row.changes, **body}
     row.updated = now
     return dict(row.changes)
+
+
+_encoded: tuple[tuple[Partition, ...], bytes] | None = None  # the last partitions listed, and their JSON
+
+
+def list_encoded(partitions: tuple[Partition, ...]) -> bytes:
+    """list_json's JSON, made again only when the partitions are (read again at most once a
+    second): a thousand nodes' names and hostlist per sinfo, else."""
+    global _encoded
+    kept = _encoded
+    if kept is None or kept[0] is not partitions:
+        kept = (partitions, json.dumps(list_json(partitions), ensure_ascii=False, separators=(",", ":")).encode())
+        _encoded = kept
+    return kept[1]
 
 
 def list_json(partitions: tuple[Partition, ...]) -> dict:

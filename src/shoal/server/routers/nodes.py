@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from fastapi.responses import JSONResponse
+from typing import Annotated
 
+from fastapi import Header
+
+from shoal.server import listing
 from shoal.server import nodes as nodesvc
 from shoal.server.endpoints import Table
 from shoal.server.deps import Caller, Operator, ServerDep, SessionDep
@@ -14,8 +17,11 @@ router = table.router
 
 
 @table.get("")
-def list_nodes(p: Caller, server: ServerDep, s: SessionDep):
-    return JSONResponse({"nodes": nodesvc.list_json(server, s)})
+def list_nodes(p: Caller, server: ServerDep, s: SessionDep, view: str | None = None,
+               accept_encoding: Annotated[str | None, Header()] = None):
+    """Every node; ``view=sinfo``: only the keys sinfo reads (gzipped for a client that asks)."""
+    body = listing.dumps({"nodes": nodesvc.list_json(server, s, view)})
+    return listing.response(body, listing.accepts_gzip(accept_encoding))
 
 
 @table.get("/{name}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from fastapi.responses import Response
+
 from shoal.server import partitions as partsvc
 from shoal.server.endpoints import Table
 from shoal.server.deps import Admin, Caller, ServerDep, SessionDep
@@ -13,7 +15,7 @@ router = table.router
 
 @table.get("")
 def list_partitions(p: Caller, server: ServerDep):
-    return partsvc.list_json(server.partitions)
+    return Response(partsvc.list_encoded(server.partitions), media_type="application/json")
 
 
 @table.patch("/{name}")
