@@ -156,6 +156,9 @@ def squeue_path() -> str:
     return "/shoal/v1/jobs?" + urlencode({k: v for k, v in params.items() if v is not None}, doseq=True)
 
 
+SINFO_NODES = "/shoal/v1/nodes?view=sinfo"  # as sinfo asks (shoal.cli.sinfo): the keys it reads
+
+
 def wire_bytes(h: Hollow, path: str) -> tuple[int, str]:
     """The answer's size as sent to a client that accepts gzip, and its Content-Encoding."""
     request = urllib.request.Request(h.url + path, headers={"Authorization": f"Bearer {h.admin.token}",
@@ -184,7 +187,7 @@ def reads(h: Hollow, readers: int, rounds: int, some_job: int, profile: Path | N
             mine["squeue"].append(time.perf_counter() - t)
             body_bytes[0] = len(body)
             t = time.perf_counter()
-            c.get_bytes("/shoal/v1/nodes")
+            c.get_bytes(SINFO_NODES)
             c.get_bytes("/shoal/v1/partitions")
             mine["sinfo"].append(time.perf_counter() - t)
             t = time.perf_counter()
@@ -207,6 +210,8 @@ def reads(h: Hollow, readers: int, rounds: int, some_job: int, profile: Path | N
     listed = len(squeue.listed_jobs(json.loads(body)))
     decode = time.perf_counter() - t
     wire, encoding = wire_bytes(h, queue_path)
+    nodes_wire, _ = wire_bytes(h, SINFO_NODES)
+    nodes_bytes = len(h.admin.get_bytes(SINFO_NODES))
     alone = []
     for _ in range(rounds):
         t = time.perf_counter()
@@ -214,6 +219,7 @@ def reads(h: Hollow, readers: int, rounds: int, some_job: int, profile: Path | N
         alone.append(time.perf_counter() - t)
     return {"readers": readers, "rounds": rounds, "listed": listed, "squeue_bytes": body_bytes[0],
             "squeue_path": queue_path, "squeue_wire_bytes": wire, "squeue_encoding": encoding,
+            "sinfo_nodes_bytes": nodes_bytes, "sinfo_nodes_wire_bytes": nodes_wire,
             "squeue_decode_ms": 1000 * decode, "squeue_alone": _ms(alone),
             "server_cpu_ms_per_round": 1000 * cpu / (readers * rounds), "wall_s": wall,
             **{k: _ms(v) for k, v in got.items()}}
@@ -288,6 +294,9 @@ ROWS = [  # (label, how to read it from a result, format)
      lambda r: (round(r["reads"].get("squeue_wire_bytes", r["reads"]["squeue_bytes"]) / 2 ** 10),
                 r["reads"]["listed"]), None),
     ("reads: squeue, one client alone p50 (ms)", lambda r: r["reads"]["squeue_alone"]["p50_ms"], "{:.0f}"),
+    ("reads: sinfo's nodes answer / as sent (KiB)",
+     lambda r: (round(r["reads"]["sinfo_nodes_bytes"] / 2 ** 10), round(r["reads"]["sinfo_nodes_wire_bytes"] / 2 ** 10)),
+     None),
     ("reads: sinfo (`GET /nodes` + `/partitions`) p50 / p99 (ms)",
      lambda r: (round(r["reads"]["sinfo"]["p50_ms"]), round(r["reads"]["sinfo"]["p99_ms"])), None),
     ("reads: scontrol show job (`GET /jobs?all=true&job_id=`) p50 / p99 (ms)",

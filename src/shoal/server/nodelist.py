@@ -44,6 +44,7 @@ class NodeListing:
         self.server = server
         self._lock = threading.Lock()
         self._kept: tuple[int | None, list[dict]] = (None, [])  # (node change count, facts by name)
+        self._parts: tuple[tuple, dict[str, list[str]]] | None = None  # (partitions, each node's names)
 
     def all_json(self, s: Session, view: tuple[str, ...] | None = None) -> list[dict]:
         """Every node, by name; with ``view`` only those keys (SINFO_VIEW)."""
@@ -55,6 +56,17 @@ class NodeListing:
             with self._lock:
                 self._kept = kept
         return self._with_use(s, kept[1], view)
+
+    def _partitions_of(self, partitions: tuple) -> dict[str, list[str]]:
+        """Each node's partitions, made again only when the partitions are (read at most once a second)."""
+        kept = self._parts
+        if kept is None or kept[0] is not partitions:
+            parts_of: dict[str, list[str]] = {}
+            for pt in partitions:
+                for n in pt.nodes:
+                    parts_of.setdefault(n, []).append(pt.name)
+            kept = self._parts = (partitions, parts_of)
+        return kept[1]
 
     def rows_json(self, s: Session, rows: list[NodeRow]) -> list[dict]:
         """These nodes (rows just read)."""
@@ -78,10 +90,7 @@ class NodeListing:
         for c in s.scalars(select(CleanupRow)):
             hold(c.node, c.cpus, c.memory_mb, len(c.gpus), c.job_id)
         maint = resvsvc.maint_nodes(s, server.clock())
-        parts_of: dict[str, list[str]] = {}
-        for pt in server.partitions:
-            for n in pt.nodes:
-                parts_of.setdefault(n, []).append(pt.name)
+        parts_of = self._partitions_of(server.partitions)
         beats = server.heartbeats
         out = []
         for f in facts:
@@ -92,14 +101,14 @@ class NodeListing:
                 else display_state(state, cpus, f["cpus"], gpus, len(f["gpus"]), bool(jobs))
             if view is not None:  # sinfo's few keys: its answer a tenth of the whole
                 made = {"display_state": shown, "cpus_alloc": cpus, "memory_alloc_mb": mem,
-                        "partitions": parts_of.get(name, [])}
+                        "partitions": list(parts_of.get(name, ()))}
                 out.append({k: made[k] if k in made else f[k] for k in view if k in made or k in f})
                 continue
             out.append({
                 **f,
                 "display_state": shown,
                 "cpus_alloc": cpus, "memory_alloc_mb": mem, "gpus_alloc": gpus,
-                "partitions": parts_of.get(name, []),
+                "partitions": list(parts_of.get(name, ())),
                 "last_heartbeat": beats.latest(name, f["last_heartbeat"]),
                 "jobs": sorted(jobs),
             })
