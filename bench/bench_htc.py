@@ -15,9 +15,11 @@ bench_scale.py starts them: ``bench_scale.Hollow``), then, in order:
    threads, one ``POST /jobs`` each: every request's round trip (p50/p99) and the rate;
 3. queue: one array that brings the jobs queued to ``--queued`` (pending and running);
 4. reads: ``--readers`` threads, each ``--reads`` rounds of the requests squeue
-   (``GET /jobs?view=queue``), sinfo (``GET /nodes`` + ``GET /partitions``) and ``scontrol
-   show job ID`` (``GET /jobs?all=true&job_id=ID``) make: each request's round trip with its
-   body read (p50/p99), and, apart, what decoding squeue's JSON costs a client.
+   (``GET /jobs?view=queue&form=rows&collapse=true``, as ``shoal.slurm.squeue.query`` makes it),
+   sinfo (``GET /nodes?view=sinfo`` + ``GET /partitions``) and ``scontrol show job ID``
+   (``GET /jobs?all=true&job_id=ID``) make, through the client library (which asks for gzip):
+   each request's round trip with its body read and decompressed (p50/p99), and, apart, what
+   decoding squeue's JSON into its jobs costs a client, and the answers' sizes as sent.
 
 ``--profile DIR`` records the server with py-spy during the throughput phase, the storm and the reads.
 ``--save``/``--baseline`` keep results and show an earlier run beside them. Writes the
@@ -286,7 +288,7 @@ ROWS = [  # (label, how to read it from a result, format)
     ("storm: submit round trip p99 (ms)", lambda r: r["storm"]["p99_ms"], "{:.1f}"),
     ("storm: server CPU per request (ms)", lambda r: r["storm"]["server_cpu_ms_per_request"], "{:.2f}"),
     ("reads: jobs queued (pending and running)", lambda r: r["queued"], "{:.0f}"),
-    ("reads: squeue (`GET /jobs?view=queue`) p50 / p99 (ms)",
+    ("reads: squeue (its `GET /jobs?view=queue...`, read and decompressed) p50 / p99 (ms)",
      lambda r: (round(r["reads"]["squeue"]["p50_ms"]), round(r["reads"]["squeue"]["p99_ms"])), None),
     ("reads: squeue answer (MiB) / a client's JSON decoding of it into its jobs (ms)",
      lambda r: (round(r["reads"]["squeue_bytes"] / 2 ** 20, 1), round(r["reads"]["squeue_decode_ms"])), None),
