@@ -19,12 +19,12 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from sqlalchemy import inspect, select
+from sqlalchemy import delete, inspect, select
 from sqlalchemy.orm.exc import StaleDataError
 
 from shoal.store.engine import make_engine, migrate, session_factory
-from shoal.store.models import Base, JobRow, NodeRow
-from tests.integration.cluster import free_port
+from shoal.store.models import Base, CleanupRow, JobRow, NodeRow
+from tests.integration.cluster import free_port, wait_until
 
 
 @pytest.fixture
@@ -223,6 +223,137 @@ def test_the_controllers_row_cache_sees_every_change_a_fresh_read_would(engine, 
         done.state = "COMPLETED"
     cache.kept([done])
     same()
+
+    # A running job requeued (an old id pending again, before the newer ones) and a job that
+    # depends on one no longer live: the views keep the queue's order and the records.
+    with sessions() as s, s.begin():
+        requeued = s.scalars(select(JobRow).where(JobRow.name == "j1")).one()
+        requeued.state, requeued.allocation = "PENDING", None
+        s.add(_job(name="after", request=one_gpu,
+                   spec={"script": "#!/bin/sh\ntrue\n",
+                         "dependencies": [{"kind": "afterok", "job_ids": [done.id]}]}))
+    same()
+    with sessions() as s:
+        cached = build(s, (), 1.0, cache=cache)
+    assert [p.name for p in cached.pending] == ["j0", "j1", "j4", "j5", "late", "after"]
+    assert cached.jobs[done.id].state.value == "COMPLETED" and not cached.active
+
+
+def _gpu_node(name: str, gpus: int) -> NodeRow:
+    row = _node(name)
+    row.gpus = [{"index": i, "uuid": f"GPU-{name}-{i}", "product": "NVIDIA A100", "memory_mb": 81920}
+                for i in range(gpus)]
+    return row
+
+
+def _queue(db_url, tmp_path, jobs: int):
+    """An in-process server (no agents) with two nodes of two GPUs and ``jobs`` one-GPU jobs queued."""
+    from shoal.model.resources import ResourceRequest
+    from shoal.server.config import parse_cluster_config
+    from shoal.server.core import Server
+    from shoal.server.jobs import request_to_json
+
+    config = parse_cluster_config({"partitions": [{"name": "gpu", "nodes": "node[01-02]", "default": True}]})
+    server = Server(db_url, config, tmp_path)
+    one_gpu = request_to_json(ResourceRequest(nodes=1, ntasks=1, gpus_per_node=1, mem_per_node_mb=1024))
+    with server.sessions() as s, s.begin():
+        s.add_all([_gpu_node("node01", 2), _gpu_node("node02", 2)])
+        s.add_all([_job(name=f"j{i}", request=one_gpu) for i in range(jobs)])
+    with server.sessions() as s:
+        ids = list(s.scalars(select(JobRow.id).order_by(JobRow.id)))
+    server.leader.start()  # its passes run by hand, not by its loop (never started)
+    wait_until(lambda: server.leader.is_leader, 30, "leadership")
+    return server, ids
+
+
+def _stop(server) -> None:
+    server.leader.stop()
+    server.engine.dispose()
+
+
+def _states(server) -> dict[int, tuple[str, int]]:
+    with server.sessions() as s:
+        return {r.id: (r.state, r.version) for r in s.scalars(select(JobRow))}
+
+
+@pytest.mark.parametrize("change", ["cancel", "hold"])
+def test_a_job_cancelled_or_held_between_the_snapshot_and_the_apply_is_not_started(db_url, tmp_path, change):
+    """A pass starts jobs from the rows its snapshot read (a versioned UPDATE): a job changed
+    in between must not start, and the pass, planned again, starts the others, each once."""
+    from shoal.server import jobs as jobsvc
+
+    server, ids = _queue(db_url, tmp_path, 5)
+    first, snapshots = ids[0], []
+    taken = server.snapshot
+
+    def snapshot(session, now, **kw):
+        snap = taken(session, now, **kw)
+        if not snapshots:  # the first pass's snapshot has the job pending; then it changes
+            assert first in {p.id for p in snap.pending}
+            with server.sessions() as s, s.begin():
+                row = s.get(JobRow, first)
+                if change == "cancel":
+                    jobsvc.finish(s, row, jobsvc.JobState.CANCELLED, 1000.0)
+                else:
+                    row.held = True
+        snapshots.append(snap)
+        return snap
+
+    server.snapshot = snapshot
+    try:
+        server.controller.run_pass()
+        states = _states(server)
+        assert states[first][0] == ("CANCELLED" if change == "cancel" else "PENDING")
+        assert [jid for jid in ids if states[jid][0] == "RUNNING"] == ids[1:5], "the other four on the four GPUs"
+        assert len(snapshots) == 2, "the apply refused the first plan, and the pass planned again"
+        with server.sessions() as s:  # each started once: one allocation each, no GPU twice
+            held = [(n["name"], g) for r in s.scalars(select(JobRow).where(JobRow.state == "RUNNING"))
+                    for n in r.allocation["nodes"] for g in n["gpus"]]
+        assert len(held) == len(set(held)) == 4
+    finally:
+        _stop(server)
+
+
+def test_the_jobs_a_pass_starts_are_seen_by_the_next_pass_and_by_the_agents_work(db_url, tmp_path):
+    """Starts written from the kept rows (not through the ORM) are counted as changes: the
+    running jobs' index (agents' work) and the queue view see them, and the next pass's
+    snapshot, from the rows kept, is the one a fresh read makes."""
+    from shoal.server.snapshot import build
+
+    server, ids = _queue(db_url, tmp_path, 6)
+    try:
+        with server.sessions() as s:  # both read once before: then only from the changes counted
+            assert not server.running.on_node(s, "node01")
+        assert len(server.queue.jobs()) == 6
+        server.controller.run_pass()
+        states = _states(server)
+        running = [jid for jid in ids if states[jid][0] == "RUNNING"]
+        assert running == ids[:4] and all(states[jid][1] == 2 for jid in running), "one write each"
+        with server.sessions() as s:
+            on = {n: [j.id for j in server.running.on_node(s, n)] for n in ("node01", "node02")}
+        assert sorted(on["node01"] + on["node02"]) == running
+        assert {j["job_id"]: j["state"] for j in server.queue.jobs()} == {jid: states[jid][0] for jid in ids}
+        now = server.clock()
+        with server.sessions() as s:
+            kept = build(s, server.partitions, now, cache=server.controller._rows)
+        with server.sessions() as s:
+            fresh = build(s, server.partitions, now)
+        assert kept == fresh
+        with server.sessions() as s, s.begin():  # one ends (and is cleaned up): the next in line starts
+            jobsvc_finish(s, s.get(JobRow, running[0]))
+        with server.sessions() as s, s.begin():
+            s.execute(delete(CleanupRow).where(CleanupRow.job_id == running[0]))
+        server.controller.run_pass()
+        states = _states(server)
+        assert [jid for jid in ids if states[jid][0] == "RUNNING"] == ids[1:5]
+    finally:
+        _stop(server)
+
+
+def jobsvc_finish(session, row) -> None:
+    from shoal.server import jobs as jobsvc
+
+    jobsvc.finish(session, row, jobsvc.JobState.COMPLETED, row.start_time + 1, exit_code=0)
 
 
 # ------------------------------------------------------------------ the agents' work answers

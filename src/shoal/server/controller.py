@@ -11,19 +11,21 @@ import logging
 import time
 from collections.abc import Callable
 
-from sqlalchemy import delete, select
+from sqlalchemy import bindparam, delete, select, update
+from sqlalchemy.orm import Session
 from sqlalchemy.orm.exc import StaleDataError
 
 from shoal.model.job import JobState
 from shoal.model.node import NodeState
 from shoal.model.resources import Allocation
+from shoal.model.snapshot import Start
 from shoal.sched import cycle
 from shoal.sched.placement import Headroom, PlacementCache, check_feasible, headroom
 from shoal.sched.schedule import schedule
 from shoal.server import jobs as jobsvc
 from shoal.server.loop import KickedLoop
 from shoal.server.snapshot import JobRowCache, NodeInfoCache
-from shoal.store.changes import ChangeCount
+from shoal.store.changes import ChangeCount, note_changes
 from shoal.store.models import CleanupRow, JobRow, NodeRow
 
 log = logging.getLogger("shoal.controller")
@@ -200,23 +202,11 @@ class Controller(KickedLoop):
             # stay as they were, and loading every pending row (its JSON decoded) each pass
             # cost as much as the pass itself.
             changed = self._changed_reasons(reasons, plan.estimates if full else None)
-            ids = list({st.job_id for st in plan.starts} | changed | victims)
+            starts = self._kept_starts(plan.starts)
+            written = start_kept(session, starts, now)  # before the rows below are read: they see it
+            ids = list(changed | victims)
             rows = {r.id: r for r in session.scalars(select(JobRow).where(JobRow.id.in_(ids)))} if ids else {}
-            touched: set[str] = set()
-            started: list[JobRow] = []
-            for st in plan.starts:
-                row = rows.get(st.job_id)
-                if row is None or row.state != JobState.PENDING.value or row.held:
-                    continue  # cancelled or held since the snapshot: the next pass sees it
-                row.state = JobState.RUNNING.value
-                row.allocation = st.allocation.to_json()
-                row.batch_host = st.allocation.node_names[0]
-                row.start_time = now
-                row.reason = "None"
-                row.expected_start = None
-                row.preempted_at = row.preemptor_id = None  # a requeued victim runs again: its preemption is over
-                touched.update(st.allocation.node_names)
-                started.append(row)
+            touched = {node for _, st in starts for node in st.allocation.node_names}
             for jid in changed:
                 reason = reasons[jid]
                 row = rows.get(jid)
@@ -229,7 +219,8 @@ class Controller(KickedLoop):
                     row.expected_start = plan.estimates.get(jid)
             for preemption in plan.preemptions:
                 touched |= self._preempt(session, rows, preemption, now, signals)
-        self._rows.kept(rows.values())  # committed: the next pass need not read them back
+        started = started_rows(starts, written)
+        self._rows.kept([*rows.values(), *started])  # committed: the next pass need not read them back
         for row in started:
             s.metrics.run_started(row, now)
         s.metrics.scheduled(full, time.perf_counter() - t0, len(started), plan.tested, len(snap.pending))
@@ -237,6 +228,16 @@ class Controller(KickedLoop):
             s.hub.signal(node, key, signum, target)
         self._headroom, self._seen_id = headroom(snap, [st.allocation for st in plan.starts], self._placement), seen
         return touched
+
+    def _kept_starts(self, starts: list[Start]) -> list[tuple[JobRow, Start]]:
+        """The plan's starts, each with its job's row as the snapshot read it."""
+        out = []
+        for st in starts:
+            row = self._rows.row(st.job_id)
+            if row is None or row.state != JobState.PENDING.value or row.held:
+                continue  # not startable as the snapshot read it (never planned so)
+            out.append((row, st))
+        return out
 
     def _changed_reasons(self, reasons: dict[int, str], estimates: dict[int, float] | None) -> set[int]:
         """The pending jobs whose reason (or, in a full pass, start estimate) the plan changes,
@@ -383,6 +384,50 @@ class Controller(KickedLoop):
                     jobsvc.finish(session, row, JobState.NODE_FAIL, now, reason="NodeFail", skip_nodes=skip)
                 touched.update(n for n in names if n not in skip)
         return touched
+
+
+_START = (update(JobRow.__table__)
+          .where(JobRow.__table__.c.id == bindparam("b_id"), JobRow.__table__.c.version == bindparam("b_version"),
+                 JobRow.__table__.c.state == JobState.PENDING.value, JobRow.__table__.c.held.is_(False))
+          .values(state=JobState.RUNNING.value, allocation=bindparam("b_allocation", type_=JobRow.allocation.type),
+                  batch_host=bindparam("b_host"), start_time=bindparam("b_now"), reason="None",
+                  expected_start=None, preempted_at=None, preemptor_id=None,  # a requeued victim's preemption is over
+                  version=JobRow.__table__.c.version + 1))
+"""A start, written only if the row is still the version the snapshot read, pending and not held."""
+
+
+def start_kept(session: Session, starts: list[tuple[JobRow, Start]], now: float) -> list[dict]:
+    """Start jobs from the rows the snapshot read, in one statement that checks each row's
+    version, instead of loading them whole again (their JSON decoded: a fifth of a pass with
+    40,000 jobs queued). If any row moved since the snapshot (a job cancelled, held or
+    updated) this raises StaleDataError, as the ORM does, and the pass is planned again from
+    a fresh snapshot (run_pass): a plan made from an old row is never applied to a new one.
+    Returns what each start wrote (for ``started_rows``)."""
+    params = [{"b_id": row.id, "b_version": row.version, "b_allocation": st.allocation.to_json(),
+               "b_host": st.allocation.node_names[0], "b_now": now} for row, st in starts]
+    if not params:
+        return params
+    conn = session.connection()
+    if conn.dialect.supports_sane_multi_rowcount:
+        done = conn.execute(_START, params).rowcount
+    else:  # a driver that does not count an executemany's rows
+        done = sum(conn.execute(_START, p).rowcount for p in params)
+    if done != len(params):
+        raise StaleDataError(f"{len(params) - done} of {len(params)} jobs to start changed since the snapshot")
+    note_changes(session, JobRow, [p["b_id"] for p in params])
+    return params
+
+
+def started_rows(starts: list[tuple[JobRow, Start]], written: list[dict]) -> list[JobRow]:
+    """The kept rows made what ``start_kept`` wrote, once it is committed (they are detached:
+    nothing flushes them; the cache keeps them as the store now has them)."""
+    for (row, _), values in zip(starts, written, strict=True):
+        row.state = JobState.RUNNING.value
+        row.allocation, row.batch_host, row.start_time = values["b_allocation"], values["b_host"], values["b_now"]
+        row.reason, row.expected_start, row.preempted_at, row.preemptor_id = "None", None, None, None
+        row.version += 1
+    return [row for row, _ in starts]
+
 
 def _pause_s(config) -> float:
     return max(config.stream_pause_s, config.stream_gap_s)
