@@ -6,6 +6,7 @@ import threading
 
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session, aliased
+from sqlalchemy.orm.attributes import set_committed_value
 
 from shoal.model.accounting import QOS, Account, UsageRecord
 from shoal.model.job import JobState
@@ -231,6 +232,20 @@ class JobRowCache:
                     self._rows[r.id] = (r.version, r, pending_job(r) if r.state == JobState.PENDING.value else None)
             else:
                 self._rows.pop(r.id, None)
+
+    def written(self, job_id: int, version: int, values: dict) -> None:
+        """A pending row's ``values`` (columns) the caller has just committed with a Core
+        UPDATE that moved its version from ``version`` to the next: the kept row made to
+        match, so the next ``read`` need not read it back. Its PendingJob view holds none of
+        the columns written (reasons, estimates) and is kept."""
+        kept = self._rows.get(job_id)
+        if kept is None or kept[0] != version:
+            return
+        row = kept[1]
+        for name, value in values.items():
+            set_committed_value(row, name, value)
+        set_committed_value(row, "version", version + 1)
+        self._rows[job_id] = (version + 1, row, kept[2])
 
     def read(self, session: Session) -> tuple[list[JobRow], tuple[PendingJob, ...]]:
         """Live (pending and running) rows by id, and the pending ones' views."""

@@ -39,10 +39,17 @@ def insert_rows(session: Session, model: type, rows: list[dict]) -> list[int]:
         stmt = _INSERTS[model] = insert(table).returning(table.c.id, sort_by_parameter_order=True)
     conn = session.connection()  # the session's transaction, without the ORM's execute layer
     ids = list(conn.execute(stmt, rows).scalars()) if len(rows) > 1 else [conn.execute(stmt, rows[0]).scalar_one()]
+    record_changes(session, model, ids)
+    return ids
+
+
+def record_changes(session: Session, model: type, keys) -> None:
+    """Record ``keys`` of ``model`` as changed by ``session``'s transaction, for the counts
+    watching ``model``: Core statements run on the session's connection (``insert_rows``, the
+    scheduler's reasons) are seen neither by after_flush nor by do_orm_execute."""
     for count in session.info.get(_COUNTS, ()):
         if model in count._tables:
-            session.info.setdefault(count._info, set()).update(ids)
-    return ids
+            session.info.setdefault(count._info, set()).update(keys)
 
 
 class ChangeCount:
