@@ -410,7 +410,7 @@ def write_reasons(session, cache: JobRowCache, jobs: dict[int, tuple[str, float 
     queue view and the caches read it. Returned, for ``cache.written`` once committed (the
     next pass need not read them back): (id, version seen, values) of every row, when every
     one was written; none when some were not (which is unknown: the next pass re-reads them)."""
-    writes = []
+    writes: list[dict] = []
     for jid, (reason, estimate) in jobs.items():
         row = cache.row(jid)
         if row is not None:
@@ -422,7 +422,8 @@ def write_reasons(session, cache: JobRowCache, jobs: dict[int, tuple[str, float 
     if result.rowcount != len(writes):
         return []
     columns = ("reason", "expected_start") if full else ("reason",)
-    return [(w["job_id"], w["seen"], dict(zip(columns, (w["new_reason"], w["new_start"])))) for w in writes]
+    return [(int(w["job_id"]), int(w["seen"]), dict(zip(columns, (w["new_reason"], w["new_start"]))))
+            for w in writes]
 
 
 def _pause_s(config) -> float:
