@@ -356,6 +356,70 @@ def jobsvc_finish(session, row) -> None:
     jobsvc.finish(session, row, jobsvc.JobState.COMPLETED, row.start_time + 1, exit_code=0)
 
 
+def test_a_passes_reasons_are_written_only_to_rows_unchanged_since_its_snapshot_and_seen_at_once(engine):
+    """The pass writes its new reasons and start estimates as one versioned UPDATE
+    (controller.write_reasons): squeue's view shows them at once, each written row's version
+    moves (the caches read it), and a job cancelled or held between the snapshot and the
+    write keeps what it has; the row cache then says what a fresh read would."""
+    from shoal.model.resources import ResourceRequest
+    from shoal.server.controller import write_reasons
+    from shoal.server.jobs import request_to_json
+    from shoal.server.queueview import QueueView
+    from shoal.server.snapshot import JobRowCache, build
+    from shoal.store.changes import ChangeCount
+    from shoal.store.models import CleanupRow
+
+    migrate(engine)
+    sessions = session_factory(engine)
+    view = QueueView(sessions, ChangeCount(sessions, {JobRow: "id", CleanupRow: "job_id"}))
+    cache = JobRowCache(ChangeCount(sessions, {JobRow: "id"}))
+    with sessions() as s, s.begin():
+        jobs = [_job(name=f"j{i}", request=request_to_json(ResourceRequest(nodes=1, ntasks=1, gpus_per_node=1)))
+                for i in range(4)]
+        s.add_all(jobs)
+    ids = [j.id for j in jobs]
+
+    def snapshot():
+        with sessions() as s:
+            cached = build(s, (), 1.0, cache=cache)
+        with sessions() as s:
+            assert cached == build(s, (), 1.0)
+
+    def stored() -> list[tuple]:
+        with sessions() as s:
+            return [(r.state, r.reason, r.expected_start, r.held, r.version)
+                    for r in s.scalars(select(JobRow).where(JobRow.id.in_(ids)).order_by(JobRow.id))]
+
+    snapshot()
+    assert [j["reason"] for j in view.jobs()] == ["None"] * 4
+    with sessions() as s, s.begin():  # scancel and scontrol hold after the pass's snapshot
+        s.get(JobRow, ids[2]).state = "CANCELLED"
+        row = s.get(JobRow, ids[3])
+        row.held, row.reason = True, "JobHeldUser"
+    with sessions() as s, s.begin():
+        written = write_reasons(s, cache, {ids[0]: ("Priority", 50.0), ids[1]: ("Resources", 100.0),
+                                           ids[2]: ("Priority", 60.0), ids[3]: ("Priority", 70.0)}, full=True)
+    assert written == []  # not every row was written: the next read re-reads them all
+    assert stored() == [("PENDING", "Priority", 50.0, False, 2), ("PENDING", "Resources", 100.0, False, 2),
+                        ("CANCELLED", "None", None, False, 2), ("PENDING", "JobHeldUser", None, True, 2)]
+    assert [(j["job_id"], j["reason"]) for j in view.jobs()] == [
+        (ids[0], "Priority"), (ids[1], "Resources"), (ids[3], "JobHeldUser")]
+    snapshot()
+    assert cache.row(ids[0]).reason == "Priority" and cache.row(ids[0]).version == 2
+
+    # Every row written: the cache's rows are made to match once committed, not read back.
+    with sessions() as s, s.begin():
+        written = write_reasons(s, cache, {ids[0]: ("Resources", None), ids[1]: ("Priority", None)}, full=False)
+    assert [(jid, seen) for jid, seen, _ in written] == [(ids[0], 2), (ids[1], 2)]
+    kept = cache.row(ids[0])
+    for jid, seen, values in written:
+        cache.written(jid, seen, values)
+    assert stored()[:2] == [("PENDING", "Resources", 50.0, False, 3), ("PENDING", "Priority", 100.0, False, 3)]
+    snapshot()
+    assert cache.row(ids[0]) is kept and (kept.reason, kept.expected_start, kept.version) == ("Resources", 50.0, 3)
+    assert [j["reason"] for j in view.jobs()] == ["Resources", "Priority", "JobHeldUser"]
+
+
 # ------------------------------------------------------------------ the agents' work answers
 
 

@@ -198,29 +198,32 @@ class Controller(KickedLoop):
         with s.sessions() as session, session.begin():
             s.leader.fence(session)
             victims = {v for p in plan.preemptions for v in p.victim_ids}
-            # Whole rows only for the jobs this pass changes: with a long queue most reasons
-            # stay as they were, and loading every pending row (its JSON decoded) each pass
-            # cost as much as the pass itself.
+            preemptors = {p.preemptor_id for p in plan.preemptions}
+            # Whole rows only for the jobs this pass starts or preempts for; the reasons it
+            # changes are written without loading theirs (write_reasons).
             changed = self._changed_reasons(reasons, plan.estimates if full else None)
             starts = self._kept_starts(plan.starts)
             written = start_kept(session, starts, now)  # before the rows below are read: they see it
-            ids = list(changed | victims)
+            ids = list(victims | preemptors)
             rows = {r.id: r for r in session.scalars(select(JobRow).where(JobRow.id.in_(ids)))} if ids else {}
             touched = {node for _, st in starts for node in st.allocation.node_names}
-            for jid in changed:
-                reason = reasons[jid]
-                row = rows.get(jid)
-                if row is None or row.state != JobState.PENDING.value:
+            for jid in changed & rows.keys():  # a preemptor's row, loaded above
+                row = rows[jid]
+                if row.state != JobState.PENDING.value:
                     continue
-                if row.reason != reason:
-                    row.reason = reason
+                if row.reason != reasons[jid]:
+                    row.reason = reasons[jid]
                 # Compared first: an unchanged estimate must not rewrite the row every pass.
                 if full and row.expected_start != plan.estimates.get(jid):
                     row.expected_start = plan.estimates.get(jid)
+            reasons_written = write_reasons(session, self._rows, {jid: (reasons[jid], plan.estimates.get(jid))
+                                                                  for jid in changed - rows.keys()}, full)
             for preemption in plan.preemptions:
                 touched |= self._preempt(session, rows, preemption, now, signals)
         started = started_rows(starts, written)
         self._rows.kept([*rows.values(), *started])  # committed: the next pass need not read them back
+        for jid, version, values in reasons_written:
+            self._rows.written(jid, version, values)
         for row in started:
             s.metrics.run_started(row, now)
         s.metrics.scheduled(full, time.perf_counter() - t0, len(started), plan.tested, len(snap.pending))
@@ -427,6 +430,44 @@ def started_rows(starts: list[tuple[JobRow, Start]], written: list[dict]) -> lis
         row.reason, row.expected_start, row.preempted_at, row.preemptor_id = "None", None, None, None
         row.version += 1
     return [row for row, _ in starts]
+
+
+_JOBS = JobRow.__table__
+_AS_SEEN = (_JOBS.c.id == bindparam("job_id")) & (_JOBS.c.version == bindparam("seen")) & (
+    _JOBS.c.state == JobState.PENDING.value)
+_WRITE_REASON = update(_JOBS).where(_AS_SEEN).values(reason=bindparam("new_reason"), version=_JOBS.c.version + 1)
+_WRITE_REASON_ESTIMATE = update(_JOBS).where(_AS_SEEN).values(
+    reason=bindparam("new_reason"), expected_start=bindparam("new_start"), version=_JOBS.c.version + 1)
+
+
+def write_reasons(session, cache: JobRowCache, jobs: dict[int, tuple[str, float | None]],
+                  full: bool) -> list[tuple[int, int, dict]]:
+    """Write pending jobs' new reasons (and, in a ``full`` pass, start estimates), ``jobs``:
+    id -> (reason, estimate), in ``session``'s transaction, as one executemany of a versioned
+    UPDATE. Loading each row whole and flushing one ORM UPDATE per row, with 50,000 jobs
+    queued, held the store's writer lock (SQLite's one writer) while submissions waited,
+    and on PostgreSQL made a deep queue crawl.
+
+    A row is written only if it is still pending at the version the pass's snapshot read
+    (``cache``): one cancelled, held or changed since keeps what it has, and the next pass
+    sees it. Every write bumps the version and is recorded for the change counts, so the
+    queue view and the caches read it. Returned, for ``cache.written`` once committed (the
+    next pass need not read them back): (id, version seen, values) of every row, when every
+    one was written; none when some were not (which is unknown: the next pass re-reads them)."""
+    writes: list[dict] = []
+    for jid, (reason, estimate) in jobs.items():
+        row = cache.row(jid)
+        if row is not None:
+            writes.append({"job_id": jid, "seen": row.version, "new_reason": reason, "new_start": estimate})
+    if not writes:
+        return []
+    result = session.connection().execute(_WRITE_REASON_ESTIMATE if full else _WRITE_REASON, writes)
+    note_changes(session, JobRow, [w["job_id"] for w in writes])
+    if result.rowcount != len(writes):
+        return []
+    columns = ("reason", "expected_start") if full else ("reason",)
+    return [(int(w["job_id"]), int(w["seen"]), dict(zip(columns, (w["new_reason"], w["new_start"]))))
+            for w in writes]
 
 
 def _pause_s(config) -> float:

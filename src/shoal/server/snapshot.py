@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session, aliased
+from sqlalchemy.orm.attributes import set_committed_value
 
 from shoal.model.accounting import QOS, Account, UsageRecord
 from shoal.model.job import JobState
@@ -284,6 +285,20 @@ class JobRowCache:
                     self._put(r)
             else:
                 self._drop(r.id)
+
+    def written(self, job_id: int, version: int, values: dict) -> None:
+        """A pending row's ``values`` (columns) the caller has just committed with a Core
+        UPDATE that moved its version from ``version`` to the next: the kept row made to
+        match, so the next ``read`` need not read it back. Its views (PendingJob, JobRecord) hold
+        none of the columns written (reasons, estimates) and are kept."""
+        kept = self._rows.get(job_id)
+        if kept is None or kept[0] != version:
+            return
+        row = kept[1]
+        for name, value in values.items():
+            set_committed_value(row, name, value)
+        set_committed_value(row, "version", version + 1)
+        self._rows[job_id] = (version + 1, row)
 
     def read(self, session: Session) -> LiveJobs:
         """Live (pending and running) rows as of now, and what a snapshot makes of them."""

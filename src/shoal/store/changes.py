@@ -45,8 +45,9 @@ def insert_rows(session: Session, model: type, rows: list[dict]) -> list[int]:
 
 def note_changes(session: Session, model: type, keys) -> None:
     """Record ``keys`` (primary keys) of ``model`` as written in ``session``'s transaction,
-    for the counts watching it: a statement run on the session's connection, which the
-    counts' hooks do not see, is counted as a flush would count its rows."""
+    for the counts watching it: a statement run on the session's connection (``insert_rows``,
+    the scheduler's starts and reasons), which the counts' hooks (after_flush,
+    do_orm_execute) do not see, is counted as a flush would count its rows."""
     for count in session.info.get(_COUNTS, ()):
         if model in count._tables:
             session.info.setdefault(count._info, set()).update(keys)
