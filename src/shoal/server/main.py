@@ -54,6 +54,7 @@ def run(args) -> int:
     from shoal.server.config import ConfigError, load_cluster_config
     from shoal.api_client import raise_open_files_limit
     from shoal.server import tls
+    from shoal.server.coalesce import CoalescingHttpToolsProtocol
     from shoal.server.core import Server
     from sqlalchemy.exc import SQLAlchemyError
 
@@ -104,7 +105,8 @@ def run(args) -> int:
     # for its heartbeats (api_client's keep_alive) instead of a new one (and TLS handshake) each.
     keep_alive_s = max(30.0, server.config.nodes.heartbeat_interval_s + 15)
     uvicorn.run(app, host=host or "127.0.0.1", port=int(port), log_level="warning", access_log=False,
-                timeout_keep_alive=keep_alive_s, timeout_graceful_shutdown=2, ws="wsproto", **ssl_files)
+                timeout_keep_alive=keep_alive_s, timeout_graceful_shutdown=2, ws="wsproto",
+                http=CoalescingHttpToolsProtocol, **ssl_files)
     return 0
 
 
