@@ -110,7 +110,7 @@ class Agent:
         # Signals' ids (they stay the same on every server sharing a store): a signal applied
         # through one server is not applied again through another after a failover.
         self._signal_ids: collections.deque = collections.deque(maxlen=1024)
-        self._server = Client(cfg.server, cfg.join_token, timeout=40, ca_file=cfg.ca_file)
+        self._server = Client(cfg.server, cfg.join_token, timeout=40, ca_file=cfg.ca_file, keep_alive=True)
         self._server.job_token = None
         self.step_server = StepServer((cfg.address, cfg.port), self, tls_only=cfg.tls)
         self.certificate = AgentCertificate(cfg.workdir, cfg.name) if cfg.tls else None

@@ -121,7 +121,8 @@ class HollowNode:
     def __init__(self, spec: NodeSpec, fleet: "HollowFleet") -> None:
         self.spec = spec
         self.fleet = fleet
-        self.client = Client(fleet.server, fleet.join_token, timeout=wire.WORK_TIMEOUT_S, ca_file=fleet.ca_file)
+        self.client = Client(fleet.server, fleet.join_token, timeout=wire.WORK_TIMEOUT_S, ca_file=fleet.ca_file,
+                             keep_alive=True)
         self.client.job_token = None
         self.lock = threading.Lock()
         self.runs: dict[str, HollowRun] = {}

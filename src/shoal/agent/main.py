@@ -287,6 +287,7 @@ def run_hollow(args) -> int:
     import time
 
     from shoal.agent import hollow
+    from shoal.api_client import raise_open_files_limit
     from shoal.agent.gpus import FakeGPUConfigError
     from shoal.model.hostlist import numbered
 
@@ -313,6 +314,7 @@ def run_hollow(args) -> int:
         return 2
     logging.basicConfig(level=os.environ.get("SHOAL_LOG_LEVEL", "INFO"),
                         format="%(asctime)s %(levelname)s hollow: %(message)s")
+    raise_open_files_limit()  # two connections a node
     fleet = hollow.HollowFleet(args.server, join, specs, ca_file=os.path.abspath(args.ca_file) if args.ca_file else None,
                                default_runtime_s=args.hollow_runtime if args.hollow_runtime is not None
                                else hollow.DEFAULT_RUNTIME_S)

@@ -15,6 +15,7 @@ import json
 import os
 import socket
 import sys
+import threading
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -109,11 +110,23 @@ class Client:
     request goes to the one that last answered, and to the next when it cannot be reached.
     An ``https://`` server's certificate is checked against the cluster CA: ``ca_file`` (default
     $SHOAL_CA) or ``ca_data`` (PEM text), else the system's trusted CAs.
+
+    A command makes a request or two and exits: each goes on a connection of its own
+    (``Connection: close``). ``keep_alive`` (the node agents: a heartbeat every few seconds and
+    a long-poll, for days) keeps connections open between requests, as kubelet keeps its
+    connection to the API server: a new TCP connection (and TLS handshake) per heartbeat was
+    most of what a heartbeat cost the server (docs/SCALE.md). A request on a kept connection
+    that the server had closed meanwhile (its keep-alive timeout) is sent again on a new one,
+    once, when not a byte of an answer came back: such a request was never read. Only
+    requests that may be repeated (the agents' are) belong on a keep-alive client.
     """
 
     def __init__(self, server: str, token: str | None = None, timeout: float = 30.0, *,
-                 ca_file: str | None = None, ca_data: str | None = None):
+                 ca_file: str | None = None, ca_data: str | None = None, keep_alive: bool = False):
         self.servers = [u.strip() for u in server.split(",") if u.strip()] or [server]
+        self.keep_alive = keep_alive
+        self._idle: list[tuple[str, socket.socket]] = []  # kept connections, by the server they reach
+        self._lock = threading.Lock() if keep_alive else None
         self._use(self.servers[0])
         self.token = token
         self.timeout = timeout
@@ -236,7 +249,7 @@ class Client:
         headers = [
             f"{method} {self.base}{path} HTTP/1.1",
             f"Host: {f'[{self.host}]' if ':' in self.host else self.host}:{self.port}",
-            "Connection: close",
+            "Connection: keep-alive" if self.keep_alive else "Connection: close",
             "Accept: application/json",
             f"User-Agent: shoal-cli/{os.path.basename(sys.argv[0] or 'shoal')}",
         ]
@@ -306,7 +319,17 @@ class Client:
             sock.close()
             raise ClientError(f"TLS handshake with the Shoal server at {self.server} failed: {e}") from None
 
+    def close(self) -> None:
+        """Close the kept connections (a keep-alive client)."""
+        if self._lock is not None:
+            with self._lock:
+                idle, self._idle = self._idle, []
+            for _, sock in idle:
+                sock.close()
+
     def _roundtrip(self, message: Callable[[], bytes], timeout: float) -> tuple[int, bytes]:
+        if self.keep_alive:
+            return self._kept_roundtrip(message, timeout)
         sock = self._connect(timeout)
         try:
             try:
@@ -336,6 +359,125 @@ class Client:
             raise ClientError(f"the Shoal server at {self.server} closed the connection without answering "
                               f"(if it serves HTTPS, use an https:// URL)")
         return _parse_response(b"".join(chunks))
+
+
+    def _kept_roundtrip(self, message: Callable[[], bytes], timeout: float) -> tuple[int, bytes]:
+        """A request on a kept connection (or a new one), which stays open for the next when
+        the answer allows it."""
+        for attempt in (0, 1):
+            sock, reused = self._checkout(timeout)
+            keep = False
+            try:
+                sock.settimeout(timeout)
+                try:
+                    sock.sendall(message())
+                except (BrokenPipeError, ConnectionResetError):
+                    if reused and not attempt:
+                        continue  # closed by the server while it was idle: a new connection
+                    # else as a closed connection's: the server's early answer (413), if any, is in
+                status, body, keep = _read_answer(sock)
+            except _NoAnswer:
+                if reused and not attempt:
+                    continue
+                raise ClientError(f"the Shoal server at {self.server} closed the connection without answering "
+                                  f"(if it serves HTTPS, use an https:// URL)") from None
+            except socket.timeout:
+                raise ClientError(f"the Shoal server at {self.server} did not answer within {timeout:g}s") from None
+            except OSError as e:
+                raise ClientError(f"connection to the Shoal server at {self.server} failed: {e}") from None
+            finally:
+                if keep:
+                    with self._lock:  # type: ignore[union-attr]
+                        self._idle.append((self.server, sock))
+                else:
+                    sock.close()
+            return status, body
+        raise AssertionError("unreachable: the second attempt returns or raises")
+
+    def _checkout(self, timeout: float) -> tuple[socket.socket, bool]:
+        """A kept connection to the current server that the server has not closed, else a new
+        one; and whether it was kept."""
+        while True:
+            with self._lock:  # type: ignore[union-attr]
+                if not self._idle:
+                    break
+                server, sock = self._idle.pop()
+            if server == self.server and not _closed(sock):
+                return sock, True
+            sock.close()
+        return self._connect(timeout), False
+
+
+def raise_open_files_limit() -> None:
+    """The soft limit on open files raised to the hard one, as servers do (Go's runtime does it
+    by itself), for a process holding many connections: the server, the hollow agents. Every
+    node agent keeps two (its long-poll and its heartbeats'), 10,000 at 5,000 nodes, past the
+    usual soft limit of 1,024."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError):
+            pass  # as it was: a smaller cluster needs no more
+
+
+class _NoAnswer(Exception):
+    """The connection closed before a byte of the answer came."""
+
+
+def _closed(sock: socket.socket) -> bool:
+    """Whether an idle kept connection was closed by the server (it is readable: EOF; an idle
+    HTTP connection has nothing else to say)."""
+    import select
+
+    try:
+        return bool(select.select([sock], [], [], 0)[0])
+    except (OSError, ValueError):
+        return True
+
+
+def _read_answer(sock: socket.socket) -> tuple[int, bytes, bool]:
+    """One whole HTTP answer from a connection that may carry more: its status, its body,
+    and whether the connection may be used again. Reads no further than the answer."""
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        chunk = sock.recv(65536)
+        if not chunk:
+            if buf:
+                raise ClientError(_CUT)
+            raise _NoAnswer()
+        buf += chunk
+    head, _, body = buf.partition(b"\r\n\r\n")
+    status, headers = _parse_head(head)
+    keep = headers.get(b"connection", b"").lower() != b"close"
+    if headers.get(b"transfer-encoding", b"").lower() == b"chunked":
+        data = bytearray(body)
+        while True:
+            if data.endswith(b"0\r\n\r\n"):
+                try:
+                    return status, _dechunk(bytes(data)), keep
+                except ClientError:
+                    pass  # "0\r\n\r\n" inside a chunk's data: more to come
+            chunk = sock.recv(65536)
+            if not chunk:
+                raise ClientError(_CUT)
+            data += chunk
+    if b"content-length" in headers:
+        length = int(headers[b"content-length"])
+        parts, have = [body], len(body)
+        while have < length:
+            chunk = sock.recv(max(65536, length - have))
+            if not chunk:
+                raise ClientError(_CUT)
+            parts.append(chunk)
+            have += len(chunk)
+        return status, b"".join(parts)[:length], keep
+    rest = [body]  # neither: the answer ends with the connection
+    while chunk := sock.recv(65536):
+        rest.append(chunk)
+    return status, b"".join(rest), False
 
 
 _SCHEME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+-.")

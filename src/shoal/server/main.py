@@ -52,7 +52,9 @@ def run(args) -> int:
 
     from shoal.server.app import create_app
     from shoal.server.config import ConfigError, load_cluster_config
+    from shoal.api_client import raise_open_files_limit
     from shoal.server import tls
+    from shoal.server.coalesce import CoalescingHttpToolsProtocol
     from shoal.server.core import Server
     from sqlalchemy.exc import SQLAlchemyError
 
@@ -97,9 +99,14 @@ def run(args) -> int:
         logging.getLogger("shoal.server").info("serving HTTPS at %s; agents and clients need the cluster CA %s",
                                                url, files.ca)
     app = create_app(server)
-    # wsproto: the websockets package refuses kubectl port-forward's subprotocol (docs/KUBERNETES-API.md)
+    raise_open_files_limit()  # an agent holds two connections: 10,000 at 5,000 nodes
+    # wsproto: the websockets package refuses kubectl port-forward's subprotocol (docs/KUBERNETES-API.md).
+    # Idle connections are kept past the agents' heartbeat interval: each agent keeps one open
+    # for its heartbeats (api_client's keep_alive) instead of a new one (and TLS handshake) each.
+    keep_alive_s = max(30.0, server.config.nodes.heartbeat_interval_s + 15)
     uvicorn.run(app, host=host or "127.0.0.1", port=int(port), log_level="warning", access_log=False,
-                timeout_keep_alive=30, timeout_graceful_shutdown=2, ws="wsproto", **ssl_files)
+                timeout_keep_alive=keep_alive_s, timeout_graceful_shutdown=2, ws="wsproto",
+                http=CoalescingHttpToolsProtocol, **ssl_files)
     return 0
 
 
