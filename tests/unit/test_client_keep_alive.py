@@ -169,3 +169,19 @@ def test_an_answer_saying_connection_close_is_not_kept(serve):
     client = Client(server.url, "t", keep_alive=True)
     assert [client.get("/x")["n"] for _ in range(2)] == [1, 2]
     assert server.connections == 2
+
+
+def test_a_gzipped_answer_on_a_kept_connection_is_decoded(serve):
+    import gzip
+
+    def behave(n, req):
+        if b"accept-encoding: gzip" not in req.lower():
+            return _json({"plain": n})
+        body = gzip.compress(json.dumps({"n": n, "rows": list(range(1000))}).encode())
+        return b"HTTP/1.1 200 OK\r\ncontent-encoding: gzip\r\ncontent-length: %d\r\n\r\n" % len(body) + body
+
+    server = serve(behave)
+    client = Client(server.url, "t", keep_alive=True)
+    assert [client.get("/jobs")["n"] for _ in range(2)] == [1, 2]
+    assert client.get("/jobs")["rows"][-1] == 999
+    assert server.connections == 1

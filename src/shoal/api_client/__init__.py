@@ -452,12 +452,21 @@ def _read_answer(sock: socket.socket) -> tuple[int, bytes, bool]:
     head, _, body = buf.partition(b"\r\n\r\n")
     status, headers = _parse_head(head)
     keep = headers.get(b"connection", b"").lower() != b"close"
+    body, keep = _framed_body(sock, headers, body, keep)
+    if headers.get(b"content-encoding", b"").lower() == b"gzip":
+        body = _gunzip(body)
+    return status, body, keep
+
+
+def _framed_body(sock: socket.socket, headers: dict[bytes, bytes], body: bytes, keep: bool) -> tuple[bytes, bool]:
+    """The answer's body as its headers frame it, read from ``sock`` past what came with
+    them (``body``), and whether the connection may carry another answer."""
     if headers.get(b"transfer-encoding", b"").lower() == b"chunked":
         data = bytearray(body)
         while True:
             if data.endswith(b"0\r\n\r\n"):
                 try:
-                    return status, _dechunk(bytes(data)), keep
+                    return _dechunk(bytes(data)), keep
                 except ClientError:
                     pass  # "0\r\n\r\n" inside a chunk's data: more to come
             chunk = sock.recv(65536)
@@ -473,11 +482,11 @@ def _read_answer(sock: socket.socket) -> tuple[int, bytes, bool]:
                 raise ClientError(_CUT)
             parts.append(chunk)
             have += len(chunk)
-        return status, b"".join(parts)[:length], keep
+        return b"".join(parts)[:length], keep
     rest = [body]  # neither: the answer ends with the connection
     while chunk := sock.recv(65536):
         rest.append(chunk)
-    return status, b"".join(rest), False
+    return b"".join(rest), False
 
 
 _SCHEME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+-.")
