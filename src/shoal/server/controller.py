@@ -389,13 +389,14 @@ class Controller(KickedLoop):
         return touched
 
 
-_START = (update(JobRow.__table__)
-          .where(JobRow.__table__.c.id == bindparam("b_id"), JobRow.__table__.c.version == bindparam("b_version"),
-                 JobRow.__table__.c.state == JobState.PENDING.value, JobRow.__table__.c.held.is_(False))
+_JOBS = JobRow.__table__
+_START = (update(_JOBS)
+          .where(_JOBS.c.id == bindparam("b_id"), _JOBS.c.version == bindparam("b_version"),
+                 _JOBS.c.state == JobState.PENDING.value, _JOBS.c.held.is_(False))
           .values(state=JobState.RUNNING.value, allocation=bindparam("b_allocation", type_=JobRow.allocation.type),
                   batch_host=bindparam("b_host"), start_time=bindparam("b_now"), reason="None",
                   expected_start=None, preempted_at=None, preemptor_id=None,  # a requeued victim's preemption is over
-                  version=JobRow.__table__.c.version + 1))
+                  version=_JOBS.c.version + 1))
 """A start, written only if the row is still the version the snapshot read, pending and not held."""
 
 
@@ -410,11 +411,7 @@ def start_kept(session: Session, starts: list[tuple[JobRow, Start]], now: float)
                "b_host": st.allocation.node_names[0], "b_now": now} for row, st in starts]
     if not params:
         return params
-    conn = session.connection()
-    if conn.dialect.supports_sane_multi_rowcount:
-        done = conn.execute(_START, params).rowcount
-    else:  # a driver that does not count an executemany's rows
-        done = sum(conn.execute(_START, p).rowcount for p in params)
+    done = _rows_written(session, _START, params)
     if done != len(params):
         raise StaleDataError(f"{len(params) - done} of {len(params)} jobs to start changed since the snapshot")
     note_changes(session, JobRow, [p["b_id"] for p in params])
@@ -432,7 +429,15 @@ def started_rows(starts: list[tuple[JobRow, Start]], written: list[dict]) -> lis
     return [row for row, _ in starts]
 
 
-_JOBS = JobRow.__table__
+def _rows_written(session: Session, statement, params: list[dict]) -> int:
+    """``statement`` (a versioned UPDATE) run once per ``params`` as one executemany in
+    ``session``'s transaction; how many rows it wrote."""
+    conn = session.connection()
+    if conn.dialect.supports_sane_multi_rowcount:
+        return conn.execute(statement, params).rowcount
+    return sum(conn.execute(statement, p).rowcount for p in params)  # a driver that does not count an executemany's
+
+
 _AS_SEEN = (_JOBS.c.id == bindparam("job_id")) & (_JOBS.c.version == bindparam("seen")) & (
     _JOBS.c.state == JobState.PENDING.value)
 _WRITE_REASON = update(_JOBS).where(_AS_SEEN).values(reason=bindparam("new_reason"), version=_JOBS.c.version + 1)
@@ -440,7 +445,7 @@ _WRITE_REASON_ESTIMATE = update(_JOBS).where(_AS_SEEN).values(
     reason=bindparam("new_reason"), expected_start=bindparam("new_start"), version=_JOBS.c.version + 1)
 
 
-def write_reasons(session, cache: JobRowCache, jobs: dict[int, tuple[str, float | None]],
+def write_reasons(session: Session, cache: JobRowCache, jobs: dict[int, tuple[str, float | None]],
                   full: bool) -> list[tuple[int, int, dict]]:
     """Write pending jobs' new reasons (and, in a ``full`` pass, start estimates), ``jobs``:
     id -> (reason, estimate), in ``session``'s transaction, as one executemany of a versioned
@@ -461,9 +466,9 @@ def write_reasons(session, cache: JobRowCache, jobs: dict[int, tuple[str, float 
             writes.append({"job_id": jid, "seen": row.version, "new_reason": reason, "new_start": estimate})
     if not writes:
         return []
-    result = session.connection().execute(_WRITE_REASON_ESTIMATE if full else _WRITE_REASON, writes)
+    done = _rows_written(session, _WRITE_REASON_ESTIMATE if full else _WRITE_REASON, writes)
     note_changes(session, JobRow, [w["job_id"] for w in writes])
-    if result.rowcount != len(writes):
+    if done != len(writes):
         return []
     columns = ("reason", "expected_start") if full else ("reason",)
     return [(int(w["job_id"]), int(w["seen"]), dict(zip(columns, (w["new_reason"], w["new_start"]))))
