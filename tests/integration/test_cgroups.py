@@ -383,3 +383,38 @@ spec:
     ended = wait_until(terminated, 60, "the pod's container to end")
     assert ended["reason"] == "OOMKilled" and ended["exitCode"] == 137, ended
     cluster.run(["shoal", "delete", "pod", "hungry"])
+
+
+@needs_v1
+def test_shoal_down_leaves_no_process_in_its_jobs_and_pods_cgroups(tmp_path):
+    """A batch job and a pod each start a process that leaves its process group (setsid):
+    ``shoal down`` stops the agents, and what the agents ran goes with them, the detached
+    processes too, and the cgroups they were in are removed."""
+    from tests.integration.traffic import apply
+
+    c = LocalCluster(tmp_path / "c", nodes=1, gpus_per_node=2).up()
+    try:
+        job_pid, pod_pid = c.workdir / "job.pid", c.workdir / "pod.pid"
+        c.sbatch("--wrap", f"setsid sleep 1000 > /dev/null 2>&1 < /dev/null & echo $! > {job_pid}; sleep 1000")
+        apply(c, tmp_path / "pod.yaml", f"""
+apiVersion: v1
+kind: Pod
+metadata: {{name: leaver}}
+spec:
+  containers:
+  - name: main
+    image: busybox
+    command: [sh, -c, "setsid sleep 1000 > /dev/null 2>&1 < /dev/null & echo $$! > {pod_pid}; sleep 1000"]
+""")
+        pids = [int(wait_until(lambda f=f: f.exists() and f.read_text().strip(), 30, f"{f.name}")) for f in
+                (job_pid, pod_pid)]
+        held = {p: [Path("/sys/fs/cgroup", line.split(":")[1], line.split(":", 2)[2].lstrip("/"))
+                    for line in Path(f"/proc/{p}/cgroup").read_text().splitlines()
+                    if "/shoal/" in line and line.split(":")[1] in ("freezer", "cpuacct")] for p in pids}
+        assert all(len(dirs) == 2 for dirs in held.values()), held
+    finally:
+        c.down()
+    alive = [p for p in pids if pid_alive(p)]
+    assert not alive, f"still running after shoal down: {alive} (in {[held[p] for p in alive]})"
+    left = [d for dirs in held.values() for d in dirs if d.exists()]
+    assert not left, f"cgroups left after shoal down: {left}"

@@ -424,6 +424,9 @@ class PodManager:
             for c in pod.containers:
                 if c.thread is not None:
                     c.thread.join(max(0.0, deadline - time.monotonic()))
+        for pod in pods:  # what left its container's process group (a setsid child) goes too
+            if pod.cgroup is not None:
+                self.containment.empty(pod.key, pod.cgroup)
         self._notify.set()
         self._notifier.join(1.0)
 
