@@ -6,6 +6,7 @@ that counts its connections and does what each case needs."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 
@@ -107,6 +108,30 @@ def test_a_keep_alive_client_sends_every_request_on_one_connection(serve):
     assert server.connections == 1
     assert all(b"connection: keep-alive" in h.lower() for h in server.requests)
     client.close()
+
+
+def test_a_connection_whose_descriptor_is_past_1024_is_kept_too(serve):
+    """A process holding many connections (the hollow agents: two a node) has descriptors past
+    select()'s 1,024: the check of an idle kept connection must not take those for closed
+    (it did, and every heartbeat of the hollow nodes and the benchmarks opened a new one)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard < 1200:
+        pytest.skip(f"the open-files hard limit ({hard}) leaves no descriptor past 1,024")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    filler = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        server = serve(lambda n, req: _json({"n": n}))
+        client = Client(server.url, "t", keep_alive=True)
+        assert [client.get("/x")["n"] for _ in range(3)] == [1, 2, 3]
+        assert client._idle[0][1].fileno() > 1024
+        assert server.connections == 1
+        client.close()
+    finally:
+        for fd in filler:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 def test_the_commands_client_still_opens_a_connection_per_request(serve):

@@ -429,11 +429,14 @@ class _NoAnswer(Exception):
 
 def _closed(sock: socket.socket) -> bool:
     """Whether an idle kept connection was closed by the server (it is readable: EOF; an idle
-    HTTP connection has nothing else to say)."""
+    HTTP connection has nothing else to say). poll, not select: select refuses descriptors
+    past 1,024, and a process of many connections (the hollow agents) has them."""
     import select
 
     try:
-        return bool(select.select([sock], [], [], 0)[0])
+        poll = select.poll()
+        poll.register(sock, select.POLLIN)
+        return bool(poll.poll(0))
     except (OSError, ValueError):
         return True
 

@@ -91,10 +91,14 @@ async def work(server: Server, node: str, epoch: str | None, gen: int | None, wa
     if wait:
         await server.hub.wait(node, epoch, gen, wait)
     current = server.hub.generation(node)
+    if (kept := server.kept_work.get(node, current)) is not None:  # a renewal with nothing new
+        return kept
 
     def build():
         with server.sessions() as s:
-            return node_work(s, server, node, current)
+            answer = node_work(s, server, node, current)
+        server.kept_work.keep(node, current, answer)
+        return answer
 
     return await fastpath.in_thread(build)
 

@@ -31,7 +31,7 @@ from shoal.server.leader import Leadership
 from shoal.server.metrics import ServerMetrics
 from shoal.server.queueview import QueueView
 from shoal.server.running import RunningJobs
-from shoal.server.work import RunEntries
+from shoal.server.work import KeptWork, RunEntries
 from shoal.store.engine import make_engine, migrate, session_factory
 from shoal.store.changes import ChangeCount
 from shoal.store.feed import ChangeFeed
@@ -82,6 +82,7 @@ class Server:
         self.auth = Authenticator(self.sessions, self.secret, clock)
         self.hub = WorkHub()
         self.run_entries = RunEntries()  # agents' work answers (shoal.server.work)
+        self.kept_work = KeptWork()  # and each node's last answer, by its generation
         self.controller = Controller(self)
         default = next(p for p in self.partitions if p.default)
         self.serving_partition = config.serving.partition or default.name
