@@ -103,6 +103,7 @@ def throughput(h: Hollow, workdir: str, arrays: int, size: int, task_s: float, p
     ends = sorted(j["end_time"] for j in ok)
     lo, hi = (ends[int(0.1 * len(ends))], ends[int(0.9 * len(ends)) - 1]) if len(ends) >= 10 else (0.0, 0.0)
     n_passes = passes1[1] - passes0[1]
+    not_up = [n for n in h.admin.get("/shoal/v1/nodes")["nodes"] if n["state"] != "UP"]
     return {"tasks": total, "task_s": task_s, "submit_s": submitted_s, "wall_s": wall,
             "end_to_end_per_s": total / wall,
             "sustained_per_s": (0.8 * len(ends)) / (hi - lo) if hi > lo else float("nan"),
@@ -110,7 +111,8 @@ def throughput(h: Hollow, workdir: str, arrays: int, size: int, task_s: float, p
             "passes": n_passes,
             "pass_ms": 1000 * (passes1[0] - passes0[0]) / n_passes if n_passes else float("nan"),
             "completed_once": len(ok), "lost_or_twice": total - len(ok),
-            "nodes_down": sum(1 for n in h.admin.get("/shoal/v1/nodes")["nodes"] if n["state"] != "UP")}
+            "nodes_down": len(not_up),
+            "not_up": [(n["name"], n["state"], n.get("reason")) for n in not_up[:5]]}  # why, for the first few
 
 
 def storm_body(k: int, workdir: str) -> dict:
