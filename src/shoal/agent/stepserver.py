@@ -44,6 +44,7 @@ log = logging.getLogger("shoal.agent.steps")
 OUTPUT_BYTES = 64 * 1024  # the most of a job's output file the console is sent at once
 
 MAX_BODY = 8 * 1024 * 1024
+STEP_WAIT_S = 5.0  # how long a step waits for its run to reach this agent (known_run)
 
 
 PLAIN_REFUSED = json.dumps({"detail": "this agent serves HTTPS only: connect with https:// and the cluster CA"})
@@ -210,7 +211,7 @@ class _Handler(BaseHTTPRequestHandler):
         err = _check(agent, req)
         if err:
             return self._json(403, {"detail": err})
-        run = agent.runtime.get(req["key"])
+        run = known_run(agent.runtime, req["key"], STEP_WAIT_S)
         if run is None or run.killing_since is not None:
             return self._json(409, {"detail": f"job {req['job_id']} is not running on {agent.name}"})
         self.send_response(200)
@@ -377,6 +378,17 @@ def _emitter(wfile):
             return False
 
     return emit
+
+
+def known_run(runtime, key: str, wait_s: float):
+    """The run ``key`` once this agent has it, or None after ``wait_s``. A step the server
+    signed for a run may reach the node before the long-poll answer that starts the run there:
+    srun sees its job RUNNING once the pass has committed, the agent once the pass's wake-up
+    reaches it, later on a busy server."""
+    deadline = time.monotonic() + wait_s
+    while (run := runtime.get(key)) is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return run
 
 
 def _check(agent, req: dict) -> str | None:
