@@ -53,7 +53,7 @@ def run(args) -> int:
     from shoal.server.app import create_app
     from shoal.server.config import ConfigError, load_cluster_config
     from shoal.api_client import raise_open_files_limit
-    from shoal.server import tls
+    from shoal.server import interpreter, tls
     from shoal.server.coalesce import CoalescingHttpToolsProtocol
     from shoal.server.core import Server
     from sqlalchemy.exc import SQLAlchemyError
@@ -99,6 +99,7 @@ def run(args) -> int:
         logging.getLogger("shoal.server").info("serving HTTPS at %s; agents and clients need the cluster CA %s",
                                                url, files.ca)
     app = create_app(server)
+    interpreter.set_for_server()
     raise_open_files_limit()  # an agent holds two connections: 10,000 at 5,000 nodes
     # wsproto: the websockets package refuses kubectl port-forward's subprotocol (docs/KUBERNETES-API.md).
     # Idle connections are kept past the agents' heartbeat interval: each agent keeps one open
