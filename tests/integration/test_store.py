@@ -1133,3 +1133,38 @@ def test_sinfos_answer_is_kept_until_what_it_shows_changes_and_a_heartbeat_leave
         partsvc.change(server, s, "gpu", PartitionUpdate(nodes="node[01-39]"))
     assert shown("node40")["partitions"] == [] and sinfo() != before
     server.engine.dispose()
+
+
+def test_squeues_sinfos_and_scontrols_requests_get_the_same_answers_from_the_fast_path_as_from_the_app(db_url, tmp_path):
+    """GET /jobs, /nodes and /partitions are answered without FastAPI's layers (server/fastpath.py):
+    each answer (status, gzip or not, the JSON) is the one FastAPI's route gives, errors included."""
+    import gzip
+
+    from shoal.server.app import create_app
+    from shoal.server.core import ADMIN_TOKEN_FILE
+    from tests.unit.test_endpoints import asgi_get
+
+    server, ids = _queue(db_url, tmp_path, 30)
+    try:
+        fast = create_app(server)
+        token = (tmp_path / ADMIN_TOKEN_FILE).read_text().strip()
+        with server.sessions() as s, s.begin():
+            s.get(JobRow, ids[0]).state = "RUNNING"
+            s.get(JobRow, ids[0]).allocation = {"nodes": [{"name": "node01", "cpus": 1, "memory_mb": 1, "gpus": [0]}]}
+        requests = [
+            ("/shoal/v1/jobs", "view=queue&form=rows&collapse=true"), ("/shoal/v1/jobs", f"all=true&job_id={ids[3]}"),
+            ("/shoal/v1/jobs", "state=PENDING&user=alice"), ("/shoal/v1/nodes", "view=sinfo"), ("/shoal/v1/nodes", ""),
+            ("/shoal/v1/partitions", ""),
+            ("/shoal/v1/nodes", "view=whole"), ("/shoal/v1/jobs", "form=tables"), ("/shoal/v1/jobs", "since=nan"),
+        ]
+        for path, query in requests:
+            for headers in ({"authorization": f"Bearer {token}", "accept-encoding": "gzip"},
+                            {"authorization": f"Bearer {token}"}, {"authorization": "Bearer wrong"}):
+                assert fast.routes.match("GET", path) is not None, f"{path} is not on the fast path"
+                got, want = asgi_get(fast, path, query, headers), asgi_get(fast.app, path, query, headers)
+                assert got[:2] == want[:2], (path, query, headers)
+                unzip = gzip.decompress if got[1] == "gzip" else bytes
+                assert json.loads(unzip(got[2])) == json.loads(unzip(want[2])), (path, query, headers)
+        assert asgi_get(fast, "/shoal/v1/nodes", "view=whole", headers)[0] == 401
+    finally:
+        _stop(server)

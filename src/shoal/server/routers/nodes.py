@@ -16,7 +16,7 @@ table = Table(prefix="/shoal/v1/nodes")
 router = table.router
 
 
-@table.get("")
+@table.get("", fast=True)
 def list_nodes(p: Caller, server: ServerDep, s: SessionDep, view: str | None = None,
                accept_encoding: Annotated[str | None, Header()] = None):
     """Every node; ``view=sinfo``: only the keys sinfo reads (gzipped for a client that asks)."""
