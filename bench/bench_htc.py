@@ -19,7 +19,14 @@ bench_scale.py starts them: ``bench_scale.Hollow``), then, in order:
    sinfo (``GET /nodes?view=sinfo`` + ``GET /partitions``) and ``scontrol show job ID``
    (``GET /jobs?all=true&job_id=ID``) make, through the client library (which asks for gzip):
    each request's round trip with its body read and decompressed (p50/p99), and, apart, what
-   decoding squeue's JSON into its jobs costs a client, and the answers' sizes as sent.
+   decoding squeue's JSON into its jobs costs a client, and the answers' sizes as sent. The
+   clients are threads of this process (their CPU counted, each thread's own), or with
+   ``--reader-processes`` processes of their own, as that many squeue commands at once are
+   (on 2 cores the threads' figures were no worse: the clients use ~2 ms of CPU a round
+   against the server's 30 to 70). The reads start once a scheduling pass begun after the
+   queue was filled has ended (``--no-settle``: at once, as before 2026-12-05 evening): the
+   first pass over 90,000 new tasks loads each of them, seconds of the server's time that
+   were most of what the reads waited on.
 
 ``--profile DIR`` records the server with py-spy during the throughput phase, the storm and the reads.
 ``--save``/``--baseline`` keep results and show an earlier run beside them. Writes the
@@ -33,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import shlex
 import shutil
@@ -171,44 +179,68 @@ def wire_bytes(h: Hollow, path: str) -> tuple[int, str]:
         return len(answer.read()), answer.headers.get("Content-Encoding") or "identity"
 
 
-def reads(h: Hollow, readers: int, rounds: int, some_job: int, profile: Path | None = None) -> dict:
+READS = ("squeue", "sinfo", "scontrol")
+
+
+def read_rounds(url: str, token: str, rounds: int, paths: dict[str, tuple[str, ...]], start) -> tuple[dict, float]:
+    """One client: ``rounds`` rounds of each command's requests (``paths``), each timed with its
+    whole answer read and (when gzipped) decompressed, from when ``start`` (a barrier) lets it;
+    and the CPU it used meanwhile (its own thread's)."""
+    c = Client(url, token, timeout=300)
+    c.job_token = None
+    mine: dict[str, list[float]] = {k: [] for k in paths}
+    start.wait()
+    cpu0 = time.thread_time()
+    for _ in range(rounds):
+        for k, requests in paths.items():
+            t = time.perf_counter()
+            for path in requests:
+                c.get_bytes(path)
+            mine[k].append(time.perf_counter() - t)
+    return mine, time.thread_time() - cpu0
+
+
+def _reader_process(url: str, token: str, rounds: int, paths: dict, start, results) -> None:
+    results.put(read_rounds(url, token, rounds, paths, start))
+
+
+def reads(h: Hollow, readers: int, rounds: int, some_job: int, profile: Path | None = None,
+          processes: bool = False) -> dict:
     """Each squeue, sinfo and scontrol request timed as a client library makes it: sent, its
     whole answer read and (when gzipped) decompressed; what decoding squeue's JSON into its
-    jobs costs is measured apart (one client, after the load)."""
-    clients = [_client(h) for _ in range(readers)]
-    got: dict[str, list[float]] = {"squeue": [], "sinfo": [], "scontrol": []}
-    lock = threading.Lock()
+    jobs costs is measured apart (one client, after the load). The clients are threads of
+    this process, or (``processes``) processes of their own, as many commands run at once are."""
     queue_path = squeue_path()
-    show_path = "/shoal/v1/jobs?" + urlencode({"all": "true", "job_id": some_job})
-    body_bytes = [0]
-
-    def reader(i: int) -> None:
-        c = clients[i]
-        mine: dict[str, list[float]] = {k: [] for k in got}
-        for _ in range(rounds):
-            t = time.perf_counter()
-            body = c.get_bytes(queue_path)
-            mine["squeue"].append(time.perf_counter() - t)
-            body_bytes[0] = len(body)
-            t = time.perf_counter()
-            c.get_bytes(SINFO_NODES)
-            c.get_bytes("/shoal/v1/partitions")
-            mine["sinfo"].append(time.perf_counter() - t)
-            t = time.perf_counter()
-            c.get_bytes(show_path)
-            mine["scontrol"].append(time.perf_counter() - t)
-        with lock:
-            for k, xs in mine.items():
-                got[k].extend(xs)
-
+    paths = {"squeue": (queue_path,), "sinfo": (SINFO_NODES, "/shoal/v1/partitions"),
+             "scontrol": ("/shoal/v1/jobs?" + urlencode({"all": "true", "job_id": some_job}),)}
+    args = (h.url, h.admin.token, rounds, paths)
+    if processes:
+        spawn = multiprocessing.get_context("spawn")  # no copy of this process's threads
+        start, results = spawn.Barrier(readers + 1), spawn.Queue()
+        clients = [spawn.Process(target=_reader_process, args=(*args, start, results)) for _ in range(readers)]
+        for p in clients:
+            p.start()
+    else:
+        start = threading.Barrier(readers + 1)
+        pool = ThreadPoolExecutor(readers)
+        futures = [pool.submit(read_rounds, *args, start) for _ in range(readers)]
     spy = _py_spy(h.server.pid, profile / "reads.txt") if profile else None
+    start.wait(timeout=120)  # every client ready (a process started and imported): go
     cpu0, t0 = cpu_s(h.server), time.perf_counter()
-    with ThreadPoolExecutor(readers) as pool:
-        list(pool.map(reader, range(readers)))
-    wall = time.perf_counter() - t0
+    if processes:
+        done = [results.get(timeout=600) for _ in clients]
+        wall = time.perf_counter() - t0
+        for p in clients:
+            p.join()
+    else:
+        done = [f.result() for f in futures]
+        wall = time.perf_counter() - t0
+        pool.shutdown()
     cpu = cpu_s(h.server) - cpu0
     if spy:
         _py_spy_stop(spy)
+    got: dict[str, list[float]] = {k: [x for mine, _ in done for x in mine[k]] for k in READS}
+    client_cpu = sum(used for _, used in done)
     body = h.admin.get_bytes(queue_path)
     t = time.perf_counter()
     listed = len(squeue.listed_jobs(json.loads(body)))
@@ -221,12 +253,26 @@ def reads(h: Hollow, readers: int, rounds: int, some_job: int, profile: Path | N
         t = time.perf_counter()
         h.admin.get_bytes(queue_path)
         alone.append(time.perf_counter() - t)
-    return {"readers": readers, "rounds": rounds, "listed": listed, "squeue_bytes": body_bytes[0],
+    return {"readers": readers, "rounds": rounds, "processes": processes, "listed": listed, "squeue_bytes": len(body),
             "squeue_path": queue_path, "squeue_wire_bytes": wire, "squeue_encoding": encoding,
             "sinfo_nodes_bytes": nodes_bytes, "sinfo_nodes_wire_bytes": nodes_wire,
             "squeue_decode_ms": 1000 * decode, "squeue_alone": _ms(alone),
             "server_cpu_ms_per_round": 1000 * cpu / (readers * rounds), "wall_s": wall,
+            "client_cpu_ms_per_round": 1000 * client_cpu / (readers * rounds),
             **{k: _ms(v) for k, v in got.items()}}
+
+
+PASSES = "shoal_scheduler_pass_duration_seconds_count"
+
+
+def settle(h: Hollow, timeout_s: float = 300) -> float:
+    """Seconds until a scheduling pass begun after now has ended: the first pass over a queue
+    just filled loads every new job once (seconds of the server's time at 90,000 tasks), which
+    the reads would otherwise share; later passes read only what changed."""
+    t0, passes = time.perf_counter(), h.metric(PASSES)
+    wait_until(lambda: h.metric(PASSES) >= passes + 2, timeout_s, "a whole pass after the queue was filled",
+               interval=0.5)
+    return time.perf_counter() - t0
 
 
 def run(args, env: dict, db: str | None) -> dict:
@@ -254,10 +300,13 @@ def run(args, env: dict, db: str | None) -> dict:
                                                     "array": f"0-{args.queued - queued - 1}"})
                     out["queue_submit_s"] = time.perf_counter() - t
                     time.sleep(2)
+                if args.settle:
+                    out["settle_s"] = settle(h)
                 jobs = h.admin.get("/shoal/v1/jobs", {"view": "queue"})["jobs"]
                 out["queued"] = len(jobs)
                 print(f"  reads with {len(jobs)} jobs queued ...", flush=True)
-                out["reads"] = reads(h, args.readers, args.reads, jobs[len(jobs) // 2]["job_id"], args.profile)
+                out["reads"] = reads(h, args.readers, args.reads, jobs[len(jobs) // 2]["job_id"], args.profile,
+                                     args.reader_processes)
                 print("  " + json.dumps(out["reads"]), flush=True)
             out["server_rss_mb"] = h.server.memory_info().rss / 2 ** 20
             out["hollow_report_errors"] = (h.stats() or {}).get("report_errors")
@@ -307,6 +356,8 @@ ROWS = [  # (label, how to read it from a result, format)
      lambda r: (round(r["reads"]["scontrol"]["p50_ms"]), round(r["reads"]["scontrol"]["p99_ms"])), None),
     ("reads: server CPU per client round of the three (ms)",
      lambda r: r["reads"]["server_cpu_ms_per_round"], "{:.0f}"),
+    ("reads: the clients' own CPU per round of the three (ms)",
+     lambda r: r["reads"]["client_cpu_ms_per_round"], "{:.0f}"),
     ("server RSS at the end (MiB)", lambda r: r["server_rss_mb"], "{:.0f}"),
 ]
 
@@ -342,8 +393,9 @@ def _sizes(r: dict) -> str:
     if "storm" in r:
         out.append(f"storm {r['storm']['requests']} requests from {r['storm']['submitters']} threads")
     if "reads" in r:
-        out.append(f"reads {r['reads']['readers']} clients x {r['reads']['rounds']} rounds with {r['queued']} jobs "
-                   "queued")
+        kind = "processes" if r["reads"].get("processes") else "threads of one process"
+        out.append(f"reads {r['reads']['readers']} clients ({kind}) x {r['reads']['rounds']} rounds with "
+                   f"{r['queued']} jobs queued")
     return "; ".join(out)
 
 
@@ -380,6 +432,10 @@ def main() -> int:
     ap.add_argument("--queued", type=int, default=100_000, help="jobs queued for the reads")
     ap.add_argument("--readers", type=int, default=20, help="concurrent read clients (0: skip the reads)")
     ap.add_argument("--reads", type=int, default=10, help="rounds per read client")
+    ap.add_argument("--no-settle", dest="settle", action="store_false",
+                    help="start the reads at once after the queue is filled, not after a whole pass")
+    ap.add_argument("--reader-processes", action="store_true",
+                    help="each read client a process of its own (default: threads of this process)")
     ap.add_argument("--save", type=Path)
     ap.add_argument("--baseline", type=Path, help="an earlier --save, shown beside these as 'before'")
     ap.add_argument("--baseline-note", default="the same benchmark on the code before the change")

@@ -1056,3 +1056,115 @@ def test_heartbeats_are_stored_together_and_leave_the_node_cache_alone(engine):
     with sessions() as s:
         assert not only_a_heartbeat(s, "n02", [], has_news=False), "back from silence: written"
     assert not kept.only_a_heartbeat("n02", [], False)
+
+
+def test_sinfos_answer_is_kept_until_what_it_shows_changes_and_a_heartbeat_leaves_it_be(db_url, tmp_path):
+    """sinfo's whole answer (``GET /nodes?view=sinfo``) is kept, gzipped once: after every change
+    an administrator could see in sinfo (a node drained, its GPUs, a job started, a clean-up, a
+    maintenance window opening, a partition changed) it is what a fresh listing gives; after a
+    heartbeat, or a change sinfo does not show (a node's images, its labels), it is the very same
+    bytes, not made again. (With several servers on one store nothing is kept: the same bytes.)"""
+    import gzip
+
+    from shoal.server import nodes as nodesvc
+    from shoal.server import partitions as partsvc
+    from shoal.server.config import parse_cluster_config
+    from shoal.server.core import Server
+    from shoal.server.listing import dumps
+    from shoal.server.nodelist import SINFO_VIEW
+    from shoal.server.schemas import NodeUpdate, PartitionUpdate
+    from shoal.store.models import ReservationRow
+
+    clock = [time.time()]
+    config = parse_cluster_config({"partitions": [{"name": "gpu", "nodes": "node[01-40]", "default": True}]})
+    server = Server(db_url, config, tmp_path, clock=lambda: clock[0])
+    with server.sessions() as s, s.begin():
+        s.add_all([_gpu_node(f"node{i:02d}", 2) for i in range(1, 41)])
+    kept = server.node_changes.enabled  # one server: PostgreSQL's counts on others sharing it
+
+    def same(a: bytes, b: bytes) -> bool:
+        return a is b if kept else a == b
+
+    def sinfo(zipped: bool = False) -> bytes:
+        with server.sessions() as s:
+            body, is_gzipped = nodesvc.list_encoded(server, s, "sinfo", zipped)
+            assert is_gzipped == zipped, "forty nodes are worth a gzip, and only for a client that asks"
+            fresh = dumps({"nodes": server.node_listing.all_json(s, SINFO_VIEW)})
+        assert (gzip.decompress(body) if zipped else body) == fresh, "the kept answer is not what the nodes show"
+        return body
+
+    def shown(node: str) -> dict:
+        return next(n for n in json.loads(sinfo())["nodes"] if n["name"] == node)
+
+    first, zipped = sinfo(), sinfo(zipped=True)
+    assert same(sinfo(), first) and same(sinfo(zipped=True), zipped), "made again with nothing changed"
+
+    server.heartbeats.seen("node01", clock[0] + 1)  # heartbeats, noted and written
+    server.heartbeats.flush()
+    with server.sessions() as s, s.begin():  # a change sinfo does not show
+        row = s.get(NodeRow, "node02")
+        row.images = [{"name": "pytorch:24.01"}]
+        row.labels = {**row.labels, "rack": "r7"}
+    assert same(sinfo(), first) and same(sinfo(zipped=True), zipped), "a heartbeat or an unseen change made a new answer"
+
+    with server.sessions() as s:
+        nodesvc.update(server, s, "node03", NodeUpdate(state="DRAIN", reason="fan"))
+    assert shown("node03")["display_state"] == "drain"
+    with server.sessions() as s, s.begin():
+        s.get(NodeRow, "node04").gpus = []
+    assert shown("node04")["gres"] == ""
+    one = {"name": "node05", "cpus": 2, "memory_mb": 100, "gpus": [0]}
+    with server.sessions() as s, s.begin():
+        job = _job(state="RUNNING", allocation={"nodes": [one]})
+        s.add(job)
+    assert shown("node05")["cpus_alloc"] == 2
+    with server.sessions() as s, s.begin():
+        s.get(JobRow, job.id).state = "COMPLETED"
+        s.add(CleanupRow(job_id=job.id, run=0, node="node06", since=clock[0], cpus=3, memory_mb=1, gpus=[]))
+    assert shown("node05")["cpus_alloc"] == 0 and shown("node06")["cpus_alloc"] == 3
+    with server.sessions() as s, s.begin():
+        s.add(ReservationRow(name="fw", start_time=clock[0] + 60, end_time=clock[0] + 3600, nodes=["node07"],
+                             flags=["MAINT"], created_by="root"))
+    assert shown("node07")["display_state"] != "maint"
+    clock[0] += 120  # the window opens: nothing was written
+    assert shown("node07")["display_state"] == "maint"
+    before = sinfo()
+    with server.sessions() as s:
+        partsvc.change(server, s, "gpu", PartitionUpdate(nodes="node[01-39]"))
+    assert shown("node40")["partitions"] == [] and sinfo() != before
+    server.engine.dispose()
+
+
+def test_squeues_sinfos_and_scontrols_requests_get_the_same_answers_from_the_fast_path_as_from_the_app(db_url, tmp_path):
+    """GET /jobs, /nodes and /partitions are answered without FastAPI's layers (server/fastpath.py):
+    each answer (status, gzip or not, the JSON) is the one FastAPI's route gives, errors included."""
+    import gzip
+
+    from shoal.server.app import create_app
+    from shoal.server.core import ADMIN_TOKEN_FILE
+    from tests.unit.test_endpoints import asgi_get
+
+    server, ids = _queue(db_url, tmp_path, 30)
+    try:
+        fast = create_app(server)
+        token = (tmp_path / ADMIN_TOKEN_FILE).read_text().strip()
+        with server.sessions() as s, s.begin():
+            s.get(JobRow, ids[0]).state = "RUNNING"
+            s.get(JobRow, ids[0]).allocation = {"nodes": [{"name": "node01", "cpus": 1, "memory_mb": 1, "gpus": [0]}]}
+        requests = [
+            ("/shoal/v1/jobs", "view=queue&form=rows&collapse=true"), ("/shoal/v1/jobs", f"all=true&job_id={ids[3]}"),
+            ("/shoal/v1/jobs", "state=PENDING&user=alice"), ("/shoal/v1/nodes", "view=sinfo"), ("/shoal/v1/nodes", ""),
+            ("/shoal/v1/partitions", ""),
+            ("/shoal/v1/nodes", "view=whole"), ("/shoal/v1/jobs", "form=tables"), ("/shoal/v1/jobs", "since=nan"),
+        ]
+        for path, query in requests:
+            for headers in ({"authorization": f"Bearer {token}", "accept-encoding": "gzip"},
+                            {"authorization": f"Bearer {token}"}, {"authorization": "Bearer wrong"}):
+                assert fast.routes.match("GET", path) is not None, f"{path} is not on the fast path"
+                got, want = asgi_get(fast, path, query, headers), asgi_get(fast.app, path, query, headers)
+                assert got[:2] == want[:2], (path, query, headers)
+                unzip = gzip.decompress if got[1] == "gzip" else bytes
+                assert json.loads(unzip(got[2])) == json.loads(unzip(want[2])), (path, query, headers)
+        assert asgi_get(fast, "/shoal/v1/nodes", "view=whole", headers)[0] == 401
+    finally:
+        _stop(server)

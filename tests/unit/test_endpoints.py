@@ -80,6 +80,26 @@ def test_the_servers_table_offers_the_job_requests_on_the_fast_and_in_process_pa
     fast = {(e.method, e.path) for e in ENDPOINTS if e.fast}
     local = {(e.method, e.path) for e in ENDPOINTS if e.local}
     assert fast == {("POST", "/shoal/v1/commands/{name}"), ("GET", "/shoal/v1/agents/{node}/work"),
-                    ("POST", "/shoal/v1/agents/{node}/report")}
+                    ("POST", "/shoal/v1/agents/{node}/report"), ("GET", "/shoal/v1/jobs"), ("GET", "/shoal/v1/nodes"),
+                    ("GET", "/shoal/v1/partitions")}
     assert local == {("POST", "/shoal/v1/jobs"), ("POST", "/shoal/v1/jobs/test"), ("GET", "/shoal/v1/jobs"),
                      ("POST", "/shoal/v1/jobs/cancel"), ("POST", "/shoal/v1/jobs/{job_id}/cancel")}
+
+
+def asgi_get(app, path: str, query: str, headers: dict[str, str]) -> tuple[int, str, bytes]:
+    """An ASGI app's answer to a GET: its status, Content-Encoding and body."""
+    scope = {"type": "http", "method": "GET", "path": path, "raw_path": path.encode(), "root_path": "",
+             "query_string": query.encode(), "headers": [(k.encode(), v.encode()) for k, v in headers.items()],
+             "http_version": "1.1", "scheme": "http", "server": ("test", 80), "client": ("test", 1)}
+    sent: list[dict] = []
+
+    async def receive():
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message):
+        sent.append(message)
+
+    asyncio.run(app(scope, receive, send))
+    head = {k.decode().lower(): v.decode() for k, v in sent[0]["headers"]}
+    return sent[0]["status"], head.get("content-encoding", ""), b"".join(m.get("body", b"") for m in sent[1:])
+

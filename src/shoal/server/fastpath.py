@@ -2,9 +2,11 @@
 
 Each batch job costs a handful of requests: the compiled front end's ``sbatch`` (and the
 ``squeue`` loops users' scripts run), the agent's long-poll for work and its report of the
-job's end. FastAPI's routing, dependency solving and exception middlewares cost more CPU
-than these requests' own work, and the server is one Python process, so they bound the
-job rate. Here a plain ASGI layer in front of the app answers them directly, and hands
+job's end; and the listings squeue, sinfo and scontrol show job ask for, whose answers are
+mostly kept ready (server/queueview.py, server/nodelist.py). FastAPI's routing, dependency
+solving and exception middlewares cost more CPU than these requests' own work, and the
+server is one Python process, so they bound the job rate and, with many clients at once,
+each answer's wait. Here a plain ASGI layer in front of the app answers them directly, and hands
 anything unusual (a body over the limit, input a handler does not accept) to the app
 with the body replayed, so the app's answer (413, 422, ...) and its OpenAPI schema stay
 the only ones.

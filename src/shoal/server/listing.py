@@ -4,13 +4,14 @@
 With 100,000 jobs queued squeue's answer was 23 MB of JSON, each job's keys repeated, and
 decoding it cost a client ~190 ms: as rows it is about a third of that, and gzipped a few
 percent (kube-apiserver gzips large lists the same way). The queue view (server/queueview.py)
-keeps what these functions make, once per change; sinfo's nodes are made per call.
+keeps what these functions make, once per change; sinfo's nodes are kept by ``KeptAnswer``.
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+import threading
 from collections.abc import Callable
 
 from fastapi.responses import Response
@@ -53,10 +54,15 @@ def gzipped(body: bytes) -> bytes:
     return gzip.compress(body, compresslevel=GZIP_LEVEL, mtime=0)
 
 
+def squeezed(body: bytes, accepts_gzip: bool) -> tuple[bytes, bool]:
+    """``body`` gzipped for a client that accepts it when it is worth it, and whether it is."""
+    squeeze = accepts_gzip and len(body) >= GZIP_MIN_BYTES
+    return gzipped(body) if squeeze else body, squeeze
+
+
 def response(body: bytes, accepts_gzip: bool) -> Response:
     """A JSON answer, gzipped for a client that accepts it when it is worth it."""
-    squeeze = accepts_gzip and len(body) >= GZIP_MIN_BYTES
-    return encoded_response(gzipped(body) if squeeze else body, squeeze)
+    return encoded_response(*squeezed(body, accepts_gzip))
 
 
 def encoded_response(body: bytes, is_gzipped: bool) -> Response:
@@ -65,6 +71,34 @@ def encoded_response(body: bytes, is_gzipped: bool) -> Response:
     if is_gzipped:
         headers["Content-Encoding"] = "gzip"
     return Response(body, media_type="application/json", headers=headers)
+
+
+class KeptAnswer:
+    """One answer, encoded once per change of what it is made from and gzipped once: ``key``
+    names those inputs (compared by value). One thread makes it while the others wait for it;
+    an answer made again with the same bytes (an input moved, nothing shown changed) stays the
+    object it was, its gzip with it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._kept: tuple[object, bytes, bytes | None] | None = None  # (key, body, its gzip once made)
+
+    def get(self, key: object, make: Callable[[], bytes], gzip: bool) -> tuple[bytes, bool]:
+        """The answer for ``key`` (``make()`` when it is not the kept one's), and whether it is
+        gzipped (for a client that accepts it, when it is worth it)."""
+        kept = self._kept
+        if kept is None or kept[0] != key or (gzip and kept[2] is None):
+            with self._lock:
+                kept = self._kept
+                if kept is None or kept[0] != key:
+                    body = make()
+                    kept = (key, kept[1], kept[2]) if kept is not None and kept[1] == body else (key, body, None)
+                if gzip and kept[2] is None and len(kept[1]) >= GZIP_MIN_BYTES:
+                    kept = (key, kept[1], gzipped(kept[1]))
+                self._kept = kept
+        if gzip and kept[2] is not None:
+            return kept[2], True
+        return kept[1], False
 
 
 def accepts_gzip(accept_encoding: str | None) -> bool:

@@ -4,9 +4,12 @@ Each node's own facts (its row: address, GPUs and their gres, labels, taints, st
 by name until a commit of this process changes a node row (the node rows' change count,
 which heartbeats do not move: server.heartbeats), so listing a thousand nodes reads and
 decodes their rows only after a change, not at every sinfo. What the running jobs hold is
-kept the same way (server/running.py); clean-ups, maintenance windows, partitions and the
-last heartbeat are read for each answer. With several servers on one store the count is off and rows are read each
-time.
+kept the same way (server/running.py), and so are the clean-ups and maintenance windows (a
+count of their own). sinfo's whole answer (``view=sinfo``, which shows no heartbeat time) is
+kept encoded and gzipped until one of those inputs, the partitions or the nodes in
+maintenance now change: with 20 clients at once, making it per call (a thousand nodes'
+holdings and dicts, their JSON and its gzip) was half the server's time. With several
+servers on one store the counts are off and everything is read and made per answer.
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ from sqlalchemy.orm import Session
 from shoal.model.gpu import gpu_gres
 from shoal.model.node import NodeState, display_state
 from shoal.model.resources import GPU
+from shoal.server import listing
 from shoal.server import reservations as resvsvc
+from shoal.store.changes import ChangeCount
 from shoal.store.models import CleanupRow, NodeRow
 
 
@@ -39,15 +44,46 @@ SINFO_VIEW = ("name", "address", "state", "display_state", "reason", "reason_tim
 one, labels, images or jobs, which made a thousand nodes' listing ~3 MB of JSON per sinfo."""
 
 
+Holding = tuple[str, int, int, int, int]  # a clean-up's node, CPUs, memory, GPUs and job
+
+
 class NodeListing:
-    def __init__(self, server) -> None:
+    """``others`` counts the commits that change the clean-ups or the reservations."""
+
+    def __init__(self, server, others: ChangeCount) -> None:
         self.server = server
+        self.others = others
         self._lock = threading.Lock()
         self._kept: tuple[int | None, list[dict]] = (None, [])  # (node change count, facts by name)
         self._parts: tuple[tuple, dict[str, list[str]]] | None = None  # (partitions, each node's names)
+        # (others' count, the clean-ups' holdings, the MAINT reservations' windows)
+        self._others: tuple[int | None, list[Holding], list[tuple[float, float, list[str]]]] = (None, [], [])
+        self._sinfo = listing.KeptAnswer()
 
     def all_json(self, s: Session, view: tuple[str, ...] | None = None) -> list[dict]:
         """Every node, by name; with ``view`` only those keys (SINFO_VIEW)."""
+        return self._with_use(s, self._facts(s), view)
+
+    def sinfo(self, s: Session, gzip: bool) -> tuple[bytes, bool]:
+        """sinfo's answer, ``{"nodes": all_json(s, SINFO_VIEW)}`` encoded, and whether it is
+        gzipped: kept (``listing.KeptAnswer``) by what it is made from, each count noted
+        before its rows are read (a commit racing the read moves it again)."""
+        server = self.server
+        nodes = server.node_changes
+        at = nodes.value
+        generation, running = server.running.counted(s)
+        others_at, cleanups, windows = self._others_kept(s)
+        maint = resvsvc.maint_nodes(windows, server.clock())
+        partitions = server.partitions
+
+        def make() -> bytes:
+            return listing.dumps({"nodes": self._with_use(s, self._facts(s), SINFO_VIEW, running, cleanups, maint)})
+
+        if generation is None or not nodes.enabled or not self.others.enabled:  # counted elsewhere too
+            return listing.squeezed(make(), gzip)
+        return self._sinfo.get((at, generation, others_at, frozenset(maint), partitions), make, gzip)
+
+    def _facts(self, s: Session) -> list[dict]:
         changes = self.server.node_changes
         at = changes.value  # noted before the read: a commit racing it moves the count again
         kept = self._kept
@@ -55,7 +91,23 @@ class NodeListing:
             kept = (at, [node_facts(r) for r in s.scalars(select(NodeRow).order_by(NodeRow.name))])
             with self._lock:
                 self._kept = kept
-        return self._with_use(s, kept[1], view)
+        return kept[1]
+
+    def _others_kept(self, s: Session):
+        """The clean-ups' holdings and the MAINT windows, read again (in a session of their own,
+        which sees only what is committed) after a commit changed them."""
+        count = self.others
+        at = count.value
+        kept = self._others
+        if not count.enabled or kept[0] != at:
+            count.take()  # the keys are not used: only that something changed
+            now = self.server.clock()
+            with self.server.sessions() as own:
+                kept = (at, [(c.node, c.cpus, c.memory_mb, len(c.gpus), c.job_id)
+                             for c in own.scalars(select(CleanupRow))], resvsvc.maint_windows(own, now))
+            with self._lock:
+                self._others = kept
+        return kept
 
     def _partitions_of(self, partitions: tuple) -> dict[str, list[str]]:
         """Each node's partitions, made again only when the partitions are (read at most once a second)."""
@@ -72,9 +124,15 @@ class NodeListing:
         """These nodes (rows just read)."""
         return self._with_use(s, [node_facts(r) for r in rows])
 
-    def _with_use(self, s: Session, facts: list[dict], view: tuple[str, ...] | None = None) -> list[dict]:
+    def _with_use(self, s: Session, facts: list[dict], view: tuple[str, ...] | None = None,
+                  running: list | None = None, cleanups: list[Holding] | None = None,
+                  maint: set[str] | None = None) -> list[dict]:
         server = self.server
-        running = server.running.all(s)  # what each running job holds where, kept (server/running.py)
+        if running is None:
+            running = server.running.all(s)  # what each running job holds where, kept (server/running.py)
+        if cleanups is None or maint is None:
+            _, cleanups, windows = self._others_kept(s)
+            maint = resvsvc.maint_nodes(windows, server.clock())
         use: dict[str, list] = {f["name"]: [0, 0, 0, []] for f in facts}  # CPUs, memory, GPUs, jobs
 
         def hold(node: str, cpus: int, memory_mb: int, gpus: int, job_id: int) -> None:
@@ -87,9 +145,8 @@ class NodeListing:
         for job in running:
             for name, held in job.nodes.items():
                 hold(name, held.cpus, held.memory_mb, held.gpus, job.id)
-        for c in s.scalars(select(CleanupRow)):
-            hold(c.node, c.cpus, c.memory_mb, len(c.gpus), c.job_id)
-        maint = resvsvc.maint_nodes(s, server.clock())
+        for c in cleanups:
+            hold(*c)
         parts_of = self._partitions_of(server.partitions)
         beats = server.heartbeats
         out = []

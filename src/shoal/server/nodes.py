@@ -20,7 +20,7 @@ from shoal.model.node import NodeState
 from shoal.model.resources import Allocation
 from shoal.model.timefmt import format_timestamp
 from shoal.server import jobs as jobsvc
-from shoal.server.nodelist import SINFO_VIEW
+from shoal.server import listing
 from shoal.server.retry import retry_on_conflict
 from shoal.server.schemas import NodeUpdate
 from shoal.store.models import JobRow, NodeRow
@@ -127,15 +127,18 @@ def node(s: Session, name: str) -> NodeRow:
     return row
 
 
-NODE_VIEWS = {"sinfo": SINFO_VIEW}
+NODE_VIEWS = ("sinfo",)  # nodelist.SINFO_VIEW's keys, the answer kept whole (NodeListing.sinfo)
 
 
-def list_json(server: Server, s: Session, view: str | None = None) -> list[dict]:
-    """Every node as docs/API.md's Node objects, their own facts kept (server/nodelist.py); with
-    ``view=sinfo`` only the keys sinfo reads."""
+def list_encoded(server: Server, s: Session, view: str | None, gzip: bool) -> tuple[bytes, bool]:
+    """``{"nodes": [...]}``, every node as docs/API.md's Node objects (server/nodelist.py), encoded
+    and gzipped when ``gzip`` (the client accepts it) and it is worth it; with ``view=sinfo`` only
+    the keys sinfo reads, that answer kept until what it shows may change. Whether it is gzipped."""
     if view is not None and view not in NODE_VIEWS:
         raise jobsvc.JobError(f"unknown view {view!r} (expected {', '.join(NODE_VIEWS)})")
-    return server.node_listing.all_json(s, NODE_VIEWS[view] if view else None)
+    if view == "sinfo":
+        return server.node_listing.sinfo(s, gzip)
+    return listing.squeezed(listing.dumps({"nodes": server.node_listing.all_json(s)}), gzip)
 
 
 def nodes_json(server: Server, s: Session, rows: list[NodeRow]) -> list[dict]:

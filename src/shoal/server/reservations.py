@@ -113,14 +113,16 @@ def to_json(session: Session, row: ReservationRow, now: float) -> dict:
     }
 
 
-def maint_nodes(session: Session, now: float) -> set[str]:
-    """Nodes under an active MAINT reservation (sinfo shows them as ``maint``)."""
-    out: set[str] = set()
-    for r in session.scalars(select(ReservationRow).where(ReservationRow.start_time <= now,
-                                                          ReservationRow.end_time > now)):
-        if MAINT in r.flags:
-            out.update(r.nodes)
-    return out
+def maint_windows(session: Session, now: float) -> list[tuple[float, float, list[str]]]:
+    """The start, end and nodes of every MAINT reservation not over at ``now`` (nor later)."""
+    return [(r.start_time, r.end_time, list(r.nodes))
+            for r in session.scalars(select(ReservationRow).where(ReservationRow.end_time > now)) if MAINT in r.flags]
+
+
+def maint_nodes(windows: list[tuple[float, float, list[str]]], now: float) -> set[str]:
+    """Nodes under a MAINT reservation (``maint_windows``) active at ``now`` (sinfo shows them
+    as ``maint``)."""
+    return {n for start, end, nodes in windows if start <= now < end for n in nodes}
 
 
 # ---------------------------------------------------------------- checks

@@ -73,6 +73,9 @@ class RunningJobs:
         self._jobs: dict[int, Running] = {}
         self._by_node: dict[str, dict[int, Running]] = {}
         self._synced_at: int | None = None  # changes.value the jobs are current for
+        # Moved whenever a running job comes, goes or changes (not by the pending jobs' writes):
+        # what is made from the running jobs (sinfo's answer) is kept by it.
+        self.generation = 0
         self._lock = threading.Lock()
         # Reads shared between calls where the count is off: reads begun, and the last one done.
         self._read = threading.Condition()
@@ -97,6 +100,14 @@ class RunningJobs:
         with self._lock:
             self._sync()
             return list(self._jobs.values())
+
+    def counted(self, session: Session) -> tuple[int | None, list[Running]]:
+        """``all``, with the generation it is for (None where the count is off: not kept)."""
+        if not self.changes.enabled:
+            return None, self.all(session)
+        with self._lock:
+            self._sync()
+            return self.generation, list(self._jobs.values())
 
     def known(self) -> list[Running]:
         """Every running job as last read, without reading (a hint: it may be behind the store)."""
@@ -152,6 +163,7 @@ class RunningJobs:
             for job in jobs.values():
                 self._put(job)
         self._jobs = jobs
+        self.generation += 1
         if gone:
             self.ended(gone)
         return list(jobs.values())
@@ -177,6 +189,8 @@ class RunningJobs:
                         self._put(now[jid])
                     elif old is not None:
                         gone.append(jid)
+                    if old is not None or jid in now:
+                        self.generation += 1
         if gone:
             self.ended(gone)
 

@@ -27,7 +27,7 @@ def test_only(body: JobSubmit, p: Writer, submissions: SubmissionsDep):
     return submissions.test_only(body, p)
 
 
-@table.get("", local=True)
+@table.get("", fast=True, local=True)
 def list_jobs(server: ServerDep, p: Caller, job_id: Annotated[list[str], Query()] = [],  # noqa: B006
               user: str | None = None, partition: str | None = None,
               state: Annotated[list[str], Query()] = [], name: str | None = None, all: bool = False,  # noqa: B006

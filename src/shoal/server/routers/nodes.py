@@ -16,12 +16,11 @@ table = Table(prefix="/shoal/v1/nodes")
 router = table.router
 
 
-@table.get("")
+@table.get("", fast=True)
 def list_nodes(p: Caller, server: ServerDep, s: SessionDep, view: str | None = None,
                accept_encoding: Annotated[str | None, Header()] = None):
     """Every node; ``view=sinfo``: only the keys sinfo reads (gzipped for a client that asks)."""
-    body = listing.dumps({"nodes": nodesvc.list_json(server, s, view)})
-    return listing.response(body, listing.accepts_gzip(accept_encoding))
+    return listing.encoded_response(*nodesvc.list_encoded(server, s, view, listing.accepts_gzip(accept_encoding)))
 
 
 @table.get("/{name}")

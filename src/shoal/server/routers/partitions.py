@@ -13,7 +13,7 @@ table = Table(prefix="/shoal/v1/partitions")
 router = table.router
 
 
-@table.get("")
+@table.get("", fast=True)
 def list_partitions(p: Caller, server: ServerDep):
     return Response(partsvc.list_encoded(server.partitions), media_type="application/json")
 
