@@ -65,9 +65,21 @@ class Context:
     def caller(self) -> Principal:
         if self.principal is None:
             h = self.headers
-            self.principal = self.server.auth.resolve(h.get("authorization"), h.get("x-shoal-job-token"),
+            authorization = h.get("authorization")
+            if authorization is None and "x-shoal-job-token" not in h and "cookie" in h:
+                authorization = _console_credential(h)  # the console's pages, as deps.principal takes them
+            self.principal = self.server.auth.resolve(authorization, h.get("x-shoal-job-token"),
                                                       h.get("x-shoal-user"))
         return self.principal
+
+
+def _console_credential(headers: dict[str, str]) -> str | None:
+    from starlette.requests import cookie_parser
+
+    from shoal.server import console
+
+    return console.cookie_credential(None, cookie_parser(headers["cookie"]).get(console.COOKIE),
+                                     headers.get(console.HEADER))
 
 
 class Unanswerable(Exception):
