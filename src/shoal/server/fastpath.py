@@ -25,11 +25,12 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm.exc import StaleDataError
 
 from shoal.server.auth import AuthError
 from shoal.server.jobs import JobError
-from shoal.server.limits import MAX_BODY_BYTES
+from shoal.server.limits import MAX_BODY_BYTES, out_of_range, store_failure
 
 log = logging.getLogger("shoal.server")
 
@@ -142,6 +143,10 @@ class FastPaths:
                 answer = json_answer({"detail": e.message}, e.status)
             except StaleDataError:
                 answer = json_answer({"detail": "the object was changed concurrently; retry the request"}, 409)
+            except OverflowError as e:
+                answer = json_answer({"detail": out_of_range(e)}, 400)
+            except OperationalError as e:
+                answer = json_answer({"detail": store_failure(e)}, 503)
         if answer is None:
             await self.app(scope, _replay(body, more, receive), send)
             return None

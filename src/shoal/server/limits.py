@@ -92,6 +92,12 @@ _STORE_FAILURES = (
 )
 
 
+def out_of_range(exc: OverflowError) -> str:
+    """A number past what the store's 64-bit integer columns hold (an id or a count): it
+    matches nothing, so the request is the client's mistake (400)."""
+    return f"a number in the request is out of range: {exc}"
+
+
 def store_failure(exc: Exception) -> str | None:
     """Why the server could not write its state, naming the cause and quoting the database's
     own words (``... (database or disk is full)``); None for other errors."""
@@ -125,4 +131,4 @@ def guard(app: FastAPI) -> None:
     @app.exception_handler(OverflowError)
     async def _overflow(request, exc: OverflowError):
         # An id or count past what the store's 64-bit integer columns hold matches nothing.
-        return JSONResponse({"detail": f"a number in the request is out of range: {exc}"}, status_code=400)
+        return JSONResponse({"detail": out_of_range(exc)}, status_code=400)
