@@ -48,6 +48,10 @@ def main() -> int:
     # the text and its newline separately (PYTHONUNBUFFERED), interleaving their lines.
     sys.stdout.write(line)
     sys.stdout.flush()
+    # Every rank reaches here before any tears gloo down: a rank that destroys its group while
+    # a peer's last all_gather is still in flight can abort at exit in gloo's worker thread
+    # ("terminate called without an active exception", exit 134).
+    dist.barrier()
     dist.destroy_process_group()
     return 0 if agree else 1
 
