@@ -16,7 +16,11 @@ each:
    sample), round-robin over the nodes from ``--threads`` threads, as fast as the server
    answers: the server's CPU per heartbeat, less the idle rate;
 4. renewals: ``--renewals`` work long-polls answered at once (``wait`` 0 with the node's last
-   epoch and generation), the answer a long-poll renewal builds when its wait runs out.
+   epoch and generation), the answer a long-poll renewal builds when its wait runs out;
+5. the floor (``--paced-s``): the same paced heartbeats, from as many kept connections, sent to
+   a bare ASGI app that answers ``{"ok": true}`` under the server's own uvicorn settings (its
+   HTTP protocol, event loop, keep-alive and TLS): what one HTTP request per heartbeat costs
+   any Python server on this machine, so that Shoal's own part is the difference.
 
 Windows 2 to 4 run twice: with a connection per request (``Connection: close``, the
 commands' way and the agents' before they kept theirs) and on kept connections (the
@@ -167,6 +171,83 @@ def paced(nodes: list[Node], seconds: float, interval: float, threads: int, kept
     return sum(sent)
 
 
+async def bare_app(scope, receive, send) -> None:
+    """The floor's server: reads the request's body and answers as a quiet heartbeat is answered."""
+    if scope["type"] != "http":
+        return
+    while (await receive()).get("more_body"):
+        pass
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", b"11")]})
+    await send({"type": "http.response.body", "body": b'{"ok":true}'})
+
+
+def serve_bare(listen: str, keep_alive_s: float, tls_dir: str | None) -> None:
+    """``uvicorn.run`` as ``shoal server`` calls it (server/main.py), the app bare."""
+    import uvicorn
+
+    from shoal.server import interpreter, tls
+    from shoal.server.coalesce import CoalescingHttpToolsProtocol
+    interpreter.set_for_server()
+    ssl = ({"ssl_certfile": f"{tls_dir}/{tls.SERVER_CERT}", "ssl_keyfile": f"{tls_dir}/{tls.SERVER_KEY}"}
+           if tls_dir else {})
+    host, _, port = listen.rpartition(":")
+    uvicorn.run(bare_app, host=host, port=int(port), log_level="warning", access_log=False,
+                timeout_keep_alive=keep_alive_s, http=CoalescingHttpToolsProtocol, **ssl)
+
+
+class BareNode:
+    """A node's heartbeat, its body and path as a Node's, to the bare app on a kept connection."""
+
+    def __init__(self, url: str, node: Node, ca_file: str | None) -> None:
+        self.kept = Client(url, timeout=30, keep_alive=True, ca_file=ca_file)
+        self.kept.job_token = None
+        self.path, self.body = wire.report_path(node.name), node.body
+
+    def heartbeat(self, kept: bool) -> None:
+        self.kept.post(self.path, self.body)
+
+
+def floor_share(args, root: Path, nodes: list[Node], ca_file: str | None) -> float:
+    """The bare app's share of a core over its idle rate, every node heartbeating at the interval."""
+    listen = f"127.0.0.1:{free_port()}"
+    cmd = [str(BIN / "python"), str(Path(__file__).resolve()), "--bare-server", listen,
+           "--bare-keep-alive-s", str(max(30.0, nodes[0].interval_s + 15))]
+    if args.tls:
+        cmd += ["--bare-tls-dir", str(root / "server")]
+    proc = subprocess.Popen(cmd, stdout=open(root / "bare.log", "wb"), stderr=subprocess.STDOUT)
+    try:
+        url = f"{'https' if args.tls else 'http'}://{listen}"
+        bare = [BareNode(url, n, ca_file) for n in nodes]
+        wait_until(lambda: _answers(bare[0]), 30, "the bare app to start")
+        ps = psutil.Process(proc.pid)
+        spread(bare, len(bare), args.threads, BareNode.heartbeat, True)  # every connection open
+        time.sleep(args.settle_s)
+        c0 = cpu_s(ps)
+        time.sleep(args.idle_s)
+        idle_rate = (cpu_s(ps) - c0) / args.idle_s
+        c0, w0 = cpu_s(ps), time.monotonic()
+        paced(bare, args.paced_s, nodes[0].interval_s, args.threads, True)
+        share = (cpu_s(ps) - c0) / (time.monotonic() - w0) - idle_rate
+        for b in bare:
+            b.kept.close()
+        return share
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def _answers(node: BareNode) -> bool:
+    try:
+        node.heartbeat(True)
+        return True
+    except Exception:
+        return False
+
+
 def one_round(args) -> dict:
     with tempfile.TemporaryDirectory(prefix="shoal-hb-") as tmp:
         server = Server(Path(tmp), args.nodes, args.tls)
@@ -248,6 +329,8 @@ def one_round(args) -> dict:
                     out[f"renewal_share_{n}_{mode}"] = n / wire.WORK_WAIT_S * out[f"renewal_ms_{mode}"] / 1e3
             for node in nodes:
                 node.kept.close()
+            if args.paced_s:
+                out["paced_share_bare"] = floor_share(args, Path(tmp), nodes, server.ca_file)
             return out
         finally:
             server.stop()
@@ -267,7 +350,13 @@ def main() -> int:
     ap.add_argument("--tls", action="store_true", help="serve HTTPS, as a server not on loopback does by default")
     ap.add_argument("--profile", help="py-spy the server's heartbeat window into this folder (raw stacks)")
     ap.add_argument("--save", type=Path, help="keep the results as JSON")
+    ap.add_argument("--bare-server", help=argparse.SUPPRESS)  # the floor's server process (LISTEN)
+    ap.add_argument("--bare-keep-alive-s", type=float, default=35, help=argparse.SUPPRESS)
+    ap.add_argument("--bare-tls-dir", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.bare_server:
+        serve_bare(args.bare_server, args.bare_keep_alive_s, args.bare_tls_dir)
+        return 0
     load0 = load_average()
     rounds = []
     for r in range(args.rounds):
@@ -285,6 +374,10 @@ def main() -> int:
                   f"second for {args.paced_s:g} s): {med[f'paced_share_{mode}']:.1%} of a core over idle "
                   f"(the kernel's part: {med[f'paced_system_share_{mode}']:.1%}; the event loop's thread: "
                   f"{med[f'paced_loop_share_{mode}']:.1%}, idle included)")
+            if mode == "keep":
+                print(f"  the floor: the same paced heartbeats on kept connections to a bare ASGI app under the "
+                      f"server's uvicorn settings: {med['paced_share_bare']:.1%} of a core over idle (Shoal's own "
+                      f"part: {med['paced_share_keep'] - med['paced_share_bare']:.1%})")
         print(f"  {how}: server CPU per heartbeat {med[f'heartbeat_ms_{mode}']:.3f} ms, per long-poll renewal "
               f"{med[f'renewal_ms_{mode}']:.3f} ms")
         for n in (1000, 5000):
