@@ -129,6 +129,7 @@ class Authenticator:
         self._cache: dict[str, tuple[Principal, float | None, float]] = {}
         self._forgotten = 0  # bumped by forget: a lookup that raced a revocation is not cached
         self._generations: dict[str, int] = {}  # node -> its credential generation (see verify_agent)
+        self._credentials: dict[tuple[str, int], str] = {}  # (node, generation) -> its credential, made once
 
     def create_token(self, session: Session, user: str, role: str, description: str | None = None,
                      groups: list[str] | tuple[str, ...] = (), created_by: str | None = None,
@@ -213,7 +214,9 @@ class Authenticator:
         """Agent endpoints: the credential must be the one issued to the node named in the path."""
         token = (authorization or "")[7:].strip()
         gen = self.node_generation(node)
-        if not hmac.compare_digest(token, agent_credential(self.secret, node, gen)):
+        if (expected := self._credentials.get((node, gen))) is None:  # an HMAC per heartbeat otherwise
+            expected = self._credentials[(node, gen)] = agent_credential(self.secret, node, gen)
+        if not hmac.compare_digest(token, expected):
             if any(hmac.compare_digest(token, agent_credential(self.secret, node, g)) for g in range(gen)):
                 raise AuthError(403, f"{REVOKED}: node {node}'s credential was revoked by an administrator "
                                      "(shoal token revoke-node); start its agent again with a join token to rejoin")

@@ -11,6 +11,10 @@ that one declaration come:
   requests every job costs without FastAPI's layers: the handler is called directly, its
   parameters read from the path, query, headers and body as FastAPI would read them, and
   anything it cannot take (a value that does not validate) left to the app to answer;
+- with ``quick=f`` (fast only), ``f(server, path parameters, headers, body)`` tried first on the
+  fast path, on the event loop: an answer for the common case made without reading the
+  declared parameters (an idle node's heartbeat: server/agents.quiet_report), or None for the
+  handler to answer as declared;
 - with ``local=True``, the in-process route the commands the server runs call
   (server/commands.py: ``LocalApi``), with no HTTP and no JSON.
 
@@ -187,6 +191,9 @@ class Endpoint:
     streaming: bool = False  # answers with a stream (HTTP only)
     in_schema: bool = True  # in the native OpenAPI document (/openapi.json)
     plan: list[Param] = field(default_factory=list)
+    # fast only: tried first, on the event loop, with the server, the path's parameters, the
+    # headers and the raw body; its answer, or None for the handler to answer as declared.
+    quick: Callable[[Any, dict[str, str], dict[str, str], bytes], fastpath.Answer | None] | None = None
 
     @property
     def is_async(self) -> bool:
@@ -257,11 +264,14 @@ class Table:
         self.endpoints: list[Endpoint] = []
 
     def route(self, method: str | tuple[str, ...], path: str, *, fast: bool = False, local: bool = False,
-              streaming: bool = False, status_code: int = 200, **fastapi: Any) -> Callable[[Callable], Callable]:
+              streaming: bool = False, status_code: int = 200, quick: Callable | None = None,
+              **fastapi: Any) -> Callable[[Callable], Callable]:
         """Declare a handler for ``path``: one route, however many methods it answers."""
         methods = (method,) if isinstance(method, str) else method
         if streaming and (fast or local):
             raise ValueError(f"{path}: a streaming endpoint is HTTP-only (neither fast nor local)")
+        if quick is not None and not fast:
+            raise ValueError(f"{path}: a quick answer is the fast path's (fast=True)")
 
         def register(handler: Callable) -> Callable:
             self.router.add_api_route(path, _http(handler), methods=list(methods), status_code=status_code,
@@ -272,6 +282,7 @@ class Table:
                                     self.router.include_in_schema and fastapi.get("include_in_schema", True))
                 if fast or local:
                     endpoint.plan = _plan(handler, full)
+                endpoint.quick = quick
                 self.endpoints.append(endpoint)
             return handler
         return register
@@ -323,8 +334,11 @@ def fast_routes(endpoints: list[Endpoint], server, state) -> fastpath.Routes:
 
 def _fast_handler(endpoint: Endpoint, server, state) -> fastpath.Handler:
     is_async = endpoint.is_async
+    quick = endpoint.quick
 
     async def handle(scope, match, headers, body):
+        if quick is not None and (answer := quick(server, match.groupdict(), headers, body)) is not None:
+            return answer
         ctx = Context(server, state, headers)
         query = parse_qs(scope["query_string"].decode("latin-1"))
         path = match.groupdict()

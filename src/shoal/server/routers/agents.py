@@ -28,6 +28,6 @@ async def work(node: str, server: ServerDep, epoch: str | None = None, gen: int 
     return Response(await agentsvc.work(server, node, epoch, gen, wait, authorization), media_type="application/json")
 
 
-@table.post("/{node}/report", fast=True)
+@table.post("/{node}/report", fast=True, quick=agentsvc.quiet_report)
 async def report(node: str, body: AgentReport, server: ServerDep, authorization: AgentAuth = None):
     return await agentsvc.report(server, node, body, authorization)
