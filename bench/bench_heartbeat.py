@@ -99,11 +99,16 @@ class Server:
             return False
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        stop_process(self.proc)
+
+
+def stop_process(proc: subprocess.Popen) -> None:
+    """TERM, then KILL after 10 s."""
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
 
 
 class Node:
@@ -233,11 +238,7 @@ def floor_share(args, root: Path, nodes: list[Node], ca_file: str | None) -> flo
             b.kept.close()
         return share
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc)
 
 
 def _answers(node: BareNode) -> bool:

@@ -114,10 +114,7 @@ async def report(server: Server, node: str, body: AgentReport, authorization: st
     on the event loop, from what is kept in memory: a worker thread and a session cost more
     than the heartbeat itself (5,000 nodes: hundreds a second). Anything else, or a node whose
     credential or state is not in memory, is taken in a worker thread (``report_in``)."""
-    if (server.auth.knows(node) and (server.feed is None or server.leader.is_leader)
-            and server.heartbeats.known(node, body.alive, _has_news(body))):
-        server.auth.verify_agent(authorization, node)  # its generation kept: no read
-        _noted(server, node, body, server.clock())
+    if not _has_news(body) and _taken_quietly(server, node, body.alive, body.gpu_util, body.pod_cpu, authorization):
         return {"ok": True}
 
     def in_session() -> dict:
@@ -127,11 +124,23 @@ async def report(server: Server, node: str, body: AgentReport, authorization: st
     return await fastpath.in_thread(in_session)
 
 
-def _noted(server: Server, node: str, body: AgentReport, now: float) -> None:
-    """A report with nothing to store: its time kept, its metric samples taken."""
+def _taken_quietly(server: Server, node: str, alive: list[str], gpu_util: dict, pod_cpu: dict,
+                   authorization: str | None) -> bool:
+    """A report with nothing to store, taken on the event loop when the node's credential and
+    state are in memory (server/heartbeats.py); False: the caller takes it in a worker thread."""
+    if not (server.auth.knows(node) and (server.feed is None or server.leader.is_leader)
+            and server.heartbeats.known(node, alive, False)):
+        return False
+    server.auth.verify_agent(authorization, node)  # its generation kept: no read
+    _noted(server, node, gpu_util, pod_cpu, server.clock())
+    return True
+
+
+def _noted(server: Server, node: str, gpu_util: dict, pod_cpu: dict, now: float) -> None:
+    """A report with nothing to store: its time kept, its metric samples taken (as floats)."""
     server.heartbeats.seen(node, now)
-    if body.gpu_util or body.pod_cpu:
-        server.record_metrics({"agent": node}, {"gpu_util": body.gpu_util, "pod_cpu": body.pod_cpu}, now)
+    if gpu_util or pod_cpu:
+        server.record_metrics({"agent": node}, {"gpu_util": gpu_util, "pod_cpu": pod_cpu}, now)
 
 
 _NEWS = ("events", "pods", "gpu_usage", "gpu_health")  # AgentReport's lists of things to store
@@ -147,9 +156,6 @@ def quiet_report(server: Server, path: dict[str, str], headers: dict[str, str], 
     Only a report that the declared route would take as only a heartbeat is answered here
     (the same checks as ``report``'s, the same answer); anything else (news, a value of another
     type, an unknown field, a node not in memory) gives None, and the route answers."""
-    node = path["node"]
-    if not (server.auth.knows(node) and (server.feed is None or server.leader.is_leader)):
-        return None
     try:
         doc = json.loads(body)
     except ValueError:  # not JSON, or not UTF-8
@@ -161,13 +167,9 @@ def quiet_report(server: Server, path: dict[str, str], headers: dict[str, str], 
     if type(alive) is not list or not all(type(a) is str for a in alive) \
             or not (_samples(gpu_util) and _samples(pod_cpu)):
         return None
-    if not server.heartbeats.known(node, alive, False):
+    # An AuthError is answered as the route's.
+    if not _taken_quietly(server, path["node"], alive, gpu_util, pod_cpu, headers.get("authorization")):
         return None
-    server.auth.verify_agent(headers.get("authorization"), node)  # AuthError: answered as the route's
-    now = server.clock()
-    server.heartbeats.seen(node, now)
-    if gpu_util or pod_cpu:
-        server.record_metrics({"agent": node}, {"gpu_util": gpu_util, "pod_cpu": pod_cpu}, now)  # taken as floats
     return 200, fastpath.JSON, _OK
 
 
@@ -176,14 +178,13 @@ def _samples(values) -> bool:
     return type(values) is dict and all(type(v) is float or type(v) is int for v in values.values())
 
 
-
 @retry_on_conflict
 def report_in(server: Server, s: Session, node: str, body: AgentReport, authorization: str | None) -> dict:
     """A heartbeat: runs that ended, GPU health, pods' states, cleanups done, metrics."""
     server.auth.verify_agent(authorization, node)
     now = server.clock()
     if server.heartbeats.only_a_heartbeat(node, body.alive, _has_news(body)):  # read, not written
-        _noted(server, node, body, now)
+        _noted(server, node, body.gpu_util, body.pod_cpu, now)
         return {"ok": True}
     # Stored in a transaction shared with the other reports that arrive meanwhile (group
     # commit): with 1,000 nodes ending short runs, a transaction per report queued hundreds of
