@@ -411,7 +411,13 @@ def test_hollow_racks_spread_over_both_servers_stay_up_through_a_failover_and_ru
             return len(jobs) == 200 and all(j["state"] not in ("PENDING", "RUNNING") and not j["completing"]
                                             for j in jobs)
 
-        wait_until(ended, 120, "the 200 array tasks to end", interval=0.5)
+        try:
+            wait_until(ended, 120, "the 200 array tasks to end", interval=0.5)
+        except AssertionError:
+            left = [(j["job_id"], j["state"], j["completing"], j.get("nodes"), j.get("reason")) for j in tasks()
+                    if j["state"] in ("PENDING", "RUNNING") or j["completing"]]
+            raise AssertionError(f"tasks not ended: {left[:10]}\nserver1:\n{ha.log('server1')}\n"
+                                 f"ra:\n{ha.log('ra')}\nrb:\n{ha.log('rb')}") from None
         jobs = tasks()
         assert {j["state"] for j in jobs} == {"COMPLETED"}
         assert all(j["restart_count"] == 0 for j in jobs)
