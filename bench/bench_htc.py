@@ -204,8 +204,40 @@ def _reader_process(url: str, token: str, rounds: int, paths: dict, start, resul
     results.put(read_rounds(url, token, rounds, paths, start))
 
 
+class Churn:
+    """Running jobs ended at ``per_s`` a second (each cancelled, as scancel does) in a thread,
+    so that scheduling passes over the whole queue go on while the reads are timed: a full
+    cluster's jobs end and the next ones start (8,000 one-GPU jobs of an hour end 2.2 times a
+    second)."""
+
+    def __init__(self, h: Hollow, per_s: float) -> None:
+        self.h, self.per_s, self.ended = h, per_s, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> "Churn":
+        if self.per_s > 0:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        self._stop.set()
+        if self.per_s > 0:
+            self._thread.join(timeout=60)
+
+    def _run(self) -> None:
+        c = _client(self.h)
+        running = [j["job_id"] for j in c.get("/shoal/v1/jobs", {"view": "queue"})["jobs"] if j["state"] == "RUNNING"]
+        next_at = time.perf_counter()
+        while running and not self._stop.is_set():
+            c.post(f"/shoal/v1/jobs/{running.pop()}/cancel", {})
+            self.ended += 1
+            next_at += 1 / self.per_s
+            self._stop.wait(max(0.0, next_at - time.perf_counter()))
+
+
 def reads(h: Hollow, readers: int, rounds: int, some_job: int, profile: Path | None = None,
-          processes: bool = False) -> dict:
+          processes: bool = False, churn_per_s: float = 0.0) -> dict:
     """Each squeue, sinfo and scontrol request timed as a client library makes it: sent, its
     whole answer read and (when gzipped) decompressed; what decoding squeue's JSON into its
     jobs costs is measured apart (one client, after the load). The clients are threads of
@@ -226,17 +258,19 @@ def reads(h: Hollow, readers: int, rounds: int, some_job: int, profile: Path | N
         futures = [pool.submit(read_rounds, *args, start) for _ in range(readers)]
     spy = _py_spy(h.server.pid, profile / "reads.txt") if profile else None
     start.wait(timeout=120)  # every client ready (a process started and imported): go
-    cpu0, t0 = cpu_s(h.server), time.perf_counter()
-    if processes:
-        done = [results.get(timeout=600) for _ in clients]
-        wall = time.perf_counter() - t0
-        for p in clients:
-            p.join()
-    else:
-        done = [f.result() for f in futures]
-        wall = time.perf_counter() - t0
-        pool.shutdown()
+    cpu0, t0, passes0 = cpu_s(h.server), time.perf_counter(), h.metric(PASSES)
+    with Churn(h, churn_per_s) as churn:
+        if processes:
+            done = [results.get(timeout=600) for _ in clients]
+            wall = time.perf_counter() - t0
+            for p in clients:
+                p.join()
+        else:
+            done = [f.result() for f in futures]
+            wall = time.perf_counter() - t0
+            pool.shutdown()
     cpu = cpu_s(h.server) - cpu0
+    passes = h.metric(PASSES) - passes0
     if spy:
         _py_spy_stop(spy)
     got: dict[str, list[float]] = {k: [x for mine, _ in done for x in mine[k]] for k in READS}
@@ -257,21 +291,31 @@ def reads(h: Hollow, readers: int, rounds: int, some_job: int, profile: Path | N
             "squeue_path": queue_path, "squeue_wire_bytes": wire, "squeue_encoding": encoding,
             "sinfo_nodes_bytes": nodes_bytes, "sinfo_nodes_wire_bytes": nodes_wire,
             "squeue_decode_ms": 1000 * decode, "squeue_alone": _ms(alone),
-            "server_cpu_ms_per_round": 1000 * cpu / (readers * rounds), "wall_s": wall,
+            "server_cpu_ms_per_round": 1000 * cpu / (readers * rounds), "wall_s": wall, "passes": passes,
+            "churn_per_s": churn_per_s, "churned": churn.ended,
             "client_cpu_ms_per_round": 1000 * client_cpu / (readers * rounds),
             **{k: _ms(v) for k, v in got.items()}}
 
 
 PASSES = "shoal_scheduler_pass_duration_seconds_count"
+SKIPPED = "shoal_scheduler_passes_skipped_total"
 
 
 def settle(h: Hollow, timeout_s: float = 300) -> float:
     """Seconds until a scheduling pass begun after now has ended: the first pass over a queue
     just filled loads every new job once (seconds of the server's time at 90,000 tasks), which
-    the reads would otherwise share; later passes read only what changed."""
+    the reads would otherwise share; later passes read only what changed. Then, on a server
+    that skips periodic passes with nothing to do, until it has skipped one (at most 10 s
+    more): the scheduler has come to rest."""
     t0, passes = time.perf_counter(), h.metric(PASSES)
     wait_until(lambda: h.metric(PASSES) >= passes + 2, timeout_s, "a whole pass after the queue was filled",
                interval=0.5)
+    skipped = h.metric(SKIPPED)
+    if f"\n{SKIPPED} ".encode() in h.admin.get_bytes("/metrics"):
+        try:
+            wait_until(lambda: h.metric(SKIPPED) > skipped, 10, "a pass skipped", interval=0.5)
+        except AssertionError:
+            pass
     return time.perf_counter() - t0
 
 
@@ -306,7 +350,7 @@ def run(args, env: dict, db: str | None) -> dict:
                 out["queued"] = len(jobs)
                 print(f"  reads with {len(jobs)} jobs queued ...", flush=True)
                 out["reads"] = reads(h, args.readers, args.reads, jobs[len(jobs) // 2]["job_id"], args.profile,
-                                     args.reader_processes)
+                                     args.reader_processes, args.churn)
                 print("  " + json.dumps(out["reads"]), flush=True)
             out["server_rss_mb"] = h.server.memory_info().rss / 2 ** 20
             out["hollow_report_errors"] = (h.stats() or {}).get("report_errors")
@@ -356,6 +400,8 @@ ROWS = [  # (label, how to read it from a result, format)
      lambda r: (round(r["reads"]["scontrol"]["p50_ms"]), round(r["reads"]["scontrol"]["p99_ms"])), None),
     ("reads: server CPU per client round of the three (ms)",
      lambda r: r["reads"]["server_cpu_ms_per_round"], "{:.0f}"),
+    ("reads: scheduling passes run during the reads / running jobs ended meanwhile",
+     lambda r: (r["reads"].get("passes", float("nan")), r["reads"].get("churned", 0)), None),
     ("reads: the clients' own CPU per round of the three (ms)",
      lambda r: r["reads"]["client_cpu_ms_per_round"], "{:.0f}"),
     ("server RSS at the end (MiB)", lambda r: r["server_rss_mb"], "{:.0f}"),
@@ -434,6 +480,8 @@ def main() -> int:
     ap.add_argument("--reads", type=int, default=10, help="rounds per read client")
     ap.add_argument("--no-settle", dest="settle", action="store_false",
                     help="start the reads at once after the queue is filled, not after a whole pass")
+    ap.add_argument("--churn", type=float, default=0.0,
+                    help="running jobs ended per second during the reads (cancelled; 0: none)")
     ap.add_argument("--reader-processes", action="store_true",
                     help="each read client a process of its own (default: threads of this process)")
     ap.add_argument("--save", type=Path)

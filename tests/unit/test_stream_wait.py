@@ -62,7 +62,7 @@ class _Controller(Controller):
         self.now = t
         return self
 
-    def run_pass(self) -> None:
+    def run_pass(self, periodic: bool = False) -> None:
         self.ran += 1
 
     def _none_may_start(self) -> bool:

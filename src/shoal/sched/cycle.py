@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Collection, Mapping
 
-from shoal.model.snapshot import PendingJob
+from shoal.model.snapshot import PendingJob, Snapshot
 from shoal.sched.config import SchedConfig
 
 USAGE_HALF_LIVES = 30
@@ -20,6 +20,18 @@ def full_pass_due(config: SchedConfig, now: float, last_full: float) -> bool:
     """Whether this pass is a full one: always but with backfill, which runs a full pass
     (planning start times) at most every ``bf_interval_s`` and quick passes in between."""
     return config.policy != "backfill" or config.bf_interval_s <= 0 or now - last_full >= config.bf_interval_s
+
+
+def quiet_until(snapshot: Snapshot) -> float:
+    """Until when time alone leaves a pass over ``snapshot`` with the same plan (``inf``: for
+    ever): the first begin time of a pending job, or start or end of an advance reservation,
+    still to come. For a caller that skips passes while nothing they read has changed.
+    (A multifactor priority's age and fair-share move with time too, but only reorder jobs
+    that the pass found could not start; such a caller still runs a pass now and then.)"""
+    now = snapshot.now
+    times = [job.begin_time for job in snapshot.pending if job.begin_time is not None and job.begin_time > now]
+    times += [t for r in snapshot.reservations for t in (r.start, r.end) if t > now]
+    return min(times, default=float("inf"))
 
 
 def pass_config(config: SchedConfig, full: bool) -> SchedConfig:

@@ -36,7 +36,7 @@ from shoal.store.engine import make_engine, migrate, session_factory
 from shoal.store.changes import ChangeCount
 from shoal.store.feed import ChangeFeed
 from shoal.store.lease import lease_for, shared_secret
-from shoal.store.models import CleanupRow, JobRow, NodeRow, ReservationRow, TokenRow
+from shoal.store.models import AccountingRow, CleanupRow, JobRow, NodeRow, PartitionRow, ReservationRow, TokenRow
 
 log = logging.getLogger("shoal.server")
 
@@ -105,6 +105,10 @@ class Server:
                                                               enabled=not self.leader.shared),
                                    self.run_entries.drop)
         self.controller.watch_rows(ChangeCount(self.sessions, {JobRow: "id"}, enabled=not self.leader.shared))
+        self.controller.watch_inputs(ChangeCount(self.sessions, {JobRow: "id", CleanupRow: "job_id", NodeRow: "name",
+                                                                 ReservationRow: "name", PartitionRow: "name",
+                                                                 AccountingRow: "name"},
+                                                 enabled=not self.leader.shared))
         self.node_listing = NodeListing(self, ChangeCount(self.sessions, {CleanupRow: "job_id", ReservationRow: "name"},
                                                           enabled=not self.leader.shared))  # sinfo's (nodelist.py)
         nodes = config.nodes

@@ -138,6 +138,9 @@ class ServerMetrics:
         self.pass_depth = Histogram("shoal_scheduler_pass_depth_jobs",
                                     "Pending jobs a scheduling pass tested for a start (sdiag's depth).",
                                     ["pass"], buckets=_JOB_COUNTS, registry=r)
+        self.passes_skipped = Counter("shoal_scheduler_passes_skipped",
+                                      "Periodic scheduling passes not run: nothing a pass reads had changed.",
+                                      registry=r)
         self.started = Counter("shoal_jobs_started", "Jobs started.", ["partition"], registry=r)
         self.ended = Counter("shoal_jobs_ended", "Job runs ended, by the state they ended in (requeued: PENDING).",
                              ["partition", "state"], registry=r)

@@ -200,7 +200,8 @@ PRIORITY_WEIGHTS = {"priorityweightage": "weight_age", "priorityweightfairshare"
                     "priorityweightjobsize": "weight_jobsize", "priorityweightpartition": "weight_partition",
                     "priorityweightqos": "weight_qos"}
 SCHEDULER_PARAMETERS = {"bf_max_job_test": ("bf_max_job_test", 1), "bf_window": ("bf_window_s", 60),
-                        "bf_resolution": ("bf_resolution_s", 1), "bf_interval": ("bf_interval_s", 1)}
+                        "bf_resolution": ("bf_resolution_s", 1), "bf_interval": ("bf_interval_s", 1),
+                        "sched_interval": ("idle_pass_s", 1)}
 
 
 def _global(key: str, value: str, config: dict, scheduler: dict, priority: dict, nodes_cfg: dict,

@@ -1,0 +1,164 @@
+"""A periodic scheduling pass is skipped while nothing it reads has changed, and runs again
+as soon as something has: a commit to a job, node, reservation, partition or accounting
+row, a change of the server's settings, a begin time or reservation boundary reached, or
+``idle_pass_s`` gone by. The server here is in process, its passes run by hand, on a
+clock the test moves."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from sqlalchemy import select
+
+from shoal.model.resources import ResourceRequest
+from shoal.server.config import parse_cluster_config
+from shoal.server.core import Server
+from shoal.server.jobs import request_to_json
+from shoal.store.models import JobRow, NodeRow, PartitionRow
+from tests.integration.cluster import wait_until
+
+ONE_GPU = request_to_json(ResourceRequest(nodes=1, ntasks=1, gpus_per_node=1, mem_per_node_mb=1024))
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = time.time()
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _node(name: str, now: float) -> NodeRow:
+    return NodeRow(name=name, address="127.0.0.2", port=6818, state="UP", cpus=64, memory_mb=512 * 1024,
+                   gpus=[{"index": i, "uuid": f"GPU-{name}-{i}", "product": "NVIDIA A100", "memory_mb": 81920}
+                         for i in range(2)],
+                   labels={}, features=[], registered_at=now, last_heartbeat=now)
+
+
+def _job(now: float, **kw) -> JobRow:
+    fields = dict(name="j", user="alice", partition="gpu", state="PENDING", submit_time=now, request=ONE_GPU,
+                  spec={"script": "#!/bin/sh\ntrue\n"}, workdir="/tmp")
+    return JobRow(**{**fields, **kw})
+
+
+def _server(tmp_path, clock: Clock, jobs: int, db_url: str | None = None) -> tuple[Server, list[int]]:
+    """Two nodes of two GPUs, ``jobs`` one-GPU jobs queued, the server's loops not started."""
+    config = parse_cluster_config({"partitions": [{"name": "gpu", "nodes": "node[01-02]", "default": True}],
+                                   "scheduler": {"idle_pass_s": 30}})
+    server = Server(db_url or f"sqlite:///{tmp_path / 'shoal.db'}", config, tmp_path, clock=clock)
+    with server.sessions() as s, s.begin():
+        s.add_all([_node("node01", clock.t), _node("node02", clock.t)])
+        s.add_all([_job(clock.t + i) for i in range(jobs)])
+    with server.sessions() as s:
+        ids = list(s.scalars(select(JobRow.id).order_by(JobRow.id)))
+    server.leader.start()
+    wait_until(lambda: server.leader.is_leader, 30, "leadership")
+    return server, ids
+
+
+def _stop(server: Server) -> None:
+    server.leader.stop()
+    server.engine.dispose()
+
+
+def _tick(server: Server, clock: Clock, seconds: float = 1.0) -> bool:
+    """One periodic pass, ``seconds`` after the last: whether it ran (was not skipped)."""
+    clock.t += seconds
+    before = server.controller.passes
+    server.controller.run_pass(periodic=True)
+    return server.controller.passes > before
+
+
+def _states(server: Server) -> dict[int, str]:
+    with server.sessions() as s:
+        return {r.id: r.state for r in s.scalars(select(JobRow))}
+
+
+def _settle(server: Server, clock: Clock) -> None:
+    """Periodic passes until one is skipped: the one after a pass that wrote nothing."""
+    for _ in range(5):
+        if not _tick(server, clock):
+            return
+    raise AssertionError("a periodic pass was never skipped")
+
+
+def test_a_periodic_pass_over_what_the_last_one_read_is_skipped_and_any_change_brings_it_back(tmp_path):
+    clock = Clock()
+    server, ids = _server(tmp_path, clock, 6)
+    c = server.controller
+    try:
+        assert _tick(server, clock), "the first pass runs"
+        assert [jid for jid, st in _states(server).items() if st == "RUNNING"] == ids[:4]
+        _settle(server, clock)
+        skipped = c.skipped
+        assert not _tick(server, clock) and not _tick(server, clock) and c.skipped == skipped + 2
+        server.controller.run_pass()  # a pass asked for (a wake-up) always runs
+        assert c.passes and not _tick(server, clock)
+
+        # A job ends (its row and its node's resources): the next periodic pass starts the next one.
+        with server.sessions() as s, s.begin():
+            row = s.get(JobRow, ids[0])
+            row.state, row.allocation = "COMPLETED", None
+        assert _tick(server, clock)
+        assert _states(server)[ids[4]] == "RUNNING"
+        _settle(server, clock)
+
+        # A change of a node row, and of a partition (scontrol update), each bring a pass back.
+        with server.sessions() as s, s.begin():
+            s.get(NodeRow, "node02").state = "DRAIN"
+        assert _tick(server, clock)
+        _settle(server, clock)
+        with server.sessions() as s, s.begin():
+            s.add(PartitionRow(name="gpu", changes={"max_time_s": 3600}, updated=clock.t))
+        server.refresh_partitions()
+        assert _tick(server, clock)
+        _settle(server, clock)
+
+        # The server's own settings (a reconfigure) are read too.
+        import dataclasses
+        server.sched_config = dataclasses.replace(server.sched_config, bf_window_s=3600)
+        assert _tick(server, clock)
+        _settle(server, clock)
+
+        # With nothing changed, a pass still runs every idle_pass_s.
+        assert not _tick(server, clock, 10) and not _tick(server, clock, 10)
+        assert _tick(server, clock, 11)
+    finally:
+        _stop(server)
+
+
+def test_a_begin_time_reached_with_nothing_else_changed_brings_the_pass_that_starts_the_job(tmp_path):
+    clock = Clock()
+    server, ids = _server(tmp_path, clock, 2)
+    try:
+        begin = clock.t + 5
+        with server.sessions() as s, s.begin():
+            later = _job(clock.t, begin_time=begin)
+            s.add(later)
+            s.flush()
+            later_id = later.id
+        assert _tick(server, clock)
+        states = _states(server)
+        assert [states[jid] for jid in ids] == ["RUNNING", "RUNNING"] and states[later_id] == "PENDING"
+        _settle(server, clock)
+        assert states == _states(server)
+        while clock.t < begin - 1:
+            assert not _tick(server, clock), "nothing changes before the begin time"
+        assert _tick(server, clock, 1.5), "the begin time passed"
+        assert _states(server)[later_id] == "RUNNING", "started on a free GPU by a periodic pass"
+    finally:
+        _stop(server)
+
+
+@pytest.mark.postgres
+def test_on_a_store_several_servers_may_share_no_pass_is_skipped(tmp_path, postgres_url):
+    """Another server's commits are not counted here: every periodic pass runs."""
+    clock = Clock()
+    server, _ = _server(tmp_path, clock, 6, postgres_url)
+    try:
+        assert server.leader.shared
+        assert all(_tick(server, clock) for _ in range(4))
+        assert server.controller.skipped == 0
+    finally:
+        _stop(server)
