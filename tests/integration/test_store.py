@@ -188,7 +188,10 @@ def test_the_controllers_row_cache_sees_every_change_a_fresh_read_would(engine, 
             cached = build(s, (), 1.0, cache=cache)
         with sessions() as s:
             fresh = build(s, (), 1.0)
+            said = {r.id: (r.reason, r.expected_start)
+                    for r in s.scalars(select(JobRow).where(JobRow.state == "PENDING"))}
         assert cached == fresh
+        assert cache.said == said, "each pending job's reason and estimate, as its row has them"
 
     same()
     with sessions() as s, s.begin():
@@ -384,6 +387,8 @@ def test_a_passes_reasons_are_written_only_to_rows_unchanged_since_its_snapshot_
             cached = build(s, (), 1.0, cache=cache)
         with sessions() as s:
             assert cached == build(s, (), 1.0)
+            assert cache.said == {r.id: (r.reason, r.expected_start)
+                                  for r in s.scalars(select(JobRow).where(JobRow.state == "PENDING"))}
 
     def stored() -> list[tuple]:
         with sessions() as s:

@@ -124,3 +124,42 @@ def test_sinfo_prints_the_same_from_its_view_of_the_nodes_as_from_whole_nodes(ar
     options = sinfo.parse_args(args)
     render = sinfo.render_json if options.json else sinfo.render_sinfo
     assert render(seen, PARTS, options, NOW) == render(nodes, PARTS, options, NOW)
+
+
+# ------------------------------------------------------------------ kept collapsed, by changes
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from shoal.server.queueview import Collapsed  # noqa: E402
+
+_CHANGE = st.tuples(
+    st.integers(1, 40),  # job id
+    st.sampled_from(["PENDING", "RUNNING", None]),  # its new state; None: it leaves the queue
+    st.sampled_from([None, 1, 2]),  # its array (None: a plain job)
+    st.sampled_from(["a", "b"]),  # name
+    st.sampled_from(["gpu", "debug"]),  # partition
+    st.sampled_from(["Priority", "Resources", None]),  # reason
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(_CHANGE, max_size=12), min_size=1, max_size=8))
+def test_the_kept_collapse_is_what_collapsing_the_whole_listing_makes_after_any_changes(batches):
+    """Collapsed, brought up to date job by job (as the queue view's refresh does), lists what
+    squeue's collapse_arrays makes of the whole listing after every batch of changes."""
+    jobs: dict[int, dict] = {}
+    kept = Collapsed()
+    for batch in batches:
+        for jid, state, array, name, partition, reason in batch:
+            old = jobs.pop(jid, None)
+            if old is not None:
+                kept.drop(old)
+            if state is None:
+                continue
+            new = view(job(job_id=jid, state=state, name=name, partition=partition, reason=reason,
+                           array_job_id=array, array_task_id=None if array is None else jid % 7,
+                           array_throttle=2 if array == 2 else None))
+            jobs[jid] = new
+            kept.put(new)
+        assert kept.rows() == squeue.collapse_arrays([jobs[j] for j in sorted(jobs)])

@@ -300,14 +300,11 @@ class Controller(KickedLoop):
     def _changed_reasons(self, reasons: dict[int, str], estimates: dict[int, float] | None) -> set[int]:
         """The pending jobs whose reason (or, in a full pass, start estimate) the plan changes,
         judged by the rows the snapshot read (their version was current then; a row changed
-        since is re-read by the apply and re-checked there)."""
-        changed = set()
-        for jid, reason in reasons.items():
-            row = self._rows.row(jid)
-            if row is None or row.state != JobState.PENDING.value or row.reason != reason or (
-                    estimates is not None and row.expected_start != estimates.get(jid)):
-                changed.add(jid)
-        return changed
+        since is re-read by the apply and re-checked there). A job not pending there has changed."""
+        said = self._rows.said
+        if estimates is None:
+            return {jid for jid, reason in reasons.items() if jid not in said or said[jid][0] != reason}
+        return {jid for jid, reason in reasons.items() if said.get(jid) != (reason, estimates.get(jid))}
 
     # -------------------------------------------------------------- preemption
 

@@ -13,16 +13,61 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable
+from operator import itemgetter
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from shoal.server import jobs as jobsvc
 from shoal.server import listing
+from shoal.slurm.squeue import array_group, merged_row
 from shoal.store.changes import ALL, ChangeCount
 from shoal.store.models import CleanupRow, JobRow
 
 _BATCH = 500  # ids per IN (...) when re-reading changed jobs
+
+
+class Collapsed:
+    """The listing with each array's pending tasks merged (``listing.collapse``), kept as its
+    pieces and brought up to date by the jobs that changed: the rows shown alone, and each
+    group of pending tasks with its merged row, remade only when one of its tasks changed.
+    With 92,000 pending tasks and 8,000 running jobs, collapsing the whole listing took
+    ~70 ms after every change of the queue (each scheduling pass that starts a job), for
+    an answer of 8,001 rows."""
+
+    def __init__(self) -> None:
+        self._alone: dict[int, dict] = {}  # job id -> a job shown on its own row
+        self._groups: dict[tuple, dict[int, dict]] = {}  # array_group -> its tasks by job id
+        self._rows: dict[tuple, tuple[int, dict]] = {}  # array_group -> (first job id, its row)
+
+    def put(self, job: dict) -> None:
+        key = array_group(job)
+        if key is None:
+            self._alone[job["job_id"]] = job
+        else:
+            self._groups.setdefault(key, {})[job["job_id"]] = job
+            self._rows.pop(key, None)
+
+    def drop(self, job: dict) -> None:
+        key = array_group(job)
+        if key is None:
+            self._alone.pop(job["job_id"], None)
+            return
+        group = self._groups.get(key)
+        if group is not None and group.pop(job["job_id"], None) is not None:
+            self._rows.pop(key, None)
+            if not group:
+                del self._groups[key]
+
+    def rows(self) -> list[dict]:
+        """What ``listing.collapse`` makes of every job put and not dropped, in id order."""
+        for key, group in self._groups.items():
+            if key not in self._rows:
+                tasks = [group[jid] for jid in sorted(group)]
+                self._rows[key] = (tasks[0]["job_id"], tasks[0] if len(tasks) == 1 else merged_row(tasks))
+        placed = [*self._alone.items(), *self._rows.values()]
+        placed.sort(key=itemgetter(0))
+        return [row for _, row in placed]
 
 
 class QueueView:
@@ -39,6 +84,7 @@ class QueueView:
         # jobs queued, sorting them and joining their encodings was ~100 ms a call, and
         # compressing them more, for answers that are the same until the next commit changes a job.
         self._listing: list[dict] = []
+        self._arrays = Collapsed()  # _jobs collapsed, kept in pieces
         self._collapsed: tuple[list[dict], list[dict]] | None = None
         self._answers: dict[tuple[int, str, bool], tuple[list[dict], bytes]] = {}
         self._lock = threading.Lock()
@@ -68,6 +114,9 @@ class QueueView:
             rows = s.execute(select(*jobsvc.QUEUE_VIEW.values()).where(jobsvc.listed(s))).all()
             self._jobs = {job["job_id"]: job for job in jobsvc.queue_view(s, rows)}
             self._json, self._row = {}, {}
+        self._arrays = Collapsed()
+        for job in self._jobs.values():
+            self._arrays.put(job)
 
     def _refresh(self, ids: Iterable[int]) -> None:
         ids = sorted(ids)
@@ -78,26 +127,29 @@ class QueueView:
                 completing = set(s.scalars(select(CleanupRow.job_id).where(CleanupRow.job_id.in_(chunk))))
                 rows = s.execute(select(*jobsvc.QUEUE_VIEW.values()).where(JobRow.id.in_(chunk))).all()
                 for jid in chunk:
-                    jobs.pop(jid, None)
+                    old = jobs.pop(jid, None)
+                    if old is not None:
+                        self._arrays.drop(old)
                     self._json.pop(jid, None)
                     self._row.pop(jid, None)
                 for job in jobsvc.queue_view(s, rows, completing):
                     if job["state"] in jobsvc.ACTIVE or job["completing"]:
                         jobs[job["job_id"]] = job
+                        self._arrays.put(job)
 
     def collapsed(self, jobs: list[dict]) -> list[dict]:
         """``listing.collapse(jobs)``, made once per change for the whole listing."""
         kept = self._collapsed
         if kept is not None and kept[0] is jobs:
             return kept[1]
-        if jobs is not self._listing:
-            return listing.collapse(jobs)
-        with self._encoding:
+        with self._lock:  # the pieces are those of the listing while it is the current one
             kept = self._collapsed
-            if kept is None or kept[0] is not jobs:
-                kept = (jobs, listing.collapse(jobs))
-                self._collapsed = kept
-            return kept[1]
+            if kept is not None and kept[0] is jobs:
+                return kept[1]
+            if jobs is self._listing:
+                kept = self._collapsed = (jobs, self._arrays.rows())
+                return kept[1]
+        return listing.collapse(jobs)  # a filtered listing, or one a change has replaced
 
     def kept(self, jobs: list[dict]) -> bool:
         """Whether ``jobs`` is a listing whose answers are kept: the whole queue, or its arrays

@@ -239,24 +239,34 @@ def collapse_arrays(jobs: list[dict]) -> list[dict]:
     """
     groups: dict[tuple, list[dict]] = {}
     for job in jobs:
-        if job["state"] == "PENDING" and job.get("array_job_id") is not None \
-                and job.get("array_task_id") is not None:
-            groups.setdefault((job["array_job_id"], job.get("name"), job.get("partition")), []).append(job)
+        key = array_group(job)
+        if key is not None:
+            groups.setdefault(key, []).append(job)
     rows: list[dict] = []
     for job in jobs:
-        key = (job.get("array_job_id"), job.get("name"), job.get("partition"))
-        group = groups.get(key) if job["state"] == "PENDING" else None
+        key = array_group(job)
+        group = groups[key] if key is not None else None
         if not group or len(group) == 1:
             rows.append(job)
         elif group[0] is job:
-            reasons = list(dict.fromkeys(t.get("reason") or "None" for t in group))
-            rows.append({
-                **job,
-                "reason": ",".join(reasons),
-                "array_tasks": format_array((t["array_task_id"] for t in group),
-                                             job.get("array_throttle")),
-            })
+            rows.append(merged_row(group))
     return rows
+
+
+def array_group(job: dict) -> tuple | None:
+    """The group of pending array tasks ``job`` is shown in (``collapse_arrays``), or None."""
+    if job["state"] == "PENDING" and job.get("array_job_id") is not None and job.get("array_task_id") is not None:
+        return (job["array_job_id"], job.get("name"), job.get("partition"))
+    return None
+
+
+def merged_row(group: list[dict]) -> dict:
+    """The one row of a group of two or more pending tasks (in listing order): the first's,
+    its reasons joined, ``array_tasks`` the tasks' ids (``3-9%2``)."""
+    first = group[0]
+    reasons = list(dict.fromkeys(t.get("reason") or "None" for t in group))
+    return {**first, "reason": ",".join(reasons),
+            "array_tasks": format_array((t["array_task_id"] for t in group), first.get("array_throttle"))}
 
 
 def row_specs(options):
