@@ -433,3 +433,51 @@ def test_hollow_racks_spread_over_both_servers_stay_up_through_a_failover_and_ru
         assert all(by_rack.values()), by_rack
     finally:
         ha.stop()
+
+
+def test_a_new_leader_wakes_every_node_s_long_poll_on_every_server(tmp_path, postgres_url):
+    """The leader tells the other servers of its commits' work after each commit (the change
+    feed sends apart): killed between the two, an agent long-polling another server never
+    heard of its node's new run, which stayed RUNNING for good (seen in CI, twice, in the
+    hollow-racks story above). A newly elected leader makes every node's long-poll answer
+    again from the store, its own and the other servers'. Three servers in process: the
+    leader goes without a word, and the long-polls held on the two others end."""
+    import asyncio
+    import threading
+
+    from shoal.server.config import parse_cluster_config
+    from shoal.server.core import Server
+
+    config = parse_cluster_config({"partitions": [{"name": "gpu", "nodes": "n[1-2]", "default": True}]})
+    servers = [Server(postgres_url, config, tmp_path / f"s{i}", url=f"http://s{i}") for i in range(3)]
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, daemon=True).start()
+    try:
+        for s in servers:
+            s.hub.loop = loop
+            s.feed.start()
+        first, *others = servers
+        first.leader.start()
+        wait_until(lambda: first.leader.is_leader, 10, "the first server to lead")
+        for s in others:
+            s.leader.start()
+        time.sleep(1.0)  # the feeds listening
+
+        def long_poll(s):
+            return asyncio.run_coroutine_threadsafe(s.hub.wait("n1", s.hub.epoch, s.hub.generation("n1"), 60), loop)
+
+        polls = [long_poll(s) for s in others]
+        time.sleep(1.0)
+        assert not any(p.done() for p in polls), "nothing changed yet: the long-polls wait"
+        first.feed.stop()  # dies without a word: no feed, its lease's connection gone
+        first.leader.stop()
+        first.engine.dispose()
+        wait_until(lambda: any(s.leader.is_leader for s in others), FAILOVER_BOUND_S, "a new leader")
+        for p in polls:
+            p.result(timeout=10)
+    finally:
+        for s in servers:
+            s.feed.stop()
+            s.leader.stop()
+            s.engine.dispose()
+        loop.call_soon_threadsafe(loop.stop)

@@ -260,6 +260,17 @@ class Server:
                 self.kube.wake()  # a request held for a scaled-to-zero Deployment
 
     def _elected(self) -> None:
+        """This server leads now. The last leader told the others of its commits' work after
+        each commit (the feed sends them apart): killed between the two, what it last planned
+        reached no agent waiting on another server, and those runs stayed RUNNING with no
+        agent running them. So every node's long-poll, here and on the other servers,
+        answers again from the store."""
+        self.hub.heard({"resync": True})
+        if self.feed is not None:
+            self.feed.publish({"resync": True})
+        self._wake_loops()
+
+    def _wake_loops(self) -> None:
         self.controller.wake()
         self.kube.wake()
 
@@ -268,7 +279,7 @@ class Server:
         if event.get("resync"):
             self.hub.heard({"resync": True})
             self.auth.forget_all()
-            self._elected()
+            self._wake_loops()
         elif "metrics" in event:
             m = event["metrics"]
             self._apply_metrics(m["source"], m["sample"], m["time"])
