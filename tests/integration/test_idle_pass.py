@@ -162,3 +162,25 @@ def test_on_a_store_several_servers_may_share_no_pass_is_skipped(tmp_path, postg
         assert server.controller.skipped == 0
     finally:
         _stop(server)
+
+
+def test_a_pass_whose_plan_was_not_applied_is_run_again(tmp_path, monkeypatch):
+    """A pass that planned but failed to apply (the store refused its transaction) changed
+    nothing: the next periodic pass plans again rather than taking the store as settled."""
+    from shoal.server import controller
+
+    clock = Clock()
+    server, ids = _server(tmp_path, clock, 6)
+    try:
+        def refused(*args, **kwargs):
+            raise RuntimeError("database is locked")
+
+        real = controller.start_kept
+        monkeypatch.setattr(controller, "start_kept", refused)
+        with pytest.raises(RuntimeError):
+            _tick(server, clock)
+        monkeypatch.setattr(controller, "start_kept", real)
+        assert _tick(server, clock), "planned again"
+        assert [jid for jid, st in _states(server).items() if st == "RUNNING"] == ids[:4]
+    finally:
+        _stop(server)

@@ -222,7 +222,7 @@ class Controller(KickedLoop):
         s = self.server
         t0 = time.perf_counter()
         self._headroom = None  # unknown until this pass's plan is applied
-        self._quiet = None  # known again once this pass has read and planned
+        self._quiet = None  # known again once this pass's plan is applied
         read = None
         if self._inputs is not None:
             self._inputs.take()  # only the count is used: its keys are dropped
@@ -245,9 +245,10 @@ class Controller(KickedLoop):
         plan = schedule(snap, cycle.pass_config(config, full), self._placement)
         if full:
             self._last_full = now
-            if read is not None:
-                until = min(cycle.quiet_until(snap), now + s.config.scheduler.idle_pass_s)
-                self._quiet = Quiet(read.changes, read.settings, until)
+        quiet = None
+        if full and read is not None:
+            quiet = Quiet(read.changes, read.settings,
+                          min(cycle.quiet_until(snap), now + s.config.scheduler.idle_pass_s))
         reasons = {**plan.reasons, **plan.never}
         signals: list[tuple[str, str, int, str]] = []
         with s.sessions() as session, session.begin():
@@ -285,6 +286,7 @@ class Controller(KickedLoop):
         for node, key, signum, target in signals:  # only once the preemption is committed
             s.hub.signal(node, key, signum, target)
         self._headroom, self._seen_id = headroom(snap, [st.allocation for st in plan.starts], self._placement), seen
+        self._quiet = quiet  # only once the plan is applied: a failed apply is planned again
         return touched
 
     def _kept_starts(self, starts: list[Start]) -> list[tuple[JobRow, Start]]:
