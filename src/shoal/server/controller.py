@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+import dataclasses
 from dataclasses import dataclass
 
 from sqlalchemy import bindparam, delete, select, update
@@ -247,8 +248,8 @@ class Controller(KickedLoop):
             self._last_full = now
         quiet = None
         if full and read is not None:
-            quiet = Quiet(read.changes, read.settings,
-                          min(cycle.quiet_until(snap), now + s.config.scheduler.idle_pass_s))
+            quiet = dataclasses.replace(read, until=min(cycle.quiet_until(snap),
+                                                        now + s.config.scheduler.idle_pass_s))
         reasons = {**plan.reasons, **plan.never}
         signals: list[tuple[str, str, int, str]] = []
         with s.sessions() as session, session.begin():
