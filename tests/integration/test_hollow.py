@@ -122,8 +122,10 @@ def test_a_wave_of_silent_nodes_requeues_or_fails_their_jobs_and_leaves_the_rest
         seen: dict = {}
 
         def settled():
-            jobs = _states(cluster, requeue + plain)
+            # The nodes first: a node is marked DOWN in the commit that requeues its jobs, so
+            # jobs read after it never show one still running there (read before, they may).
             down = {n["name"] for n in cluster.nodes_json() if n["state"] == "DOWN"}
+            jobs = _states(cluster, requeue + plain)
             seen.update(down=down, jobs={j: (jobs[j]["state"], jobs[j]["restart_count"]) for j in jobs})
             return (jobs, down) if down == silent and all(jobs[j]["restart_count"] >= 1 for j in hit[:2]) \
                 and jobs[plain[0]]["state"] == "NODE_FAIL" else None
