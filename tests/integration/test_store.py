@@ -353,6 +353,45 @@ def test_the_jobs_a_pass_starts_are_seen_by_the_next_pass_and_by_the_agents_work
         _stop(server)
 
 
+def test_a_step_and_a_silent_nodes_lost_clean_ups_count_as_changes_to_their_jobs_alone(db_url, tmp_path):
+    """srun's step-id lock (a no-op write of its job) and a silent node's clean-ups dropped
+    are counted as changes to those jobs, not as "any job" (``ALL``), which made squeue's view
+    and the scheduler's rows read the whole queue again at every srun."""
+    from shoal.server import jobcontrol
+    from shoal.server.auth import Principal
+    from shoal.server.schemas import StepCreate
+    from shoal.store.changes import ALL, ChangeCount
+
+    server, ids = _queue(db_url, tmp_path, 6)
+    seen = ChangeCount(server.sessions, {JobRow: "id", CleanupRow: "job_id"})
+    try:
+        server.controller.run_pass()
+        running = [jid for jid, (state, _) in _states(server).items() if state == "RUNNING"]
+        assert len(running) == 4
+        seen.take()
+        with server.sessions() as s:
+            step = jobcontrol.create_step(server, s, running[0], StepCreate(argv=["hostname"]),
+                                          Principal(user="alice", role="user"))
+        assert step["step_id"] == 0 and seen.take() == set(), "no job changed (its version is written as it was)"
+        with server.sessions() as s:
+            on = [r.id for r in s.scalars(select(JobRow).where(JobRow.id.in_(running)))
+                  if r.allocation["nodes"][0]["name"] == "node01"]
+        with server.sessions() as s, s.begin():  # a job on node01 ends: its clean-up is left there
+            jobsvc_finish(s, s.get(JobRow, on[0]))
+        seen.take()
+        assert [j["job_id"] for j in server.queue.jobs() if j["completing"]] == [on[0]]
+        with server.sessions() as s, s.begin():  # node01 is silent: its jobs and clean-ups go
+            server.controller.fail_nodes_jobs(s, frozenset({"node01"}), server.clock(), silent=True)
+        keys = seen.take()
+        assert ALL not in keys and keys == set(on), keys
+        with server.sessions() as s:
+            assert not s.scalars(select(CleanupRow).where(CleanupRow.node == "node01")).all()
+        assert _states(server)[on[1]][0] == "NODE_FAIL"  # not --requeue
+        assert not set(on) & {j["job_id"] for j in server.queue.jobs()}, "both gone from the queue"
+    finally:
+        _stop(server)
+
+
 def jobsvc_finish(session, row) -> None:
     from shoal.server import jobs as jobsvc
 
@@ -817,7 +856,7 @@ def test_the_queue_view_kept_in_memory_lists_what_the_store_says(engine):
             assert json.loads(gzip.decompress(view.encoded(view.jobs(), "jobs", True))) == {"jobs": jobs}
             for merged in (False, True):
                 wanted = listing.collapse(jobs) if merged else jobs
-                got = view.collapsed(view.jobs()) if merged else view.jobs()
+                got = view.collapsed_jobs() if merged else view.jobs()
                 assert squeue.listed_jobs(json.loads(gzip.decompress(view.encoded(got, "rows", True)))) == \
                     squeue.listed_jobs(json.loads(listing.encode(wanted, "rows")))
         return [(j["job_id"], j["state"], j["reason"], j["completing"]) for j in jobs]
@@ -849,7 +888,7 @@ def test_the_queue_view_kept_in_memory_lists_what_the_store_says(engine):
 
     def merged() -> list[tuple]:
         """The rows squeue gets gzipped, each array's pending tasks as one."""
-        got = json.loads(gzip.decompress(view.encoded(view.collapsed(view.jobs()), "rows", True)))
+        got = json.loads(gzip.decompress(view.encoded(view.collapsed_jobs(), "rows", True)))
         return [(j["job_id"], j["state"], j["array_tasks"]) for j in squeue.listed_jobs(got)]
 
     with sessions() as s, s.begin():

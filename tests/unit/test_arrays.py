@@ -3,7 +3,7 @@
 import pytest
 from hypothesis import given, strategies as st
 
-from shoal.model.arrays import ArraySpecError, format_array, parse_array
+from shoal.model.arrays import ArraySpecError, TaskRanges, format_array, parse_array
 
 
 def test_a_range_of_sixteen_tasks():
@@ -73,3 +73,19 @@ def test_array_parser_raises_only_its_own_error(text):
         parse_array(text)
     except ArraySpecError:
         pass
+
+
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 30)), max_size=80), st.sampled_from([None, 3]))
+def test_task_ranges_kept_one_id_at_a_time_write_what_format_array_writes_of_them(steps, throttle):
+    """Ids added and removed one at a time (an id added twice stays until removed twice, as a
+    group may hold two tasks of one id), against format_array of what is held after each."""
+    kept, held = TaskRanges(), []
+    for add, i in steps:
+        if add:
+            kept.add(i)
+            held.append(i)
+        elif i in held:
+            kept.remove(i)
+            held.remove(i)
+        assert kept.text(throttle) == format_array(held, throttle)
+        assert len(kept) == len(set(held))

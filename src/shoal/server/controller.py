@@ -421,8 +421,11 @@ class Controller(KickedLoop):
         the running jobs' allocations, not one per node, and loads only the jobs on them."""
         touched: set[str] = set()
         skip = nodes if only is None else frozenset()
-        if only is None:
-            session.execute(delete(CleanupRow).where(CleanupRow.node.in_(nodes)))
+        if only is None:  # on the connection, its jobs noted: through the session it would count as any job's
+            cleanups = CleanupRow.__table__
+            gone = session.connection().execute(delete(cleanups).where(cleanups.c.node.in_(nodes))
+                                                .returning(cleanups.c.job_id)).scalars().all()
+            note_changes(session, CleanupRow, gone)
         on = [jid for jid, allocation in session.execute(select(JobRow.id, JobRow.allocation).where(
               JobRow.state == JobState.RUNNING.value))
               if allocation and not nodes.isdisjoint(Allocation.from_json(allocation).node_names)]

@@ -100,9 +100,13 @@ class JobFilter:
         return ((self.since is None or job["end_time"] is None or job["end_time"] >= self.since)
                 and (self.owner is None or job[_KEYS[self.owner[0]]] == self.owner[1]))
 
+    @property
+    def admits_all(self) -> bool:
+        return not self.sets and self.since is None and self.owner is None
+
     def select(self, jobs: list[dict]) -> list[dict]:
         """The queue view's jobs this filter admits."""
-        if not self.sets and self.since is None and self.owner is None:
+        if self.admits_all:
             return jobs
         return [j for j in jobs if self.admits(j)]
 
@@ -145,8 +149,10 @@ def list_jobs(server: Server, job_id: list[str], user: str | None = None, partit
     wanted = JobFilter.of(user, partition, state, name, since, viewer if _private(server, viewer) else None)
     if from_queue_view(server, job_id, all, view):
         # squeue's default call, in users' loops: from the view kept in memory.
+        if collapse and wanted.admits_all:
+            return server.queue.collapsed_jobs()
         jobs = wanted.select(server.queue.jobs())
-        return server.queue.collapsed(jobs) if collapse else jobs
+        return listing.collapse(jobs) if collapse else jobs
     found = _read_jobs(server, job_id, all, view, wanted)
     return listing.collapse(found) if collapse else found
 

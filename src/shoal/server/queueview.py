@@ -12,6 +12,7 @@ PostgreSQL: ``available`` is False there, and callers read the store).
 from __future__ import annotations
 
 import threading
+from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable
 from operator import itemgetter
 
@@ -20,11 +21,62 @@ from sqlalchemy.orm import Session
 
 from shoal.server import jobs as jobsvc
 from shoal.server import listing
-from shoal.slurm.squeue import array_group, merged_row
+from shoal.model.arrays import TaskRanges
+from shoal.slurm.squeue import array_group, merged, task_reason
 from shoal.store.changes import ALL, ChangeCount
 from shoal.store.models import CleanupRow, JobRow
 
 _BATCH = 500  # ids per IN (...) when re-reading changed jobs
+
+
+class _Group:
+    """One group of pending array tasks (``array_group``), with what its merged row is made
+    of kept as tasks come and go: its job ids and each reason's in order, its task ids as
+    ranges. With 92,000 pending tasks in one group, one of which starts at every scheduling
+    pass, making the merged row from the tasks took 30 ms a change; now it is a dict copy."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[int, dict] = {}  # job id -> task
+        self.ids: list[int] = []  # their job ids, sorted
+        self.reasons: dict[str, list[int]] = {}  # reason -> its tasks' job ids, sorted
+        self.tasks = TaskRanges()
+        self.row: dict | None = None  # made once asked for, until the group changes
+
+    def put(self, job: dict) -> None:
+        jid = job["job_id"]
+        self.jobs[jid] = job
+        insort(self.ids, jid)
+        insort(self.reasons.setdefault(task_reason(job), []), jid)
+        self.tasks.add(job["array_task_id"])
+        self.row = None
+
+    def drop(self, job: dict) -> bool:
+        """Drop ``job`` (as it was put); whether it was here."""
+        jid = job["job_id"]
+        if self.jobs.pop(jid, None) is None:
+            return False
+        _remove(self.ids, jid)
+        reason = task_reason(job)
+        ids = self.reasons[reason]
+        _remove(ids, jid)
+        if not ids:
+            del self.reasons[reason]
+        self.tasks.remove(job["array_task_id"])
+        self.row = None
+        return True
+
+    def merged(self) -> tuple[int, dict]:
+        """(the first task's job id, the group's row): ``merged_row`` of its tasks in id order."""
+        first = self.jobs[self.ids[0]]
+        if self.row is None:
+            self.row = first if len(self.ids) == 1 else merged(
+                first, sorted(self.reasons, key=lambda r: self.reasons[r][0]),
+                self.tasks.text(first.get("array_throttle")))
+        return first["job_id"], self.row
+
+
+def _remove(ids: list[int], jid: int) -> None:
+    del ids[bisect_left(ids, jid)]
 
 
 class Collapsed:
@@ -37,16 +89,17 @@ class Collapsed:
 
     def __init__(self) -> None:
         self._alone: dict[int, dict] = {}  # job id -> a job shown on its own row
-        self._groups: dict[tuple, dict[int, dict]] = {}  # array_group -> its tasks by job id
-        self._rows: dict[tuple, tuple[int, dict]] = {}  # array_group -> (first job id, its row)
+        self._groups: dict[tuple, _Group] = {}  # array_group -> its tasks
 
     def put(self, job: dict) -> None:
         key = array_group(job)
         if key is None:
             self._alone[job["job_id"]] = job
         else:
-            self._groups.setdefault(key, {})[job["job_id"]] = job
-            self._rows.pop(key, None)
+            group = self._groups.get(key)
+            if group is None:
+                group = self._groups[key] = _Group()
+            group.put(job)
 
     def drop(self, job: dict) -> None:
         key = array_group(job)
@@ -54,18 +107,12 @@ class Collapsed:
             self._alone.pop(job["job_id"], None)
             return
         group = self._groups.get(key)
-        if group is not None and group.pop(job["job_id"], None) is not None:
-            self._rows.pop(key, None)
-            if not group:
-                del self._groups[key]
+        if group is not None and group.drop(job) and not group.jobs:
+            del self._groups[key]
 
     def rows(self) -> list[dict]:
         """What ``listing.collapse`` makes of every job put and not dropped, in id order."""
-        for key, group in self._groups.items():
-            if key not in self._rows:
-                tasks = [group[jid] for jid in sorted(group)]
-                self._rows[key] = (tasks[0]["job_id"], tasks[0] if len(tasks) == 1 else merged_row(tasks))
-        placed = [*self._alone.items(), *self._rows.values()]
+        placed = [*self._alone.items(), *(group.merged() for group in self._groups.values())]
         placed.sort(key=itemgetter(0))
         return [row for _, row in placed]
 
@@ -79,13 +126,13 @@ class QueueView:
         self._json: dict[int, tuple[dict, bytes]] = {}
         self._row: dict[int, tuple[dict, bytes]] = {}
         self._synced_at: int | None = None  # changes.value the jobs are current for
-        # The listing jobs() gave for _synced_at, its arrays collapsed once asked for, and
-        # their whole answers once asked for, by (id of the listing, form, gzip): with 100,000
-        # jobs queued, sorting them and joining their encodings was ~100 ms a call, and
-        # compressing them more, for answers that are the same until the next commit changes a job.
-        self._listing: list[dict] = []
+        # For _synced_at, once asked for: the listing jobs() gives, its arrays collapsed, and
+        # their whole answers, by (id of the listing, form, gzip): with 100,000 jobs queued,
+        # sorting them and joining their encodings was ~100 ms a call, and compressing them
+        # more, for answers that are the same until the next commit changes a job.
+        self._listing: list[dict] | None = None
         self._arrays = Collapsed()  # _jobs collapsed, kept in pieces
-        self._collapsed: tuple[list[dict], list[dict]] | None = None
+        self._collapsed: list[dict] | None = None
         self._answers: dict[tuple[int, str, bool], tuple[list[dict], bytes]] = {}
         self._lock = threading.Lock()
         self._encoding = threading.RLock()  # one thread builds a kept answer; the others wait for it
@@ -97,17 +144,31 @@ class QueueView:
     def jobs(self) -> list[dict]:
         """The pending, running and completing jobs, by id, as ``jobsvc.queue_view`` makes them."""
         with self._lock:
-            at = self.changes.value
-            if at != self._synced_at:
-                keys = self.changes.take()
-                if self._synced_at is None or ALL in keys:
-                    self._reload()
-                elif keys:
-                    self._refresh(keys)
-                self._synced_at = at
+            self._sync()
+            if self._listing is None:
                 self._listing = [self._jobs[jid] for jid in sorted(self._jobs)]
-                self._collapsed, self._answers = None, {}
             return self._listing  # the caller must not change it: filters make new lists
+
+    def collapsed_jobs(self) -> list[dict]:
+        """``listing.collapse(self.jobs())``, made from its kept pieces (unfiltered squeue's
+        listing: the whole one is not made for it)."""
+        with self._lock:
+            self._sync()
+            if self._collapsed is None:
+                self._collapsed = self._arrays.rows()
+            return self._collapsed
+
+    def _sync(self) -> None:
+        at = self.changes.value
+        if at != self._synced_at:
+            keys = self.changes.take()
+            if self._synced_at is None or ALL in keys:
+                self._reload()
+            elif keys:
+                self._refresh(keys)
+            self._synced_at = at
+            self._listing = self._collapsed = None
+            self._answers = {}
 
     def _reload(self) -> None:
         with self.sessions() as s:
@@ -137,25 +198,10 @@ class QueueView:
                         jobs[job["job_id"]] = job
                         self._arrays.put(job)
 
-    def collapsed(self, jobs: list[dict]) -> list[dict]:
-        """``listing.collapse(jobs)``, made once per change for the whole listing."""
-        kept = self._collapsed
-        if kept is not None and kept[0] is jobs:
-            return kept[1]
-        with self._lock:  # the pieces are those of the listing while it is the current one
-            kept = self._collapsed
-            if kept is not None and kept[0] is jobs:
-                return kept[1]
-            if jobs is self._listing:
-                kept = self._collapsed = (jobs, self._arrays.rows())
-                return kept[1]
-        return listing.collapse(jobs)  # a filtered listing, or one a change has replaced
-
     def kept(self, jobs: list[dict]) -> bool:
         """Whether ``jobs`` is a listing whose answers are kept: the whole queue, or its arrays
         collapsed (unfiltered squeue)."""
-        collapsed = self._collapsed
-        return jobs is self._listing or (collapsed is not None and jobs is collapsed[1])
+        return jobs is self._listing or jobs is self._collapsed
 
     def encoded(self, jobs: list[dict], form: str = "jobs", gzip: bool = False) -> bytes:
         """The answer listing ``jobs`` in ``form`` (``listing.encode``), gzipped if asked; each

@@ -10,6 +10,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Iterable
 
 from shoal.api_client import ClientError, RunLocally, print_error, program_name
 from shoal.slurm.fmt import (
@@ -264,9 +265,19 @@ def merged_row(group: list[dict]) -> dict:
     """The one row of a group of two or more pending tasks (in listing order): the first's,
     its reasons joined, ``array_tasks`` the tasks' ids (``3-9%2``)."""
     first = group[0]
-    reasons = list(dict.fromkeys(t.get("reason") or "None" for t in group))
-    return {**first, "reason": ",".join(reasons),
-            "array_tasks": format_array((t["array_task_id"] for t in group), first.get("array_throttle"))}
+    return merged(first, dict.fromkeys(task_reason(t) for t in group),
+                  format_array((t["array_task_id"] for t in group), first.get("array_throttle")))
+
+
+def task_reason(task: dict) -> str:
+    """A pending task's reason as its group's merged row lists it."""
+    return task.get("reason") or "None"
+
+
+def merged(first: dict, reasons: Iterable[str], tasks: str) -> dict:
+    """A group's merged row: its first task's, with the group's reasons (in order of their
+    first task) and ``array_tasks``, the tasks' ids as format_array writes them."""
+    return {**first, "reason": ",".join(reasons), "array_tasks": tasks}
 
 
 def row_specs(options):
