@@ -225,6 +225,7 @@ class Server:
 
     def start(self) -> None:
         self.heartbeats.start()
+        self.queue.follow()
         self.controller.start()
         self.kube.start()
         if self.feed is not None:
@@ -237,6 +238,7 @@ class Server:
         self.kube.stop()
         self.controller.stop()
         self.heartbeats.stop()
+        self.queue.stop()
         self.leader.stop()
         self.engine.dispose()
 

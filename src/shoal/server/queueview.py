@@ -11,6 +11,7 @@ PostgreSQL: ``available`` is False there, and callers read the store).
 
 from __future__ import annotations
 
+import logging
 import threading
 from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable
@@ -27,6 +28,10 @@ from shoal.store.changes import ALL, ChangeCount
 from shoal.store.models import CleanupRow, JobRow
 
 _BATCH = 500  # ids per IN (...) when re-reading changed jobs
+FOLLOW_S = 0.2
+"""How often the follower (``QueueView.follow``) looks for commits it has not seen."""
+
+log = logging.getLogger("shoal.server")
 
 
 class _Group:
@@ -136,10 +141,17 @@ class QueueView:
         self._answers: dict[tuple[int, str, bool], tuple[list[dict], bytes]] = {}
         self._lock = threading.Lock()
         self._encoding = threading.RLock()  # one thread builds a kept answer; the others wait for it
+        self._follower: threading.Thread | None = None
+        self._stop = threading.Event()
 
     @property
     def available(self) -> bool:
         return self.changes.enabled
+
+    @property
+    def current(self) -> bool:
+        """Whether the view has seen every commit counted so far."""
+        return self._synced_at == self.changes.value
 
     def jobs(self) -> list[dict]:
         """The pending, running and completing jobs, by id, as ``jobsvc.queue_view`` makes them."""
@@ -158,19 +170,23 @@ class QueueView:
                 self._collapsed = self._arrays.rows()
             return self._collapsed
 
-    def _sync(self) -> None:
+    def _sync(self) -> list[dict]:
+        """Bring the view up to date with the commits counted; the jobs it put (new or changed)."""
         at = self.changes.value
-        if at != self._synced_at:
-            keys = self.changes.take()
-            if self._synced_at is None or ALL in keys:
-                self._reload()
-            elif keys:
-                self._refresh(keys)
-            self._synced_at = at
-            self._listing = self._collapsed = None
-            self._answers = {}
+        if at == self._synced_at:
+            return []
+        keys = self.changes.take()
+        try:
+            put = self._reload() if self._synced_at is None or ALL in keys else self._refresh(keys) if keys else []
+        except BaseException:
+            self._synced_at = None  # the keys taken are lost with it: the next sync reads the view whole
+            raise
+        self._synced_at = at
+        self._listing = self._collapsed = None
+        self._answers = {}
+        return put
 
-    def _reload(self) -> None:
+    def _reload(self) -> list[dict]:
         with self.sessions() as s:
             rows = s.execute(select(*jobsvc.QUEUE_VIEW.values()).where(jobsvc.listed(s))).all()
             self._jobs = {job["job_id"]: job for job in jobsvc.queue_view(s, rows)}
@@ -178,10 +194,45 @@ class QueueView:
         self._arrays = Collapsed()
         for job in self._jobs.values():
             self._arrays.put(job)
+        return list(self._jobs.values())
 
-    def _refresh(self, ids: Iterable[int]) -> None:
+    def follow(self, interval_s: float = FOLLOW_S) -> None:
+        """Keep the view current in a thread of its own, as commits change jobs (as the
+        Kubernetes API server's watch cache follows etcd), each changed job's row encoded as
+        squeue's listing shows it: a request then finds the view synced and its rows made,
+        instead of the first squeue after a storm reading and encoding 50,000 new jobs while
+        the other clients wait for it. A request still syncs what the thread has not yet."""
+        if self._follower is not None or not self.available:
+            return
+        self._stop.clear()
+        self._follower = threading.Thread(target=self._follow, args=(interval_s,), name="queue-view", daemon=True)
+        self._follower.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._follower is not None:
+            self._follower.join(timeout=5)
+            self._follower = None
+
+    def _follow(self, interval_s: float) -> None:
+        while not self._stop.wait(interval_s):
+            if self.current:
+                continue
+            try:
+                with self._lock:
+                    put = self._sync()
+            except Exception:
+                log.exception("squeue's view could not be brought up to date (a request will try again)")
+                continue
+            encode = self._encoding_of("rows")
+            for job in put:
+                if array_group(job) is None:  # shown on its own row (a pending array's tasks are merged)
+                    encode(job)
+
+    def _refresh(self, ids: Iterable[int]) -> list[dict]:
         ids = sorted(ids)
         jobs = self._jobs
+        put = []
         with self.sessions() as s:
             for i in range(0, len(ids), _BATCH):
                 chunk = ids[i:i + _BATCH]
@@ -197,6 +248,8 @@ class QueueView:
                     if job["state"] in jobsvc.ACTIVE or job["completing"]:
                         jobs[job["job_id"]] = job
                         self._arrays.put(job)
+                        put.append(job)
+        return put
 
     def kept(self, jobs: list[dict]) -> bool:
         """Whether ``jobs`` is a listing whose answers are kept: the whole queue, or its arrays
