@@ -4,22 +4,26 @@ running once the first pass ran, the rest pending). Each round ends ENDS running
 clean-ups gone), runs one scheduling pass (which starts as many) and then makes plain squeue's
 answer (``GET /jobs?view=queue&form=rows&collapse=true``, gzipped) as the endpoint does; the
 thread CPU of that answer is timed, and of the first one (the view read whole). Prints medians
-over ROUNDS rounds, the first two left out. To compare two versions, run each
+over ROUNDS rounds, the first two left out, and what a full collection of the cyclic garbage
+collector then takes (the interpreter set as the server sets it; one full collection made
+after the queue was built, then the rounds). To compare two versions, run each
 (PYTHONPATH=<other checkout>/src picks another).
 
     .venv/bin/python bench/bench_queue_view.py 100000 2 20    # QUEUED ENDS ROUNDS
 """
+import gc
 import statistics
 import sys
 import time
 
 import shoal
-from shoal.server import joblist
+from shoal.server import interpreter, joblist
 from shoal.server.auth import Principal
 
 from inprocess import cluster, end_running
 
 QUEUED, ENDS, ROUNDS = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+interpreter.set_for_server()
 server = cluster(QUEUED, array=True)
 operator = Principal(user="root", role="operator")
 
@@ -35,13 +39,17 @@ def answer() -> tuple[float, int]:
 server.controller.run_pass()
 cold, size = answer()
 again, _ = answer()
+gc.collect()
 cpu = []
 for _ in range(ROUNDS):
     end_running(server, ENDS)
     server.controller.run_pass()
     cpu.append(answer()[0])
 w = cpu[2:]
+t = time.perf_counter()
+gc.collect()
+collection = time.perf_counter() - t
 print(f"{shoal.__file__}: squeue's answer ({size / 1024:.0f} KiB gzipped): first {1000 * cold:.0f} ms CPU, "
       f"unchanged {1000 * again:.2f} ms; after each change (end {ENDS}, a pass) median {1000 * statistics.median(w):.1f} "
-      f"ms, max {1000 * max(w):.1f} ms over {len(w)} rounds")
+      f"ms, max {1000 * max(w):.1f} ms over {len(w)} rounds; then a full collection {1000 * collection:.0f} ms")
 server.leader.stop()

@@ -900,34 +900,46 @@ def test_the_queue_view_kept_in_memory_lists_what_the_store_says(engine):
     assert merged()[-2:] == [(tasks[0].id, "PENDING", "0,2"), (tasks[1].id, "RUNNING", None)]
 
 
-def test_the_queue_view_follows_commits_by_itself_and_encodes_the_rows_squeue_shows(engine, monkeypatch):
-    """The view's follower syncs it after commits with no request asking, and encodes the
-    rows plain squeue shows, so the first squeue after a storm finds them made; a sync that
-    fails (the store unreachable) leaves the view to be read whole by the next one."""
+def test_the_follower_syncs_squeues_view_and_the_running_index_and_encodes_the_rows_squeue_shows(
+        engine, monkeypatch):
+    """The follower (server/follower.py) syncs the queue view and the running jobs' index after
+    commits with no request asking, and encodes the rows plain squeue shows, so the first
+    squeue or sinfo after a storm finds them made; a sync that fails (the store unreachable)
+    leaves each to be read whole by the next one (the change keys it had taken are lost)."""
     from sqlalchemy.exc import OperationalError
 
     from shoal.server import listing
+    from shoal.server.follower import Follower
     from shoal.server.queueview import QueueView
+    from shoal.server.running import RunningJobs
     from shoal.slurm import squeue
     from shoal.store.changes import ChangeCount
 
     migrate(engine)
     sessions = session_factory(engine)
     view = QueueView(sessions, ChangeCount(sessions, {JobRow: "id", CleanupRow: "job_id"}))
-    view.follow(interval_s=0.02)
+    running = RunningJobs(sessions, ChangeCount(sessions, {JobRow: "id"}))
+    follower = Follower([view.sync, running.sync], interval_s=0.02)
+    follower.start()
     try:
         with sessions() as s, s.begin():
             s.add_all([_job(name=f"j{i}") for i in range(3)]
                       + [_job(name="sweep", array_job_id=10 ** 6, array_task_id=t) for t in range(4)])
         wait_until(lambda: view.current, 5, "the follower to sync the view")
+        with sessions() as s, s.begin():
+            row = s.scalar(select(JobRow).where(JobRow.name == "j0"))
+            row.state, row.allocation = "RUNNING", {"nodes": [{"name": "n01", "cpus": 2, "memory_mb": 8, "gpus": []}]}
+        wait_until(lambda: [j.id for j in running.known()] == [row.id], 5, "the follower to sync the running jobs")
         made: list[dict] = []
         dumps_row = listing.dumps_row
         monkeypatch.setattr(listing, "dumps_row", lambda job: made.append(job) or dumps_row(job))
+        wait_until(lambda: view.current, 5, "the follower to sync the view")
         rows = squeue.listed_jobs(json.loads(view.encoded(view.collapsed_jobs(), "rows")))
-        assert [j["name"] for j in rows] == ["j0", "j1", "j2", "sweep"]
+        assert [(j["name"], j["state"]) for j in rows] == [("j0", "RUNNING"), ("j1", "PENDING"), ("j2", "PENDING"),
+                                                            ("sweep", "PENDING")]
         assert [j["name"] for j in made] == ["sweep"], "only the array's merged row is made at the request"
     finally:
-        view.stop()
+        follower.stop()
     with sessions() as s, s.begin():
         s.scalar(select(JobRow).where(JobRow.name == "j1")).state = "RUNNING"
     real = view.sessions
@@ -935,12 +947,16 @@ def test_the_queue_view_follows_commits_by_itself_and_encodes_the_rows_squeue_sh
     def unreachable():
         raise OperationalError("SELECT", {}, Exception("the store is gone"))
 
-    view.sessions = unreachable
-    with pytest.raises(OperationalError):
-        view.jobs()
-    view.sessions = real
-    assert [(j["name"], j["state"]) for j in view.jobs()][:3] == [("j0", "PENDING"), ("j1", "RUNNING"),
+    view.sessions = running.sessions = unreachable
+    for sync in (view.sync, running.sync):
+        with pytest.raises(OperationalError):
+            sync()
+    view.sessions = running.sessions = real
+    assert [(j["name"], j["state"]) for j in view.jobs()][:3] == [("j0", "RUNNING"), ("j1", "RUNNING"),
                                                                  ("j2", "PENDING")]
+    with sessions() as s:
+        assert sorted(j.id for j in running.all(s)) == sorted(s.scalars(select(JobRow.id).where(
+            JobRow.state == "RUNNING")))
 
 
 def test_a_savepoints_rollback_keeps_the_change_keys_of_the_transaction_around_it(engine):

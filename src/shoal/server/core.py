@@ -20,6 +20,7 @@ from shoal.server import accounting as acctsvc
 from shoal.server.auth import Authenticator
 from shoal.server.config import ClusterConfig
 from shoal.server.controller import Controller
+from shoal.server.follower import Follower
 from shoal.server.groupcommit import GroupCommit
 from shoal.server.heartbeats import Heartbeats
 from shoal.server.hub import WorkHub
@@ -104,6 +105,7 @@ class Server:
         self.running = RunningJobs(self.sessions, ChangeCount(self.sessions, {JobRow: "id"},
                                                               enabled=not self.leader.shared),
                                    self.run_entries.drop)
+        self.follower = Follower([self.queue.sync, self.running.sync])
         self.controller.watch_rows(ChangeCount(self.sessions, {JobRow: "id"}, enabled=not self.leader.shared))
         self.controller.watch_inputs(ChangeCount(self.sessions, {JobRow: "id", CleanupRow: "job_id", NodeRow: "name",
                                                                  ReservationRow: "name", PartitionRow: "name",
@@ -225,7 +227,8 @@ class Server:
 
     def start(self) -> None:
         self.heartbeats.start()
-        self.queue.follow()
+        if self.job_changes.enabled:  # one server on its store: what it keeps follows its commits
+            self.follower.start()
         self.controller.start()
         self.kube.start()
         if self.feed is not None:
@@ -238,7 +241,7 @@ class Server:
         self.kube.stop()
         self.controller.stop()
         self.heartbeats.stop()
-        self.queue.stop()
+        self.follower.stop()
         self.leader.stop()
         self.engine.dispose()
 

@@ -11,7 +11,6 @@ PostgreSQL: ``available`` is False there, and callers read the store).
 
 from __future__ import annotations
 
-import logging
 import threading
 from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable
@@ -28,10 +27,6 @@ from shoal.store.changes import ALL, ChangeCount
 from shoal.store.models import CleanupRow, JobRow
 
 _BATCH = 500  # ids per IN (...) when re-reading changed jobs
-FOLLOW_S = 0.2
-"""How often the follower (``QueueView.follow``) looks for commits it has not seen."""
-
-log = logging.getLogger("shoal.server")
 
 
 class _Group:
@@ -141,8 +136,6 @@ class QueueView:
         self._answers: dict[tuple[int, str, bool], tuple[list[dict], bytes]] = {}
         self._lock = threading.Lock()
         self._encoding = threading.RLock()  # one thread builds a kept answer; the others wait for it
-        self._follower: threading.Thread | None = None
-        self._stop = threading.Event()
 
     @property
     def available(self) -> bool:
@@ -196,38 +189,19 @@ class QueueView:
             self._arrays.put(job)
         return list(self._jobs.values())
 
-    def follow(self, interval_s: float = FOLLOW_S) -> None:
-        """Keep the view current in a thread of its own, as commits change jobs (as the
-        Kubernetes API server's watch cache follows etcd), each changed job's row encoded as
-        squeue's listing shows it: a request then finds the view synced and its rows made,
-        instead of the first squeue after a storm reading and encoding 50,000 new jobs while
-        the other clients wait for it. A request still syncs what the thread has not yet."""
-        if self._follower is not None or not self.available:
+    def sync(self) -> None:
+        """Bring the view up to date now and encode the rows plain squeue shows of the jobs
+        that changed, for the follower (server/follower.py): a request then finds the view
+        synced and its rows made, instead of the first squeue after a storm reading and
+        encoding 50,000 new jobs while the other clients wait for it."""
+        if self.current or not self.available:
             return
-        self._stop.clear()
-        self._follower = threading.Thread(target=self._follow, args=(interval_s,), name="queue-view", daemon=True)
-        self._follower.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._follower is not None:
-            self._follower.join(timeout=5)
-            self._follower = None
-
-    def _follow(self, interval_s: float) -> None:
-        while not self._stop.wait(interval_s):
-            if self.current:
-                continue
-            try:
-                with self._lock:
-                    put = self._sync()
-            except Exception:
-                log.exception("squeue's view could not be brought up to date (a request will try again)")
-                continue
-            encode = self._encoding_of("rows")
-            for job in put:
-                if array_group(job) is None:  # shown on its own row (a pending array's tasks are merged)
-                    encode(job)
+        with self._lock:
+            put = self._sync()
+        encode = self._encoding_of("rows")
+        for job in put:
+            if array_group(job) is None:  # shown on its own row (a pending array's tasks are merged)
+                encode(job)
 
     def _refresh(self, ids: Iterable[int]) -> list[dict]:
         ids = sorted(ids)

@@ -142,16 +142,26 @@ class RunningJobs:
                 self._read.notify_all()
         return by_node
 
+    def sync(self) -> None:
+        """Bring the index up to date now (the follower's call: server/follower.py)."""
+        if self.changes.enabled and self._synced_at != self.changes.value:
+            with self._lock:
+                self._sync()
+
     def _sync(self) -> None:
         at = self.changes.value  # noted before the keys are taken: a racing commit moves it again
         if at == self._synced_at:
             return
         keys = self.changes.take()
-        if self._synced_at is None or ALL in keys:
-            with self.sessions() as s:
-                self._reload(s)
-        elif keys:
-            self._refresh(keys)
+        try:
+            if self._synced_at is None or ALL in keys:
+                with self.sessions() as s:
+                    self._reload(s)
+            elif keys:
+                self._refresh(keys)
+        except BaseException:
+            self._synced_at = None  # the keys taken are lost with it: the next sync reads every running job
+            raise
         self._synced_at = at
 
     def _reload(self, s: Session) -> list[Running]:
