@@ -807,6 +807,14 @@ def test_the_change_count_goes_up_once_a_job_write_is_committed_and_only_then(en
     with sessions() as s, s.begin():
         s.add(CleanupRow(job_id=job.id, run=0, node="n01", cpus=1, memory_mb=1, since=time.time()))
     assert changes.value == 3 and changes.take() == {job.id}
+    with sessions() as s, s.begin():
+        s.scalar(select(JobRow)).reason = "Resources"
+    with pytest.raises(RuntimeError), changes.taken() as keys:  # a reader's read of them fails
+        assert keys == {job.id}
+        raise RuntimeError("the store is gone")
+    with changes.taken() as keys:
+        assert keys == {job.id}, "given back for the next reader"
+    assert changes.take() == set()
 
 
 def test_an_arrays_submission_counts_as_a_change_to_its_tasks_alone(engine):
@@ -905,7 +913,7 @@ def test_the_follower_syncs_squeues_view_and_the_running_index_and_encodes_the_r
     """The follower (server/follower.py) syncs the queue view and the running jobs' index after
     commits with no request asking, and encodes the rows plain squeue shows, so the first
     squeue or sinfo after a storm finds them made; a sync that fails (the store unreachable)
-    leaves each to be read whole by the next one (the change keys it had taken are lost)."""
+    gives the change keys it had taken back, so the next one reads those jobs."""
     from sqlalchemy.exc import OperationalError
 
     from shoal.server import listing

@@ -9,8 +9,9 @@ A request still syncs whatever the follower has not seen yet, so every answer is
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
+
+from shoal.server.loop import KickedLoop
 
 log = logging.getLogger("shoal.server")
 
@@ -18,27 +19,19 @@ FOLLOW_S = 0.2
 """How often the follower looks for commits it has not seen (each sync costs nothing then)."""
 
 
-class Follower:
+class Follower(KickedLoop):
+    name = "follower"
+
     def __init__(self, syncs: list[Callable[[], None]], interval_s: float = FOLLOW_S) -> None:
-        self.syncs, self.interval_s = syncs, interval_s
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        super().__init__()
+        self.syncs, self._interval_s = syncs, interval_s
 
-    def start(self) -> None:
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="follower", daemon=True)
-        self._thread.start()
+    def interval_s(self) -> float:
+        return self._interval_s
 
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            for sync in self.syncs:
-                try:
-                    sync()
-                except Exception:
-                    log.exception("could not bring a view kept in memory up to date (a request will try again)")
+    def step(self) -> None:
+        for sync in self.syncs:  # each on its own: one that fails does not hold up the others
+            try:
+                sync()
+            except Exception:
+                log.exception("could not bring a view kept in memory up to date (a request will try again)")

@@ -168,12 +168,8 @@ class QueueView:
         at = self.changes.value
         if at == self._synced_at:
             return []
-        keys = self.changes.take()
-        try:
+        with self.changes.taken() as keys:  # given back if the read fails: the next sync reads them
             put = self._reload() if self._synced_at is None or ALL in keys else self._refresh(keys) if keys else []
-        except BaseException:
-            self._synced_at = None  # the keys taken are lost with it: the next sync reads the view whole
-            raise
         self._synced_at = at
         self._listing = self._collapsed = None
         self._answers = {}

@@ -152,16 +152,12 @@ class RunningJobs:
         at = self.changes.value  # noted before the keys are taken: a racing commit moves it again
         if at == self._synced_at:
             return
-        keys = self.changes.take()
-        try:
+        with self.changes.taken() as keys:  # given back if the read fails: the next sync reads them
             if self._synced_at is None or ALL in keys:
                 with self.sessions() as s:
                     self._reload(s)
             elif keys:
                 self._refresh(keys)
-        except BaseException:
-            self._synced_at = None  # the keys taken are lost with it: the next sync reads every running job
-            raise
         self._synced_at = at
 
     def _reload(self, s: Session) -> list[Running]:

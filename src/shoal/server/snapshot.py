@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Iterable, Mapping, MutableMapping
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 from sqlalchemy import or_, select
@@ -318,12 +319,13 @@ class JobRowCache:
         """Live (pending and running) rows as of now, and what a snapshot makes of them."""
         changes = self._changes
         counted = changes is not None and changes.enabled
-        keys = changes.take() if counted else {ALL}  # taken before reading: later commits are read next time
-        if counted and self._synced and ALL not in keys:
-            self._refresh(session, sorted(keys))
-        else:
-            self._reload(session)
-            self._synced = counted
+        # Taken before reading (later commits are read next time), given back if the read fails.
+        with changes.taken() if counted else nullcontext({ALL}) as keys:
+            if counted and self._synced and ALL not in keys:
+                self._refresh(session, sorted(keys))
+            else:
+                self._reload(session)
+                self._synced = counted
         if self._records_view is None:  # a copy: the snapshot holds it while the next pass changes ours
             self._records_view = dict(self._records)
         return LiveJobs(rows=self._plain, pending=self._pending.values(), active=self._active.values(),

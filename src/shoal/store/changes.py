@@ -13,7 +13,8 @@ commits are invisible, and ``enabled`` is False so nothing is kept.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 
 from sqlalchemy import event, insert
 from sqlalchemy.orm import Session, sessionmaker
@@ -77,6 +78,19 @@ class ChangeCount:
         with self._lock:
             keys, self._keys = self._keys, set()
         return keys
+
+    @contextmanager
+    def taken(self) -> Iterator[set]:
+        """``take()`` for a reader that brings a copy up to date from the keys: given back
+        if the block fails, so the next take hands them out again (a read that failed, the
+        store unreachable, left those rows as they were; dropped, they stayed so)."""
+        keys = self.take()
+        try:
+            yield keys
+        except BaseException:
+            with self._lock:
+                self._keys |= keys
+            raise
 
     def _flushed(self, session: Session, _context) -> None:
         for objs in (session.new, session.dirty, session.deleted):
