@@ -533,11 +533,11 @@ def test_an_agents_work_lists_its_runs_as_the_store_has_them_after_every_change(
 def test_the_running_jobs_index_holds_what_a_fresh_read_would_and_reads_only_what_changed(engine):
     """RunningJobs (agents' work answers, sinfo): after every kind of change (start, a
     multi-node start, an update, an end, a bulk UPDATE) each node's jobs and their holdings
-    are those a fresh read of the store gives; an answer with nothing changed reads nothing,
+    (one by one and summed, as sinfo shows them) are those a fresh read of the store gives; an answer with nothing changed reads nothing,
     one after a change reads only the changed jobs; ended jobs are reported once."""
     from sqlalchemy import event, update
 
-    from shoal.server.running import RunningJobs, _running
+    from shoal.server.running import RunningJobs, _running, summed
     from shoal.store.changes import ChangeCount
 
     migrate(engine)
@@ -564,7 +564,9 @@ def test_the_running_jobs_index_holds_what_a_fresh_read_would_and_reads_only_wha
         with sessions() as s:
             got = {node: index.on_node(s, node) for node in expected}
             every = sorted(j.id for j in index.all(s))
+            _, use = index.use(s)
         assert got == expected
+        assert use == {node: summed(node, jobs) for node, jobs in expected.items() if jobs}
         assert every == sorted({j.id for jobs in expected.values() for j in jobs})
 
     with sessions() as s, s.begin():

@@ -24,6 +24,7 @@ from shoal.model.node import NodeState, display_state
 from shoal.model.resources import GPU
 from shoal.server import listing
 from shoal.server import reservations as resvsvc
+from shoal.server.running import Use
 from shoal.store.changes import ChangeCount
 from shoal.store.models import CleanupRow, NodeRow
 
@@ -59,6 +60,7 @@ class NodeListing:
         # (others' count, the clean-ups' holdings, the MAINT reservations' windows)
         self._others: tuple[int | None, list[Holding], list[tuple[float, float, list[str]]]] = (None, [], [])
         self._sinfo = listing.KeptAnswer()
+        self._rows: dict[str, tuple[dict, tuple, bytes]] = {}  # sinfo's rows: (facts, what else, encoded)
 
     def all_json(self, s: Session, view: tuple[str, ...] | None = None) -> list[dict]:
         """Every node, by name; with ``view`` only those keys (SINFO_VIEW)."""
@@ -67,21 +69,48 @@ class NodeListing:
     def sinfo(self, s: Session, gzip: bool) -> tuple[bytes, bool]:
         """sinfo's answer, ``{"nodes": all_json(s, SINFO_VIEW)}`` encoded, and whether it is
         gzipped: kept (``listing.KeptAnswer``) by what it is made from, each count noted
-        before its rows are read (a commit racing the read moves it again)."""
+        before its rows are read (a commit racing the read moves it again). Made again, it
+        encodes only the nodes whose row, holdings, state shown or partitions moved: the
+        others' encodings are kept by node (``_rows``)."""
         server = self.server
         nodes = server.node_changes
         at = nodes.value
-        generation, running = server.running.counted(s)
+        generation, running = server.running.use(s)
         others_at, cleanups, windows = self._others_kept(s)
         maint = resvsvc.maint_nodes(windows, server.clock())
         partitions = server.partitions
 
         def make() -> bytes:
-            return listing.dumps({"nodes": self._with_use(s, self._facts(s), SINFO_VIEW, running, cleanups, maint)})
+            return b'{"nodes":[' + b",".join(self._sinfo_rows(self._facts(s), running, cleanups, maint)) + b"]}"
 
         if generation is None or not nodes.enabled or not self.others.enabled:  # counted elsewhere too
             return listing.squeezed(make(), gzip)
         return self._sinfo.get((at, generation, others_at, frozenset(maint), partitions), make, gzip)
+
+    def _sinfo_rows(self, facts: list[dict], running: dict[str, Use], cleanups: list[Holding],
+                    maint: set[str]) -> list[bytes]:
+        """Each node's sinfo row encoded, kept by what it is made of (its facts, by identity: a
+        node row's change makes them all anew)."""
+        use = _with_cleanups(running, cleanups)
+        parts_of = self._partitions_of(self.server.partitions)
+        kept = self._rows
+        rows, out = {}, []
+        for f in facts:
+            name = f["name"]
+            u = use.get(name, _IDLE)
+            parts = parts_of.get(name, ())
+            key = (u, name in maint, parts)
+            was = kept.get(name)
+            if was is not None and was[0] is f and was[1] == key:
+                row = was[2]
+            else:
+                made = {"display_state": _shown(f, u, name in maint), "cpus_alloc": u[0], "memory_alloc_mb": u[1],
+                        "partitions": list(parts)}
+                row = listing.dumps({k: made[k] if k in made else f[k] for k in SINFO_VIEW if k in made or k in f})
+            rows[name] = (f, key, row)
+            out.append(row)
+        self._rows = rows  # replaced whole: threads racing (counts off) lose only a reuse
+        return out
 
     def _facts(self, s: Session) -> list[dict]:
         changes = self.server.node_changes
@@ -124,39 +153,20 @@ class NodeListing:
         """These nodes (rows just read)."""
         return self._with_use(s, [node_facts(r) for r in rows])
 
-    def _with_use(self, s: Session, facts: list[dict], view: tuple[str, ...] | None = None,
-                  running: list | None = None, cleanups: list[Holding] | None = None,
-                  maint: set[str] | None = None) -> list[dict]:
+    def _with_use(self, s: Session, facts: list[dict], view: tuple[str, ...] | None = None) -> list[dict]:
         server = self.server
-        if running is None:
-            running = server.running.all(s)  # what each running job holds where, kept (server/running.py)
-        if cleanups is None or maint is None:
-            _, cleanups, windows = self._others_kept(s)
-            maint = resvsvc.maint_nodes(windows, server.clock())
-        use: dict[str, list] = {f["name"]: [0, 0, 0, []] for f in facts}  # CPUs, memory, GPUs, jobs
-
-        def hold(node: str, cpus: int, memory_mb: int, gpus: int, job_id: int) -> None:
-            u = use.get(node)
-            if u is not None:
-                u[0], u[1], u[2] = u[0] + cpus, u[1] + memory_mb, u[2] + gpus
-                if job_id not in u[3]:
-                    u[3].append(job_id)
-
-        for job in running:
-            for name, held in job.nodes.items():
-                hold(name, held.cpus, held.memory_mb, held.gpus, job.id)
-        for c in cleanups:
-            hold(*c)
+        _, running = server.running.use(s)  # what the running jobs hold on each node, kept (server/running.py)
+        _, cleanups, windows = self._others_kept(s)
+        maint = resvsvc.maint_nodes(windows, server.clock())
+        use = _with_cleanups(running, cleanups)
         parts_of = self._partitions_of(server.partitions)
         beats = server.heartbeats
         out = []
         for f in facts:
             name = f["name"]
-            cpus, mem, gpus, jobs = use[name]
-            state = NodeState(f["state"])
-            shown = "maint" if name in maint and state is NodeState.UP \
-                else display_state(state, cpus, f["cpus"], gpus, len(f["gpus"]), bool(jobs))
-            if view is not None:  # sinfo's few keys: its answer a tenth of the whole
+            cpus, mem, gpus, jobs = use.get(name, _IDLE)
+            shown = _shown(f, (cpus, mem, gpus, jobs), name in maint)
+            if view is not None:
                 made = {"display_state": shown, "cpus_alloc": cpus, "memory_alloc_mb": mem,
                         "partitions": list(parts_of.get(name, ()))}
                 out.append({k: made[k] if k in made else f[k] for k in view if k in made or k in f})
@@ -167,6 +177,29 @@ class NodeListing:
                 "cpus_alloc": cpus, "memory_alloc_mb": mem, "gpus_alloc": gpus,
                 "partitions": list(parts_of.get(name, ())),
                 "last_heartbeat": beats.latest(name, f["last_heartbeat"]),
-                "jobs": sorted(jobs),
+                "jobs": list(jobs),
             })
         return out
+
+
+_IDLE: Use = (0, 0, 0, ())
+
+
+def _with_cleanups(running: dict[str, Use], cleanups: list[Holding]) -> dict[str, Use]:
+    """Each node's running jobs' holdings and its clean-ups' (a job's clean-up holds what it
+    held until its node reports it done), added up."""
+    if not cleanups:
+        return running
+    use = dict(running)
+    for node, cpus, memory_mb, gpus, job_id in cleanups:
+        c, m, g, jobs = use.get(node, _IDLE)
+        use[node] = (c + cpus, m + memory_mb, g + gpus, jobs if job_id in jobs else tuple(sorted((*jobs, job_id))))
+    return use
+
+
+def _shown(f: dict, use: Use, in_maint: bool) -> str:
+    """The state sinfo shows for a node (its facts ``f``) holding ``use``."""
+    state = NodeState(f["state"])
+    if in_maint and state is NodeState.UP:
+        return "maint"
+    return display_state(state, use[0], f["cpus"], use[2], len(f["gpus"]), bool(use[3]))

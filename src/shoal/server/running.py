@@ -60,6 +60,20 @@ def _running(jid: int, version: int, kind: str, allocation: dict | None) -> Runn
 
 _COLUMNS = (JobRow.id, JobRow.version, JobRow.kind, JobRow.allocation)
 
+Use = tuple[int, int, int, tuple[int, ...]]
+"""What a node's running jobs hold together: CPUs, memory (MB), GPUs, and the jobs' ids in order."""
+
+
+def summed(node: str, on: Iterable[Running]) -> Use:
+    """The holdings on ``node`` of the jobs ``on`` it."""
+    cpus = memory_mb = gpus = 0
+    ids = []
+    for job in on:
+        held = job.nodes[node]
+        cpus, memory_mb, gpus = cpus + held.cpus, memory_mb + held.memory_mb, gpus + held.gpus
+        ids.append(job.id)
+    return cpus, memory_mb, gpus, tuple(sorted(ids))
+
 
 class RunningJobs:
     """``changes`` watches the job rows (its own count: ``take`` hands each key out once);
@@ -72,6 +86,7 @@ class RunningJobs:
         self.ended = ended
         self._jobs: dict[int, Running] = {}
         self._by_node: dict[str, dict[int, Running]] = {}
+        self._use: dict[str, Use] = {}  # each node's jobs' holdings, summed again when they change
         self._synced_at: int | None = None  # changes.value the jobs are current for
         # Moved whenever a running job comes, goes or changes (not by the pending jobs' writes):
         # what is made from the running jobs (sinfo's answer) is kept by it.
@@ -108,6 +123,16 @@ class RunningJobs:
         with self._lock:
             self._sync()
             return self.generation, list(self._jobs.values())
+
+    def use(self, session: Session) -> tuple[int | None, dict[str, Use]]:
+        """What the running jobs hold on each node that runs any, with the generation it is for
+        (None where the count is off): sinfo's allocated CPUs, memory and GPUs. Kept summed by
+        node, so that after a start or an end only that job's nodes are added up again."""
+        if not self.changes.enabled:
+            return None, {name: summed(name, on.values()) for name, on in self._fresh().items() if on}
+        with self._lock:
+            self._sync()
+            return self.generation, dict(self._use)
 
     def known(self) -> list[Running]:
         """Every running job as last read, without reading (a hint: it may be behind the store)."""
@@ -168,6 +193,7 @@ class RunningJobs:
             self._by_node = {}
             for job in jobs.values():
                 self._put(job)
+            self._use = {name: summed(name, on.values()) for name, on in self._by_node.items()}
         self._jobs = jobs
         self.generation += 1
         if gone:
@@ -177,6 +203,7 @@ class RunningJobs:
     def _refresh(self, ids: Iterable[int]) -> None:
         ids = sorted(ids)
         gone = []
+        touched: set[str] = set()
         with self.sessions() as s:
             for i in range(0, len(ids), _BATCH):
                 chunk = ids[i:i + _BATCH]
@@ -185,6 +212,7 @@ class RunningJobs:
                 for jid in chunk:
                     old = self._jobs.pop(jid, None)
                     if old is not None:
+                        touched.update(old.nodes)
                         for name in old.nodes:
                             on = self._by_node.get(name)
                             if on is not None:
@@ -192,11 +220,18 @@ class RunningJobs:
                                 if not on:
                                     del self._by_node[name]
                     if jid in now:
+                        touched.update(now[jid].nodes)
                         self._put(now[jid])
                     elif old is not None:
                         gone.append(jid)
                     if old is not None or jid in now:
                         self.generation += 1
+        for name in touched:
+            on = self._by_node.get(name)
+            if on:
+                self._use[name] = summed(name, on.values())
+            else:
+                self._use.pop(name, None)
         if gone:
             self.ended(gone)
 
