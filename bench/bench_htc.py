@@ -274,6 +274,9 @@ def reads(h: Hollow, readers: int, rounds: int, some_job: int, profile: Path | N
     if spy:
         _py_spy_stop(spy)
     got: dict[str, list[float]] = {k: [x for mine, _ in done for x in mine[k]] for k in READS}
+    # Which rounds the slowest squeue requests were in (the first: every client at once).
+    slowest = sorted(((x, r) for mine, _ in done for r, x in enumerate(mine["squeue"])), reverse=True)
+    slow_rounds = [r for _, r in slowest[:max(1, len(slowest) // 50)]]
     client_cpu = sum(used for _, used in done)
     body = h.admin.get_bytes(queue_path)
     t = time.perf_counter()
@@ -293,7 +296,7 @@ def reads(h: Hollow, readers: int, rounds: int, some_job: int, profile: Path | N
             "squeue_decode_ms": 1000 * decode, "squeue_alone": _ms(alone),
             "server_cpu_ms_per_round": 1000 * cpu / (readers * rounds), "wall_s": wall, "passes": passes,
             "churn_per_s": churn_per_s, "churned": churn.ended,
-            "client_cpu_ms_per_round": 1000 * client_cpu / (readers * rounds),
+            "client_cpu_ms_per_round": 1000 * client_cpu / (readers * rounds), "squeue_slowest_rounds": slow_rounds,
             **{k: _ms(v) for k, v in got.items()}}
 
 
