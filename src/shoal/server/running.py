@@ -116,14 +116,6 @@ class RunningJobs:
             self._sync()
             return list(self._jobs.values())
 
-    def counted(self, session: Session) -> tuple[int | None, list[Running]]:
-        """``all``, with the generation it is for (None where the count is off: not kept)."""
-        if not self.changes.enabled:
-            return None, self.all(session)
-        with self._lock:
-            self._sync()
-            return self.generation, list(self._jobs.values())
-
     def use(self, session: Session) -> tuple[int | None, dict[str, Use]]:
         """What the running jobs hold on each node that runs any, with the generation it is for
         (None where the count is off): sinfo's allocated CPUs, memory and GPUs. Kept summed by
