@@ -1,16 +1,22 @@
 """The CPU of one scheduling pass (the controller's thread CPU time, which another process's load
 changes little), in process, without agents: 1,000 nodes x 8 GPUs, QUEUED one-GPU jobs pending;
 each step ends ENDS running jobs (their clean-ups gone), queues ENDS new ones and runs one pass.
-Prints the mean and median pass and the snapshot's share, the first two passes left out.
+Prints the mean and median pass and the snapshot's share, the first two passes left out, and
+how long another thread waited for the interpreter meanwhile: a thread that sleeps 1 ms over
+and over, timed (the longest wait and the 99th percentile; a pass in one long C call, a sort
+or a collection, makes every request beside it wait that long). The interpreter is set as the
+server sets it (``interpreter.set_for_server``: switch interval, collector thresholds, freezing).
 To compare two versions, run each (PYTHONPATH=<other checkout>/src picks another).
 
     .venv/bin/python bench/bench_pass_cpu.py 40000 1000 14    # QUEUED ENDS PASSES
 """
 import statistics
 import sys
+import threading
 import time
 
 import shoal
+from shoal.server import interpreter
 from shoal.store.changes import insert_rows
 from shoal.store.models import JobRow
 
@@ -30,16 +36,37 @@ def snapshot(session, now, **kw):
 
 
 server.snapshot = snapshot
+interpreter.set_for_server()
+waits: list[float] = []
+measuring = threading.Event()
+done = threading.Event()
+
+
+def sleeper() -> None:
+    """Sleeps 1 ms over and over while a measured pass runs; each overrun is a wait for the interpreter."""
+    while not done.is_set():
+        t = time.perf_counter()
+        time.sleep(0.001)
+        if measuring.is_set():
+            waits.append(time.perf_counter() - t - 0.001)
+
+
+threading.Thread(target=sleeper, daemon=True).start()
 cpu = []
-for _ in range(PASSES):
+for i in range(PASSES):
+    if i >= 2:
+        measuring.set()
     t = time.thread_time()
     server.controller.run_pass()
     cpu.append(time.thread_time() - t)
+    measuring.clear()
     end_running(server, ENDS)
     with server.sessions() as s, s.begin():
         insert_rows(s, JobRow, [job(i, time.time()) for i in range(ENDS)])
 w, ws = cpu[2:], snap_cpu[2:]
 print(f"{shoal.__file__}: {len(w)} passes after 2: pass CPU mean {1000*statistics.mean(w):.0f} ms "
       f"median {1000*statistics.median(w):.0f}; snapshot mean {1000*statistics.mean(ws):.0f} ms; "
-      f"first pass {1000*cpu[0]:.0f} ms; passes {server.controller.passes}")
+      f"first pass {1000*cpu[0]:.0f} ms; passes {server.controller.passes}; another thread's wait for the "
+      f"interpreter during them: longest {1000*max(waits):.0f} ms, p99 {1000*statistics.quantiles(waits, n=100)[98]:.1f} ms")
+done.set()
 server.leader.stop()

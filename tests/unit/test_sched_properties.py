@@ -305,3 +305,20 @@ def test_jobs_sharing_one_request_are_planned_as_jobs_with_copies_of_it(data):
                   for pending in (shared, copies))
     assert (one.starts, one.reasons, one.estimates, one.preemptions, one.tested) == \
         (other.starts, other.reasons, other.estimates, other.preemptions, other.tested)
+
+
+@given(st.lists(st.tuples(st.integers(1, 60), st.sampled_from([0.0, 1.0, 2.5, 7.0]), st.integers(-2, 2)),
+                unique_by=lambda t: t[0], max_size=40),
+       st.booleans(), st.dictionaries(st.integers(1, 60), st.integers(-3, 3)))
+@SETTINGS
+def test_the_queue_order_is_priority_then_submit_time_then_id_whatever_order_the_jobs_come_in(
+        specs, multifactor, priorities):
+    """queue_order sorts by one number at a time (server/snapshot.py hands it the queue in id
+    order); the result must be the order of the whole key, for any order and priorities."""
+    from sched_cluster import job
+
+    jobs = [job(jid, submit_time=submit, priority=prio) for jid, submit, prio in specs]
+    given = priorities if multifactor else None
+    want = sorted(jobs, key=lambda j: (-(given.get(j.id, j.priority) if given is not None else j.priority),
+                                       j.submit_time, j.id))
+    assert [j.id for j in queue_order(jobs, given)] == [j.id for j in want]
