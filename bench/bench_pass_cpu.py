@@ -6,6 +6,7 @@ how long another thread waited for the interpreter meanwhile: a thread that slee
 and over, timed (the longest wait and the 99th percentile; a pass in one long C call, a sort
 or a collection, makes every request beside it wait that long). The interpreter is set as the
 server sets it (``interpreter.set_for_server``: switch interval, collector thresholds, freezing).
+Then the same for 6 scrapes of ``/metrics`` (``exposition()``, after one left out) on that cluster.
 To compare two versions, run each (PYTHONPATH=<other checkout>/src picks another).
 
     .venv/bin/python bench/bench_pass_cpu.py 40000 1000 14    # QUEUED ENDS PASSES
@@ -68,5 +69,15 @@ print(f"{shoal.__file__}: {len(w)} passes after 2: pass CPU mean {1000*statistic
       f"median {1000*statistics.median(w):.0f}; snapshot mean {1000*statistics.mean(ws):.0f} ms; "
       f"first pass {1000*cpu[0]:.0f} ms; passes {server.controller.passes}; another thread's wait for the "
       f"interpreter during them: longest {1000*max(waits):.0f} ms, p99 {1000*statistics.quantiles(waits, n=100)[98]:.1f} ms")
+scrapes, waits[:] = [], []
+for i in range(7):
+    if i:
+        measuring.set()
+    t = time.thread_time()
+    server.metrics.exposition()
+    scrapes.append(time.thread_time() - t)
+    measuring.clear()
+print(f"/metrics scrape CPU median {1000*statistics.median(scrapes[1:]):.0f} ms of 6; another thread's wait for the "
+      f"interpreter during them: longest {1000*max(waits):.0f} ms")
 done.set()
 server.leader.stop()
