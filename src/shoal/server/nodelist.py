@@ -15,6 +15,7 @@ servers on one store the counts are off and everything is read and made per answ
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -104,9 +105,7 @@ class NodeListing:
             if was is not None and was[0] is f and was[1] == key:
                 row = was[2]
             else:
-                made = {"display_state": _shown(f, u, name in maint), "cpus_alloc": u[0], "memory_alloc_mb": u[1],
-                        "partitions": list(parts)}
-                row = listing.dumps({k: made[k] if k in made else f[k] for k in SINFO_VIEW if k in made or k in f})
+                row = listing.dumps(_in_view(f, u, name in maint, parts, SINFO_VIEW))
             rows[name] = (f, key, row)
             out.append(row)
         self._rows = rows  # replaced whole: threads racing (counts off) lose only a reuse
@@ -164,16 +163,14 @@ class NodeListing:
         out = []
         for f in facts:
             name = f["name"]
-            cpus, mem, gpus, jobs = use.get(name, _IDLE)
-            shown = _shown(f, (cpus, mem, gpus, jobs), name in maint)
+            u = use.get(name, _IDLE)
             if view is not None:
-                made = {"display_state": shown, "cpus_alloc": cpus, "memory_alloc_mb": mem,
-                        "partitions": list(parts_of.get(name, ()))}
-                out.append({k: made[k] if k in made else f[k] for k in view if k in made or k in f})
+                out.append(_in_view(f, u, name in maint, parts_of.get(name, ()), view))
                 continue
+            cpus, mem, gpus, jobs = u
             out.append({
                 **f,
-                "display_state": shown,
+                "display_state": _shown(f, u, name in maint),
                 "cpus_alloc": cpus, "memory_alloc_mb": mem, "gpus_alloc": gpus,
                 "partitions": list(parts_of.get(name, ())),
                 "last_heartbeat": beats.latest(name, f["last_heartbeat"]),
@@ -195,6 +192,13 @@ def _with_cleanups(running: dict[str, Use], cleanups: list[Holding]) -> dict[str
         c, m, g, jobs = use.get(node, _IDLE)
         use[node] = (c + cpus, m + memory_mb, g + gpus, jobs if job_id in jobs else tuple(sorted((*jobs, job_id))))
     return use
+
+
+def _in_view(f: dict, use: Use, in_maint: bool, parts: Iterable[str], view: tuple[str, ...]) -> dict:
+    """A node's row with only ``view``'s keys (sinfo's few: its answer a tenth of the whole)."""
+    made = {"display_state": _shown(f, use, in_maint), "cpus_alloc": use[0], "memory_alloc_mb": use[1],
+            "partitions": list(parts)}
+    return {k: made[k] if k in made else f[k] for k in view if k in made or k in f}
 
 
 def _shown(f: dict, use: Use, in_maint: bool) -> str:
