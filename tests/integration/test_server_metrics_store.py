@@ -35,9 +35,9 @@ def _value(server: Server, name: str, labels: dict) -> float | None:
 
 def test_a_jobs_end_counts_once_its_transaction_commits(db_url, tmp_path):
     config = parse_cluster_config({"partitions": [{"name": "gpu", "nodes": "node[01-02]", "default": True}]})
-    server = Server(db_url, config, tmp_path)
+    now = 1000.0
+    server = Server(db_url, config, tmp_path, clock=lambda: now)
     try:
-        now = 1000.0
         job = _running(server, now)
         with server.sessions() as s, s.begin():
             s.add(JobRow(name="wait", user="bob", partition="gpu", state=JobState.PENDING.value, submit_time=now,
@@ -46,6 +46,9 @@ def test_a_jobs_end_counts_once_its_transaction_commits(db_url, tmp_path):
         assert 'shoal_jobs{state="running",partition="gpu",account="physics",qos="normal",kind="batch"} 1\n' in text
         assert 'shoal_jobs{state="pending",partition="gpu",account="physics",qos="high",kind="batch"} 1\n' in text
         assert 'shoal_pending_jobs{partition="gpu",reason="Resources"} 1\n' in text
+        # A running job's usage so far (server/running.py's index): two GPUs and four CPUs for 60 s.
+        assert 'shoal_account_gpu_seconds_total{account="physics",user="alice"} 120\n' in text
+        assert 'shoal_account_cpu_seconds_total{account="physics",user="alice"} 240\n' in text
         with server.sessions() as s:
             with s.begin():
                 jobsvc.finish(s, s.get(JobRow, job), JobState.COMPLETED, now, exit_code=0)

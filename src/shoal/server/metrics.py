@@ -26,6 +26,7 @@ from shoal import __version__
 from shoal.model.exposition import label_set
 from shoal.model.job import JobState
 from shoal.model.node import NodeState
+from shoal.server.running import Running
 from shoal.store.models import CleanupRow, JobRow, NodeRow, ObjectRow
 
 __all__ = ["CONTENT_TYPE_LATEST", "ServerMetrics", "NodeUse", "node_use", "partition_use"]
@@ -283,7 +284,10 @@ class AccountUsage:
         t[0] += gpus * max(end - start, 0.0)
         t[1] += cpus * max(end - start, 0.0)
 
-    def totals(self, session, now: float) -> dict[tuple[str, str], list[float]]:
+    def totals(self, session, now: float, running: Iterable[Running]) -> dict[tuple[str, str], list[float]]:
+        """Each (account, user)'s GPU- and CPU-seconds: the ended runs' and the ``running``
+        jobs' so far (server/running.py's index: decoding every running job's allocation at
+        each scrape held the interpreter from every request for as long)."""
         with self._lock:
             if self._ended is None:
                 loaded: dict[tuple[str, str], list[float]] = {}
@@ -294,10 +298,11 @@ class AccountUsage:
                     self._add(loaded, account, user, alloc, start, end)
                 self._ended = loaded
             out = {k: list(v) for k, v in self._ended.items()}
-        running = select(JobRow.spec["account"].as_string(), JobRow.user, JobRow.allocation,
-                         JobRow.start_time).where(JobRow.state == JobState.RUNNING.value)
-        for account, user, alloc, start in session.execute(running):
-            self._add(out, account, user, alloc, start or now, now)
+        for job in running:
+            t = out.setdefault((job.account, job.user), [0.0, 0.0])
+            elapsed = max(now - (job.start or now), 0.0)
+            t[0] += job.gpus * elapsed
+            t[1] += job.cpus * elapsed
         return out
 
 
@@ -398,7 +403,7 @@ class ClusterCollector:
                                 value=connected)
 
     def _usage(self, session, now: float):
-        totals = self.usage.totals(session, now)
+        totals = self.usage.totals(session, now, self.server.running.all(session))
         gpu = CounterMetricFamily("shoal_account_gpu_seconds", "GPU-seconds used by each account and user "
                                   "(ended runs and running jobs so far): fair-share's raw usage.",
                                   labels=["account", "user"])

@@ -41,24 +41,33 @@ class Held:
 
 @dataclass(frozen=True, slots=True)
 class Running:
-    """A running job: its row's version, its kind and what it holds on each of its nodes."""
+    """A running job: its row's version, its kind, what it holds on each of its nodes, and
+    whose it is since when (``/metrics``' fair-share usage: its account, user and start)."""
 
     id: int
     version: int
     kind: str
     nodes: dict[str, Held]
+    account: str
+    user: str
+    start: float | None
+    gpus: int  # on all its nodes together
+    cpus: int
 
 
-def _running(jid: int, version: int, kind: str, allocation: dict | None) -> Running:
+def _running(jid: int, version: int, kind: str, allocation: dict | None, account: str | None, user: str,
+             start: float | None) -> Running:
     held: dict[str, Held] = {}
     for n in (allocation or {"nodes": []})["nodes"]:
         h = held.get(n["name"])  # (a node named twice: its holdings add up, as sinfo counted them)
         c, m, g = n["cpus"], n["memory_mb"], len(n["gpus"])
         held[n["name"]] = Held(c, m, g) if h is None else Held(h.cpus + c, h.memory_mb + m, h.gpus + g)
-    return Running(jid, version, kind, held)
+    return Running(jid, version, kind, held, account or "", user, start, sum(h.gpus for h in held.values()),
+                   sum(h.cpus for h in held.values()))
 
 
-_COLUMNS = (JobRow.id, JobRow.version, JobRow.kind, JobRow.allocation)
+_COLUMNS = (JobRow.id, JobRow.version, JobRow.kind, JobRow.allocation, JobRow.spec["account"].as_string(),
+            JobRow.user, JobRow.start_time)
 
 Use = tuple[int, int, int, tuple[int, ...]]
 """What a node's running jobs hold together: CPUs, memory (MB), GPUs, and the jobs' ids in order."""
@@ -199,8 +208,8 @@ class RunningJobs:
         with self.sessions() as s:
             for i in range(0, len(ids), _BATCH):
                 chunk = ids[i:i + _BATCH]
-                now = {r[0]: _running(*r[:4]) for r in s.execute(
-                    select(*_COLUMNS, JobRow.state).where(JobRow.id.in_(chunk))) if r[4] == JobState.RUNNING.value}
+                now = {r[0]: _running(*r[:-1]) for r in s.execute(
+                    select(*_COLUMNS, JobRow.state).where(JobRow.id.in_(chunk))) if r[-1] == JobState.RUNNING.value}
                 for jid in chunk:
                     old = self._jobs.pop(jid, None)
                     if old is not None:
