@@ -280,27 +280,36 @@ def test_a_pass_with_a_kept_cache_plans_what_a_cold_pass_plans(data):
 @settings(SETTINGS, max_examples=200)
 def test_jobs_sharing_one_request_are_planned_as_jobs_with_copies_of_it(data):
     """An array's tasks share one request object, and a pass settles a task behind an EASY
-    reservation as it settled the one before it (``_Pass.settled``): the plan is the one made
-    when every job has its own copy of the request, so nothing is settled ahead. A busy
-    cluster of GPU nodes that every shape fits, and a queue longer than it holds."""
+    reservation as it settled the one before it (``_Pass.settled``, which a usual job finds
+    before its gates are judged): the plan is the one made when every job has its own copy of
+    the request, so nothing is settled ahead. A busy cluster of GPU nodes that every shape
+    fits, and a queue longer than it holds, some of whose jobs are gated by something of their
+    own (a hold, a begin time, a reservation, an array throttle) or by their partition's limits,
+    and a pass that may test only a few."""
     cluster = tuple(gpu_node(f"n{i}", gpus=4, cpus=8, memory_mb=4000)
                     for i in range(1, data.draw(st.integers(2, 5)) + 1))
     names = [n.name for n in cluster]
     partitions = [Partition("p0", tuple(names))]
     if data.draw(st.booleans()):
-        partitions.append(Partition("p1", tuple(data.draw(st.sets(st.sampled_from(names), min_size=1)))))
+        partitions.append(Partition("p1", tuple(data.draw(st.sets(st.sampled_from(names), min_size=1))),
+                                    max_nodes=data.draw(st.sampled_from([None, 1])),
+                                    max_time_s=data.draw(st.sampled_from([None, 300]))))
     shapes = [ResourceRequest(nodes=data.draw(st.integers(1, 2)), ntasks=1, mem_per_node_mb=500,
                               gpus_per_node=data.draw(st.integers(1, 4)))
               for _ in range(data.draw(st.integers(1, 3)))]
     queue = [PendingJob(id=i, user="alice", name="task", partition=data.draw(st.sampled_from([p.name for p in partitions])),
                         request=shapes[0], submit_time=float(i), priority=data.draw(st.integers(0, 1)),
-                        time_limit_s=data.draw(st.sampled_from([None, 100, 600])))
+                        time_limit_s=data.draw(st.sampled_from([None, 100, 600])),
+                        **data.draw(st.sampled_from([{}] * 6 + [
+                            {"held": True}, {"begin_time": NOW + 50}, {"reservation": "gone"},
+                            {"array_job_id": 70, "array_throttle": 1}])))
              for i in range(1, data.draw(st.integers(2, 30)) + 1)]
     which = [data.draw(st.integers(0, len(shapes) - 1)) for _ in queue]
     shared = tuple(dataclasses.replace(job, request=shapes[k]) for job, k in zip(queue, which))
     copies = tuple(dataclasses.replace(job, request=copy.copy(shapes[k])) for job, k in zip(queue, which))
     active = tuple(data.draw(actives(cluster, busy=True)))
-    config = SchedConfig(policy="backfill", backfill=data.draw(st.sampled_from(["easy", "conservative"])))
+    config = SchedConfig(policy="backfill", backfill=data.draw(st.sampled_from(["easy", "conservative"])),
+                         bf_max_job_test=data.draw(st.sampled_from([None, None, 3, 8])))
     one, other = (schedule(Snapshot(NOW, cluster, tuple(partitions), pending, active, dict(JOB_RECORDS)), config)
                   for pending in (shared, copies))
     assert (one.starts, one.reasons, one.estimates, one.preemptions, one.tested) == \
