@@ -1,4 +1,4 @@
-"""The running jobs by node, kept in memory: what each agent's work answer and sinfo read.
+"""The running jobs by node, kept in memory: what each agent's work answer, sinfo and /metrics read.
 
 Every start and end wakes the long-polls of the nodes concerned, and each answer used to read
 every running job (id, version, kind) to find its node's own: with 8,000 jobs running on
