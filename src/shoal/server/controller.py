@@ -33,6 +33,9 @@ from shoal.store.models import CleanupRow, JobRow, NodeRow
 log = logging.getLogger("shoal.controller")
 
 
+_UNSAID = object()  # a job the kept rows do not know as pending: its reason is new whatever it is
+
+
 @dataclass(frozen=True)
 class Quiet:
     """What a full pass read, for telling whether the next would plan the same: the count of
@@ -304,10 +307,12 @@ class Controller(KickedLoop):
         """The pending jobs whose reason (or, in a full pass, start estimate) the plan changes,
         judged by the rows the snapshot read (their version was current then; a row changed
         since is re-read by the apply and re-checked there). A job not pending there has changed."""
-        said = self._rows.said
-        if estimates is None:
-            return {jid for jid, reason in reasons.items() if jid not in said or said[jid][0] != reason}
-        return {jid for jid, reason in reasons.items() if said.get(jid) != (reason, estimates.get(jid))}
+        said, starts = self._rows.said_reason, self._rows.said_start
+        changed = {jid for jid, reason in reasons.items() if said.get(jid, _UNSAID) != reason}
+        if estimates is not None:  # and those whose estimate moved, came or went
+            changed.update(jid for jid, start in estimates.items() if starts.get(jid) != start and jid in reasons)
+            changed.update(jid for jid in starts if jid not in estimates and jid in reasons)
+        return changed
 
     # -------------------------------------------------------------- preemption
 

@@ -273,10 +273,11 @@ class JobRowCache:
         self._records: dict[int, JobRecord] = {}
         self._records_view: dict[int, JobRecord] | None = None  # the copy the last read handed out
         self._deps: dict[int, frozenset[int]] = {}  # the jobs each pending job depends on (if any)
-        # Each pending row's reason and start estimate, as plain values: a pass compares
-        # every pending job's new reason with it (90,000 ORM attribute reads were a tenth of
-        # a pass).
-        self.said: dict[int, tuple[str | None, float | None]] = {}
+        # Each pending row's reason, and its start estimate where it has one, as plain values:
+        # a pass compares every pending job's new reason with it (90,000 ORM attribute reads
+        # were a tenth of a pass; a tuple of both per job, compared, 11 ms of a full pass).
+        self.said_reason: dict[int, str | None] = {}
+        self.said_start: dict[int, float] = {}
         # One object per distinct request among the pending jobs (while some job holds it).
         self._requests: MutableMapping[ResourceRequest, ResourceRequest] = weakref.WeakValueDictionary()
         self._changes = changes
@@ -312,8 +313,8 @@ class JobRowCache:
             set_committed_value(row, name, value)
         set_committed_value(row, "version", version + 1)
         self._rows[job_id] = (version + 1, row)
-        if job_id in self.said:
-            self.said[job_id] = (row.reason, row.expected_start)
+        if job_id in self.said_reason:
+            self._said(job_id, row)
 
     def read(self, session: Session) -> LiveJobs:
         """Live (pending and running) rows as of now, and what a snapshot makes of them."""
@@ -339,7 +340,7 @@ class JobRowCache:
         self._records[jid] = job_record(row)
         self._records_view = None
         if row.state == JobState.PENDING.value:
-            self.said[jid] = (row.reason, row.expected_start)
+            self._said(jid, row)
             pending = pending_job(row, self._requests)
             self._pending.put(jid, pending)
             self._active.drop(jid)
@@ -349,16 +350,27 @@ class JobRowCache:
             else:
                 self._deps.pop(jid, None)
         else:
-            self.said.pop(jid, None)
+            self._unsaid(jid)
             self._active.put(jid, active_job(row))
             self._pending.drop(jid)
             self._deps.pop(jid, None)
+
+    def _said(self, jid: int, row: JobRow) -> None:
+        self.said_reason[jid] = row.reason
+        if row.expected_start is None:
+            self.said_start.pop(jid, None)
+        else:
+            self.said_start[jid] = row.expected_start
+
+    def _unsaid(self, jid: int) -> None:
+        self.said_reason.pop(jid, None)
+        self.said_start.pop(jid, None)
 
     def _drop(self, jid: int) -> None:
         """Forget a job no longer live."""
         if self._rows.pop(jid, None) is not None:
             del self._plain[jid], self._records[jid]
-            self.said.pop(jid, None)
+            self._unsaid(jid)
             self._records_view = None
             self._pending.drop(jid)
             self._active.drop(jid)
