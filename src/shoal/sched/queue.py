@@ -257,13 +257,18 @@ GATES: tuple[Gate, ...] = (held, begin_time, dependencies, partition_state, part
 _AFTER_HELD = GATES[1:]  # gate_reason answers held, the first, inline
 
 
+def only_partition_gates(job: PendingJob, view: JobView) -> bool:
+    """Whether, of the gates after ``held``, only the partition's can stop ``job`` (the usual
+    job: begin_time, dependencies and qos_limits have nothing to say). Those read only its
+    partition, request and time limit."""
+    return job.begin_time is None and not job.dependencies and (job.qos or DEFAULT_QOS) in view.unlimited_qos
+
+
 def gate_reason(job: PendingJob, view: JobView) -> str | None:
     """The first gate that keeps ``job`` from being considered, or None."""
     if job.held:
         return HELD
-    if (job.begin_time is None and not job.dependencies
-            and (job.qos or DEFAULT_QOS) in view.unlimited_qos):
-        # The usual job: begin_time, dependencies and qos_limits have nothing to say.
+    if only_partition_gates(job, view):
         return partition_state(job, view) or partition_limits(job, view)
     for gate in _AFTER_HELD:
         reason = gate(job, view)

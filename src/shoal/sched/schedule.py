@@ -48,7 +48,6 @@ import functools
 from collections import Counter
 from dataclasses import dataclass, field
 
-from shoal.model.accounting import DEFAULT_QOS
 from shoal.model.node import NodeState
 from shoal.model.resources import Allocation, ResourceRequest
 from shoal.model.snapshot import Partition, PendingJob, Plan, Snapshot, Start
@@ -194,8 +193,8 @@ class _Pass:
         """Start ``job`` (returning None) or say why it waits."""
         settled = self.settled
         if settled is not None and job.pod is None and job.reservation is None and job.array_throttle is None \
-                and not job.held and job.begin_time is None and not job.dependencies \
-                and (job.qos or DEFAULT_QOS) in self.view.unlimited_qos and (self.depth is None or self.tested < self.depth):
+                and not job.held and q.only_partition_gates(job, self.view) \
+                and (self.depth is None or self.tested < self.depth):
             # A usual job (nothing of its own gates it: no hold, begin time, dependency, QOS
             # limit, reservation or array throttle) like one already settled behind a
             # reservation: its partition's gates passed for that one (they read only the

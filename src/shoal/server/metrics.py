@@ -275,14 +275,13 @@ class AccountUsage:
     def ended(self, account: str, user: str, allocation: dict | None, start: float, end: float) -> None:
         with self._lock:
             if self._ended is not None:
-                self._add(self._ended, account, user, allocation, start, end)
+                self._add(self._ended, account, user, *alloc_gpus_cpus(allocation), end - start)
 
     @staticmethod
-    def _add(totals, account, user, allocation, start, end) -> None:
-        gpus, cpus = alloc_gpus_cpus(allocation)
+    def _add(totals, account: str | None, user: str, gpus: int, cpus: int, seconds: float) -> None:
         t = totals.setdefault((account or "", user), [0.0, 0.0])
-        t[0] += gpus * max(end - start, 0.0)
-        t[1] += cpus * max(end - start, 0.0)
+        t[0] += gpus * max(seconds, 0.0)
+        t[1] += cpus * max(seconds, 0.0)
 
     def totals(self, session, now: float, running: Iterable[Running]) -> dict[tuple[str, str], list[float]]:
         """Each (account, user)'s GPU- and CPU-seconds: the ended runs' and the ``running``
@@ -295,14 +294,11 @@ class AccountUsage:
                            JobRow.end_time).where(JobRow.start_time.is_not(None), JobRow.end_time.is_not(None),
                                                   JobRow.allocation.is_not(None))
                 for account, user, alloc, start, end in session.execute(q):
-                    self._add(loaded, account, user, alloc, start, end)
+                    self._add(loaded, account, user, *alloc_gpus_cpus(alloc), end - start)
                 self._ended = loaded
             out = {k: list(v) for k, v in self._ended.items()}
         for job in running:
-            t = out.setdefault((job.account, job.user), [0.0, 0.0])
-            elapsed = max(now - (job.start or now), 0.0)
-            t[0] += job.gpus * elapsed
-            t[1] += job.cpus * elapsed
+            self._add(out, job.account, job.user, job.gpus, job.cpus, now - (job.start or now))
         return out
 
 
