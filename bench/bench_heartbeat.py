@@ -72,14 +72,16 @@ def loop_cpu_s(p: psutil.Process) -> float:
 
 
 class Server:
-    def __init__(self, root: Path, nodes: int, tls: bool) -> None:
-        self.root, self.nodes, self.tls = root, nodes, tls
+    def __init__(self, root: Path, nodes: int, tls: bool, timeout_s: float | None = None) -> None:
+        self.root, self.nodes, self.tls, self.timeout_s = root, nodes, tls, timeout_s
         self.url = f"{'https' if tls else 'http'}://127.0.0.1:{free_port()}"
         self.ca_file = str(root / "server" / "ca.crt") if tls else None
 
     def start(self) -> None:
         conf = {"cluster_name": "hb", "partitions": [{"name": "gpu", "nodes": f"hb[1-{self.nodes}]",
                                                       "default": True}]}
+        if self.timeout_s is not None:  # the interval follows: a third of it (config.NodeLifecycleConfig)
+            conf["nodes"] = {"heartbeat_timeout_s": self.timeout_s}
         (self.root / "cluster.yaml").write_text(json.dumps(conf))
         (self.root / "join.token").write_text(JOIN)
         self.proc = subprocess.Popen(
@@ -192,13 +194,13 @@ def serve_bare(listen: str, keep_alive_s: float, tls_dir: str | None) -> None:
     import uvicorn
 
     from shoal.server import interpreter, tls
-    from shoal.server.coalesce import CoalescingHttpToolsProtocol
+    from shoal.server.protocol import ServerProtocol
     interpreter.set_for_server()
     ssl = ({"ssl_certfile": f"{tls_dir}/{tls.SERVER_CERT}", "ssl_keyfile": f"{tls_dir}/{tls.SERVER_KEY}"}
            if tls_dir else {})
     host, _, port = listen.rpartition(":")
     uvicorn.run(bare_app, host=host, port=int(port), log_level="warning", access_log=False,
-                timeout_keep_alive=keep_alive_s, http=CoalescingHttpToolsProtocol, **ssl)
+                timeout_keep_alive=keep_alive_s, http=ServerProtocol, **ssl)
 
 
 class BareNode:
@@ -251,7 +253,7 @@ def _answers(node: BareNode) -> bool:
 
 def one_round(args) -> dict:
     with tempfile.TemporaryDirectory(prefix="shoal-hb-") as tmp:
-        server = Server(Path(tmp), args.nodes, args.tls)
+        server = Server(Path(tmp), args.nodes, args.tls, args.heartbeat_timeout)
         server.start()
         try:
             names = node_specs([f"hb{i}" for i in range(1, args.nodes + 1)], gpus=GPUS, gpu_model="H100-SXM-80GB",
@@ -347,7 +349,10 @@ def main() -> int:
     ap.add_argument("--settle-s", type=float, default=5)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--paced-s", type=float, default=60,
-                    help="seconds of every node heartbeating at the default interval, per way (0: skip)")
+                    help="seconds of every node heartbeating at the interval, per way (0: skip)")
+    ap.add_argument("--heartbeat-timeout", type=float, metavar="S",
+                    help="the server's nodes.heartbeat_timeout_s (default: the server's default, 60 s); the "
+                         "heartbeat interval is a third of it")
     ap.add_argument("--tls", action="store_true", help="serve HTTPS, as a server not on loopback does by default")
     ap.add_argument("--profile", help="py-spy the server's heartbeat window into this folder (raw stacks)")
     ap.add_argument("--save", type=Path, help="keep the results as JSON")
@@ -371,7 +376,7 @@ def main() -> int:
     for mode, how in (("close", "a connection per request (Connection: close)"),
                       ("keep", "kept connections (the agents' keep_alive)")):
         if args.paced_s:
-            print(f"  {how}: every node heartbeating at the default interval ({med[f'paced_rate_{mode}']:.0f} a "
+            print(f"  {how}: every node heartbeating at the interval ({med[f'paced_rate_{mode}']:.0f} a "
                   f"second for {args.paced_s:g} s): {med[f'paced_share_{mode}']:.1%} of a core over idle "
                   f"(the kernel's part: {med[f'paced_system_share_{mode}']:.1%}; the event loop's thread: "
                   f"{med[f'paced_loop_share_{mode}']:.1%}, idle included)")
@@ -382,7 +387,7 @@ def main() -> int:
         print(f"  {how}: server CPU per heartbeat {med[f'heartbeat_ms_{mode}']:.3f} ms, per long-poll renewal "
               f"{med[f'renewal_ms_{mode}']:.3f} ms")
         for n in (1000, 5000):
-            print(f"    {n} nodes at the default interval ({med['interval_s']:g} s): heartbeats "
+            print(f"    {n} nodes at the interval ({med['interval_s']:g} s): heartbeats "
                   f"{med[f'share_{n}_{mode}']:.1%} of a core, long-poll renewals {med[f'renewal_share_{n}_{mode}']:.1%}")
     if args.save:
         args.save.write_text(json.dumps({"machine": machine_facts(), "args": vars(args) | {"save": str(args.save)},

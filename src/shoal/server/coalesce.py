@@ -1,4 +1,5 @@
-"""uvicorn's HTTP protocol with an answer's writes sent together.
+"""A transport for uvicorn's HTTP protocol that sends an answer's writes together
+(server/protocol.py serves over it).
 
 uvicorn writes an answer's status line and headers when the app sends ``http.response.start``
 and its body when it sends ``http.response.body``: two writes, so two TCP segments, and the
@@ -14,8 +15,6 @@ in one segment; a streaming answer's later chunks go as they come, one turn late
 from __future__ import annotations
 
 import asyncio
-
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 
 class CoalescingTransport:
@@ -44,6 +43,12 @@ class CoalescingTransport:
             if not self._transport.is_closing():
                 self._transport.writelines(held)
 
+    def send_now(self, data: bytes) -> None:
+        """Write ``data`` now, after whatever is held: a whole answer, made in one piece."""
+        self.flush()
+        if not self._transport.is_closing():
+            self._transport.write(data)
+
     def get_write_buffer_size(self) -> int:
         return self._transport.get_write_buffer_size() + sum(len(d) for d in self._held)
 
@@ -62,10 +67,3 @@ class CoalescingTransport:
     def __getattr__(self, name: str):
         return getattr(self._transport, name)
 
-
-class CoalescingHttpToolsProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol over a CoalescingTransport (``uvicorn.run(http=...)``);
-    a WebSocket upgrade hands the same transport to the WebSocket protocol."""
-
-    def connection_made(self, transport) -> None:  # type: ignore[override]
-        super().connection_made(CoalescingTransport(transport, self.loop))  # type: ignore[arg-type]

@@ -11,10 +11,11 @@ that one declaration come:
   requests every job costs without FastAPI's layers: the handler is called directly, its
   parameters read from the path, query, headers and body as FastAPI would read them, and
   anything it cannot take (a value that does not validate) left to the app to answer;
-- with ``quick=f`` (fast only), ``f(server, path parameters, headers, body)`` tried first on the
-  fast path, on the event loop: an answer for the common case made without reading the
-  declared parameters (an idle node's heartbeat: server/agents.quiet_report), or None for the
-  handler to answer as declared;
+- with ``quick=f`` (fast only), ``f(server, path parameters, headers, body)`` tried first, on
+  the event loop, by the server's HTTP protocol as the request is parsed (server/protocol.py;
+  by the fast route for a request the protocol leaves to the app): an answer for the common
+  case made without reading the declared parameters (an idle node's heartbeat:
+  server/agents.quiet_report), or None for the handler to answer as declared;
 - with ``local=True``, the in-process route the commands the server runs call
   (server/commands.py: ``LocalApi``), with no HTTP and no JSON.
 
@@ -28,6 +29,7 @@ and the HTTP paths its encoding.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import re
@@ -328,7 +330,9 @@ def fast_routes(endpoints: list[Endpoint], server, state) -> fastpath.Routes:
     routes = fastpath.Routes()
     for endpoint in endpoints:
         if endpoint.fast:
-            routes.add(endpoint.method, endpoint.pattern, _fast_handler(endpoint, server, state))
+            quick = endpoint.quick
+            routes.add(endpoint.method, endpoint.pattern, _fast_handler(endpoint, server, state),
+                       None if quick is None else functools.partial(quick, server))
     return routes
 
 
@@ -337,7 +341,8 @@ def _fast_handler(endpoint: Endpoint, server, state) -> fastpath.Handler:
     quick = endpoint.quick
 
     async def handle(scope, match, headers, body):
-        if quick is not None and (answer := quick(server, match.groupdict(), headers, body)) is not None:
+        if quick is not None and fastpath.QUICK_TRIED not in scope \
+                and (answer := quick(server, match.groupdict(), headers, body)) is not None:
             return answer
         ctx = Context(server, state, headers)
         query = parse_qs(scope["query_string"].decode("latin-1"))

@@ -38,6 +38,11 @@ Answer = tuple[int, list[tuple[bytes, bytes]], bytes]
 Handler = Callable[[dict, "re.Match[str]", dict[str, str], bytes], Awaitable[Answer | None]]
 
 JSON = [(b"content-type", b"application/json")]
+QUICK_TRIED = "shoal.quick_tried"
+"""In the scope of a request whose quick answer the protocol tried and found None for
+(server/protocol.py): its fast route need not try it again."""
+Quick = Callable[[dict[str, str], dict[str, str], bytes], "Answer | None"]
+"""A quick answer: the path's parameters, the headers and the body to an answer or None."""
 T = TypeVar("T")
 
 
@@ -63,10 +68,22 @@ class Routes:
     def __init__(self) -> None:
         self.table: list[tuple[str, re.Pattern[str], Handler]] = []
         self.templates: dict[Handler, str] = {}  # handler -> its path as FastAPI writes it, for metrics
+        self.quick: list[tuple[str, re.Pattern[str], Quick, str]] = []  # answered by the protocol
 
-    def add(self, method: str, pattern: str, handler: Handler) -> None:
-        self.table.append((method, re.compile(pattern), handler))
+    def add(self, method: str, pattern: str, handler: Handler, quick: Quick | None = None) -> None:
+        """A route; with ``quick``, an answer the protocol tries first (server/protocol.py)."""
+        compiled = re.compile(pattern)
+        self.table.append((method, compiled, handler))
         self.templates[handler] = re.sub(r"\(\?P<(\w+)>[^)]*\)", r"{\1}", pattern)
+        if quick is not None:
+            self.quick.append((method, compiled, quick, self.templates[handler]))
+
+    def match_quick(self, method: str, path: str) -> tuple[Quick, dict[str, str], str] | None:
+        """The quick answer for a request, with the path's parameters and the route's template."""
+        for m, pattern, quick, template in self.quick:
+            if m == method and (hit := pattern.fullmatch(path)) is not None:
+                return quick, hit.groupdict(), template
+        return None
 
     def match(self, method: str, path: str) -> tuple[Handler, re.Match[str]] | None:
         for m, pattern, handler in self.table:

@@ -54,7 +54,7 @@ def run(args) -> int:
     from shoal.server.config import ConfigError, load_cluster_config
     from shoal.api_client import raise_open_files_limit
     from shoal.server import interpreter, tls
-    from shoal.server.coalesce import CoalescingHttpToolsProtocol
+    from shoal.server.protocol import serving
     from shoal.server.core import Server
     from sqlalchemy.exc import SQLAlchemyError
 
@@ -107,7 +107,7 @@ def run(args) -> int:
     keep_alive_s = max(30.0, server.config.nodes.heartbeat_interval_s + 15)
     uvicorn.run(app, host=host or "127.0.0.1", port=int(port), log_level="warning", access_log=False,
                 timeout_keep_alive=keep_alive_s, timeout_graceful_shutdown=2, ws="wsproto",
-                http=CoalescingHttpToolsProtocol, **ssl_files)
+                http=serving(app), **ssl_files)
     return 0
 
 
