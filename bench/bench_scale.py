@@ -183,6 +183,12 @@ def window(h: Hollow, seconds: float) -> dict:
             "report_p50_ms": 1000 * (lat["p50"] or 0), "report_p99_ms": 1000 * (lat["p99"] or 0)}
 
 
+def _said(phase: str, out: dict) -> None:
+    """A phase's figures as soon as it ends: a run stopped later (or one size that does not
+    hold) keeps what it measured."""
+    print(f"  after {phase}: " + json.dumps(out, default=str), flush=True)
+
+
 def one_size(nodes: int, jobs: int, idle_s: float, reads: int, env: dict, profile: Path | None,
              db: str | None = None, fill: bool = False, wave: bool = True) -> dict:
     with tempfile.TemporaryDirectory(prefix=f"scale{nodes}-") as tmp:
@@ -199,6 +205,7 @@ def one_size(nodes: int, jobs: int, idle_s: float, reads: int, env: dict, profil
             out["idle"] = window(h, idle_s)
             if spy:
                 _py_spy_stop(spy)
+            _said("registration and idle", out)
             # Submit from 4 threads, one request per job.
             workdir = str(Path(tmp))
             passes0 = (h.metric("shoal_scheduler_pass_duration_seconds_sum"),
@@ -256,6 +263,7 @@ def one_size(nodes: int, jobs: int, idle_s: float, reads: int, env: dict, profil
                 sinfo.append(time.perf_counter() - t)
             out["squeue_p50_ms"], out["squeue_p99_ms"] = 1000 * pct(squeue, 0.5), 1000 * pct(squeue, 0.99)
             out["sinfo_p50_ms"], out["sinfo_p99_ms"] = 1000 * pct(sinfo, 0.5), 1000 * pct(sinfo, 0.99)
+            _said("run and reads", out)
             if fill:
                 out["fill"] = fill_phase(h, workdir, reads)
             if wave:

@@ -94,10 +94,13 @@ def ensure_munge_key() -> None:
 
 
 def free_ports(count: int) -> int:
-    """The first of ``count`` consecutive free TCP ports on 127.0.0.1 (SlurmctldPort=a-b needs a range)."""
+    """The first of ``count`` consecutive TCP ports free on every address (SlurmctldPort=a-b
+    needs a range). slurmctld and slurmd bind the wildcard address, which fails when any
+    local address holds the port (a test's agent on 127.0.180.2, say), so the ports are tried
+    as they will bind, not on 127.0.0.1 alone; nothing listens on them meanwhile."""
     for _ in range(200):
         with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
+            s.bind(("", 0))
             base = s.getsockname()[1]
         if base + count > 65535:
             continue
@@ -106,7 +109,7 @@ def free_ports(count: int) -> int:
             for p in range(base, base + count):
                 s = socket.socket()
                 socks.append(s)
-                s.bind(("127.0.0.1", p))
+                s.bind(("", p))
             return base
         except OSError:
             continue
