@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass, field
 
 import httptools
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
@@ -36,6 +37,20 @@ QUICK_BODY_LIMIT = 64 * 1024
 """A body over this goes to the app: quick answers are for small requests (a heartbeat's is
 under a kilobyte)."""
 
+
+@dataclass(slots=True)
+class _Held:
+    """A request the protocol keeps until its body is complete, to answer it itself."""
+
+    answer: fastpath.Quick
+    params: dict[str, str]
+    method: str
+    template: str
+    t0: float
+    chunks: list[bytes] = field(default_factory=list)
+    size: int = 0
+
+
 class ServerProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol over a CoalescingTransport, answering the quick routes of
     ``paths`` itself (none by default: the class ``serving`` makes sets them)."""
@@ -44,7 +59,7 @@ class ServerProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport) -> None:  # type: ignore[override]
         super().connection_made(CoalescingTransport(transport, self.loop))  # type: ignore[arg-type]
-        self._held: tuple | None = None  # (answer, path parameters, (method, template), body chunks, size, t0)
+        self._held: _Held | None = None
 
     def on_headers_complete(self) -> None:
         if self.paths is not None and (held := self._quick_route()) is not None:
@@ -52,7 +67,7 @@ class ServerProtocol(HttpToolsProtocol):
             return
         super().on_headers_complete()
 
-    def _quick_route(self) -> tuple | None:
+    def _quick_route(self) -> _Held | None:
         """The quick answer for this request, if it is one the protocol may answer itself."""
         parser = self.parser
         if self.pipeline or (self.cycle is not None and not self.cycle.response_complete) \
@@ -67,30 +82,29 @@ class ServerProtocol(HttpToolsProtocol):
         if found is None:
             return None
         answer, params, template = found
-        return answer, params, (method, template), [], 0, time.perf_counter()
+        return _Held(answer, params, method, template, time.perf_counter())
 
     def on_body(self, body: bytes) -> None:
         if self._held is None:
             return super().on_body(body)
-        answer, params, route, chunks, size, t0 = self._held
-        chunks.append(body)
-        size += len(body)
-        self._held = answer, params, route, chunks, size, t0
-        if size > QUICK_BODY_LIMIT:
-            self._to_app(b"".join(chunks), more_body=True)
+        held = self._held
+        held.chunks.append(body)
+        held.size += len(body)
+        if held.size > QUICK_BODY_LIMIT:
+            self._to_app(b"".join(held.chunks), more_body=True)
 
     def on_message_complete(self) -> None:
         if self._held is None:
             return super().on_message_complete()
-        answer, params, route, chunks, _, t0 = self._held
-        body = b"".join(chunks)
+        held = self._held
+        body = b"".join(held.chunks)
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in self.headers}
         try:
-            out = answer(params, headers, body)
+            out = held.answer(held.params, headers, body)
         except (AuthError, JobError) as e:  # as the fast path and the app's handlers answer them
             out = fastpath.json_answer({"detail": e.message}, e.status)
         except Exception:  # said here, and the route answers as it would have
-            log.exception("the quick answer to %s %s failed", *route)
+            log.exception("the quick answer to %s %s failed", held.method, held.template)
             out = None
         if out is None:
             self.scope[fastpath.QUICK_TRIED] = True  # type: ignore[literal-required]
@@ -105,7 +119,7 @@ class ServerProtocol(HttpToolsProtocol):
         self.transport.send_now(b"".join(head))  # type: ignore[attr-defined]
         self.on_response_complete()  # the keep-alive timer armed, as after any answer
         if (observe := self.paths.observe) is not None:  # type: ignore[union-attr]
-            observe(route[0], route[1], status, time.perf_counter() - t0)
+            observe(held.method, held.template, status, time.perf_counter() - held.t0)
 
     def _to_app(self, body: bytes, more_body: bool) -> None:
         """Hand the held request to the app as uvicorn would have, its body so far given."""
