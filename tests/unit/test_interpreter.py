@@ -28,8 +28,10 @@ def settings():
 
 
 def gil_regained_ms() -> float:
-    """Median time a thread takes to get the GIL back after a blocking call (sleep(0)) while
-    another thread runs pure Python, as a pass does."""
+    """Median time a thread takes to get the GIL back after a blocking call of 1 ms while
+    another thread runs pure Python, as a pass does. The call lasts long enough for the other
+    thread to wake and take the GIL (with sleep(0) the sleeper often took it back first on a
+    busy machine, and the default's whole interval was not seen)."""
     stop = threading.Event()
 
     def a_pass() -> None:
@@ -43,8 +45,8 @@ def gil_regained_ms() -> float:
         waits = []
         for _ in range(21):
             t = time.perf_counter()
-            time.sleep(0)  # gives the GIL up, as sqlite3 does around each call
-            waits.append(1000 * (time.perf_counter() - t))
+            time.sleep(0.001)  # gives the GIL up, as sqlite3 does around each call
+            waits.append(1000 * (time.perf_counter() - t) - 1)
     finally:
         stop.set()
         spinner.join()
