@@ -232,6 +232,38 @@ def test_the_follower_takes_over_within_seconds_and_no_job_is_lost_or_run_twice(
     assert wait_until(lambda: ha.job(after)["state"] == "COMPLETED", 30, "a job submitted to the new follower")
 
 
+def test_what_either_server_shows_follows_the_other_s_commits_at_once(ha):
+    """Each server keeps squeue's, sinfo's and the agents' views in memory, brought up to date
+    by the keys every commit sends on the change feed: the follower's squeue lists a job the
+    moment the leader acknowledged it, and each server shows what the other changed."""
+
+    def squeue(i: int) -> dict[str, str]:
+        out = ha.run(["squeue", "-h", "-o", "%i %T"], env={"SHOAL_SERVER": ha.urls[i]}).stdout.split()
+        return dict(zip(out[::2], out[1::2]))
+
+    def sinfo_state(i: int, node: str) -> str:
+        return ha.run(["sinfo", "-h", "-N", "-n", node, "-o", "%t"], env={"SHOAL_SERVER": ha.urls[i]}).stdout.strip()
+
+    squeue(1), sinfo_state(1, "node01")  # the follower's views are kept from here on
+    for via, other in ((0, 1), (1, 0)):
+        jid = str(ha.sbatch("--hold", "--output=/dev/null", "--wrap", "sleep 60", server=via))
+        lag = time.monotonic()
+        wait_until(lambda: squeue(other).get(jid) == "PENDING", 5, f"server {other} to list job {jid}")
+        print(f"\njob {jid} submitted to server {via} listed by server {other} after "
+              f"{(time.monotonic() - lag) * 1000:.0f} ms (a squeue takes about as long)")
+        ha.run(["scancel", jid], env={"SHOAL_SERVER": ha.urls[other]})
+        wait_until(lambda: jid not in squeue(via), 5, f"server {via} to drop the job cancelled on server {other}")
+    ha.run(["scontrol", "update", "nodename=node01", "state=drain", "reason=maint"], env={"SHOAL_SERVER": ha.urls[0]})
+    wait_until(lambda: sinfo_state(1, "node01") == "drain", 5, "the follower to show node01 drained")
+    ha.run(["scontrol", "update", "nodename=node01", "state=resume"], env={"SHOAL_SERVER": ha.urls[1]})
+    wait_until(lambda: sinfo_state(0, "node01") == "idle", 5, "the leader to show node01 resumed")
+    # A job submitted to the follower runs on node02, whose agent long-polls the follower, and
+    # ends: the follower's kept views of running jobs and of its queue follow the leader's plan.
+    jid = str(ha.sbatch("--gpus=1", "--nodelist=node02", "--output=/dev/null", "--wrap", "sleep 1", server=1))
+    wait_until(lambda: jid not in squeue(1) and jid not in squeue(0), 30, "the job to run and end on both servers")
+    assert ha.job(int(jid))["state"] == "COMPLETED"
+
+
 def test_a_token_revoked_through_either_server_is_refused_by_the_other(tmp_path, postgres_url):
     """Each server caches the tokens it has looked up; a revocation reaches the other server's
     cache through the change feed, sent as the deletion commits (auth.CACHE_S bounds it anyway)."""

@@ -42,11 +42,14 @@ def _job(now: float, **kw) -> JobRow:
     return JobRow(**{**fields, **kw})
 
 
+def _config():
+    return parse_cluster_config({"partitions": [{"name": "gpu", "nodes": "node[01-02]", "default": True}],
+                                 "scheduler": {"idle_pass_s": 30}})
+
+
 def _server(tmp_path, clock: Clock, jobs: int, db_url: str | None = None) -> tuple[Server, list[int]]:
     """Two nodes of two GPUs, ``jobs`` one-GPU jobs queued, the server's loops not started."""
-    config = parse_cluster_config({"partitions": [{"name": "gpu", "nodes": "node[01-02]", "default": True}],
-                                   "scheduler": {"idle_pass_s": 30}})
-    server = Server(db_url or f"sqlite:///{tmp_path / 'shoal.db'}", config, tmp_path, clock=clock)
+    server = Server(db_url or f"sqlite:///{tmp_path / 'shoal.db'}", _config(), tmp_path, clock=clock)
     with server.sessions() as s, s.begin():
         s.add_all([_node("node01", clock.t), _node("node02", clock.t)])
         s.add_all([_job(clock.t + i) for i in range(jobs)])
@@ -152,15 +155,33 @@ def test_a_begin_time_reached_with_nothing_else_changed_brings_the_pass_that_sta
 
 
 @pytest.mark.postgres
-def test_on_a_store_several_servers_may_share_no_pass_is_skipped(tmp_path, postgres_url):
-    """Another server's commits are not counted here: every periodic pass runs."""
+def test_on_a_shared_store_another_server_s_commit_brings_the_pass_back(tmp_path, postgres_url):
+    """Another server's commits reach this one's counts on the change feed (their keys sent in
+    their transactions): a periodic pass is skipped while nothing changed on either server,
+    and the next runs once the other server ended a job."""
     clock = Clock()
-    server, _ = _server(tmp_path, clock, 6, postgres_url)
+    server, ids = _server(tmp_path, clock, 6, postgres_url)
+    (tmp_path / "other").mkdir()
+    other = Server(postgres_url, _config(), tmp_path / "other", clock=clock)
     try:
-        assert server.leader.shared
-        assert all(_tick(server, clock) for _ in range(4))
-        assert server.controller.skipped == 0
+        assert server.leader.shared and server.feed is not None and other.feed is not None
+        server.feed.start(), other.feed.start()
+        wait_until(lambda: server.feed.connected.is_set() and other.feed.connected.is_set(), 15, "both listeners")
+        assert _tick(server, clock)
+        assert [jid for jid, st in _states(server).items() if st == "RUNNING"] == ids[:4]
+        _settle(server, clock)
+        assert not _tick(server, clock)
+        at = server.job_changes.value
+        with other.sessions() as s, s.begin():
+            row = s.get(JobRow, ids[0])
+            row.state, row.allocation = "COMPLETED", None
+        wait_until(lambda: server.job_changes.value > at, 10, "the other server's keys")
+        assert _tick(server, clock)
+        assert _states(server)[ids[4]] == "RUNNING"
     finally:
+        other.feed.stop()
+        other.engine.dispose()
+        server.feed.stop()
         _stop(server)
 
 

@@ -39,7 +39,7 @@ _UNSAID = object()  # a job the kept rows do not know as pending: its reason is 
 @dataclass(frozen=True)
 class Quiet:
     """What a full pass read, for telling whether the next would plan the same: the count of
-    this process's commits to what a snapshot reads, the server's settings it took (the
+    commits (every server's) to what a snapshot reads, the server's settings it took (the
     scheduler's, partitions, accounts, QOS, topology), and until when time alone changes
     nothing (``cycle.quiet_until``, and at most ``idle_pass_s``)."""
 
@@ -89,14 +89,14 @@ class Controller(KickedLoop):
         self._rows = JobRowCache(changes)
 
     def watch_inputs(self, changes: ChangeCount) -> None:
-        """Skip a periodic pass while none of this process's commits has written what a
+        """Skip a periodic pass while no commit (this server's, or another's heard on the
+        change feed) has written what a
         snapshot reads (``changes``: jobs, clean-ups, nodes, reservations, partitions,
         accounting) since the last full pass, the server's settings are the same and time has
         opened nothing (``Quiet``): with 90,000 jobs queued on a full cluster, each such pass
         took 0.8 s of the server's time a second to plan what the last one had. Slurm's main
         scheduler, too, runs on events and otherwise every ``sched_interval`` (60 s): the
-        pass still runs every ``idle_pass_s``. Not with several servers on one store (the
-        others' commits are not counted), nor for a wake-up that asked for a pass."""
+        pass still runs every ``idle_pass_s``. Not for a wake-up that asked for a pass."""
         self._inputs = changes
 
     def interval_s(self) -> float:
@@ -206,6 +206,7 @@ class Controller(KickedLoop):
                 break
             except StaleDataError:
                 now = self.server.clock()
+                self._rows.stale()
         self.passes += 1
         if touched:
             self.server.hub.bump(touched)

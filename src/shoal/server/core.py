@@ -34,7 +34,7 @@ from shoal.server.queueview import QueueView
 from shoal.server.running import RunningJobs
 from shoal.server.work import KeptWork, RunEntries
 from shoal.store.engine import make_engine, migrate, session_factory
-from shoal.store.changes import ChangeCount
+from shoal.store.changes import ChangeCount, recorder_of
 from shoal.store.feed import ChangeFeed
 from shoal.store.lease import lease_for, shared_secret
 from shoal.store.models import AccountingRow, CleanupRow, JobRow, NodeRow, PartitionRow, ReservationRow, TokenRow
@@ -93,26 +93,25 @@ class Server:
         self.leader = Leadership(lease_for(self.engine), url, clock, on_elected=self._elected)
         self.feed = ChangeFeed(self.engine, self._heard) if self.leader.shared else None
         # Which jobs each commit changed (a job or its clean-up), for squeue's view kept in
-        # memory (one server only: a second one's commits are not seen).
-        self.job_changes = ChangeCount(self.sessions, {JobRow: "id", CleanupRow: "job_id"},
-                                       enabled=not self.leader.shared)
+        # memory. With several servers on the store, each commit's keys go to the others on
+        # the change feed, in its transaction (shoal.store.changes), so every server's counts
+        # follow every commit.
+        if self.feed is not None:
+            self.feed.carry(recorder_of(self.sessions))
+        self.job_changes = ChangeCount(self.sessions, {JobRow: "id", CleanupRow: "job_id"})
         self.queue = QueueView(self.sessions, self.job_changes)
         # Agents' reports that store something (runs' ends) share transactions, as submissions
         # do (server/agents.py): one writer and one disk flush for the ends of many runs.
         self.reports = GroupCommit(self.sessions, refusals=(JobError,))
-        self.node_changes = ChangeCount(self.sessions, {NodeRow: "name"}, enabled=not self.leader.shared)
+        self.node_changes = ChangeCount(self.sessions, {NodeRow: "name"})
         # The running jobs by node (agents' work answers, sinfo), from the job rows' changes.
-        self.running = RunningJobs(self.sessions, ChangeCount(self.sessions, {JobRow: "id"},
-                                                              enabled=not self.leader.shared),
-                                   self.run_entries.drop)
+        self.running = RunningJobs(self.sessions, ChangeCount(self.sessions, {JobRow: "id"}), self.run_entries.drop)
         self.follower = Follower([self.queue.sync, self.running.sync])
-        self.controller.watch_rows(ChangeCount(self.sessions, {JobRow: "id"}, enabled=not self.leader.shared))
+        self.controller.watch_rows(ChangeCount(self.sessions, {JobRow: "id"}))
         self.controller.watch_inputs(ChangeCount(self.sessions, {JobRow: "id", CleanupRow: "job_id", NodeRow: "name",
                                                                  ReservationRow: "name", PartitionRow: "name",
-                                                                 AccountingRow: "name"},
-                                                 enabled=not self.leader.shared))
-        self.node_listing = NodeListing(self, ChangeCount(self.sessions, {CleanupRow: "job_id", ReservationRow: "name"},
-                                                          enabled=not self.leader.shared))  # sinfo's (nodelist.py)
+                                                                 AccountingRow: "name"}))
+        self.node_listing = NodeListing(self, ChangeCount(self.sessions, {CleanupRow: "job_id", ReservationRow: "name"}))  # sinfo's
         nodes = config.nodes
         self.heartbeats = Heartbeats(self.sessions, min(nodes.heartbeat_interval_s, nodes.heartbeat_timeout_s / 4),
                                      self.node_changes, self.job_changes)
@@ -227,8 +226,7 @@ class Server:
 
     def start(self) -> None:
         self.heartbeats.start()
-        if self.job_changes.enabled:  # one server on its store: what it keeps follows its commits
-            self.follower.start()
+        self.follower.start()
         self.controller.start()
         self.kube.start()
         if self.feed is not None:

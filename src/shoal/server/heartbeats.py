@@ -108,7 +108,7 @@ class Heartbeats:
 
     def known(self, node: str, alive: list[str], has_news: bool) -> bool | None:
         """only_a_heartbeat without reading the store: None when what is kept is out of date
-        (or not kept: several servers on one store), so the caller must ask in a thread."""
+        (or not kept: the counts disabled), so the caller must ask in a thread."""
         if has_news:
             return False
         nodes, jobs = self._node_changes, self._job_changes

@@ -1,7 +1,7 @@
 """The nodes as sinfo, scontrol show node, the console and the Kubernetes API list them.
 
 Each node's own facts (its row: address, GPUs and their gres, labels, taints, state) are kept
-by name until a commit of this process changes a node row (the node rows' change count,
+by name until a commit changes a node row (the node rows' change count,
 which heartbeats do not move: server.heartbeats), so listing a thousand nodes reads and
 decodes their rows only after a change, not at every sinfo. What the running jobs hold is
 kept the same way (server/running.py), and so are the clean-ups and maintenance windows (a
@@ -9,12 +9,14 @@ count of their own). sinfo's whole answer (``view=sinfo``, which shows no heartb
 kept encoded and gzipped until one of those inputs, the partitions or the nodes in
 maintenance now change: with 20 clients at once, making it per call (a thousand nodes'
 holdings and dicts, their JSON and its gzip) was half the server's time. With several
-servers on one store the counts are off and everything is read and made per answer.
+servers on one store the counts follow the others' commits too (the change feed carries
+their keys), and the node rows are read again every FRESH_S for their heartbeat times.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterable
 
 from sqlalchemy import select
@@ -46,6 +48,9 @@ SINFO_VIEW = ("name", "address", "state", "display_state", "reason", "reason_tim
 one, labels, images or jobs, which made a thousand nodes' listing ~3 MB of JSON per sinfo."""
 
 
+FRESH_S = 2.0
+"""With several servers on one store, the node rows' facts are read again at least this often."""
+
 Holding = tuple[str, int, int, int, int]  # a clean-up's node, CPUs, memory, GPUs and job
 
 
@@ -56,7 +61,8 @@ class NodeListing:
         self.server = server
         self.others = others
         self._lock = threading.Lock()
-        self._kept: tuple[int | None, list[dict]] = (None, [])  # (node change count, facts by name)
+        # (node change count, facts by name, when read: monotonic)
+        self._kept: tuple[int | None, list[dict], float] = (None, [], 0.0)
         self._parts: tuple[tuple, dict[str, list[str]]] | None = None  # (partitions, each node's names)
         # (others' count, the clean-ups' holdings, the MAINT reservations' windows)
         self._others: tuple[int | None, list[Holding], list[tuple[float, float, list[str]]]] = (None, [], [])
@@ -108,15 +114,20 @@ class NodeListing:
                 row = listing.dumps(_in_view(f, u, name in maint, parts, SINFO_VIEW))
             rows[name] = (f, key, row)
             out.append(row)
-        self._rows = rows  # replaced whole: threads racing (counts off) lose only a reuse
+        self._rows = rows  # replaced whole: threads racing lose only a reuse
         return out
 
     def _facts(self, s: Session) -> list[dict]:
+        """Every node row's facts, kept while no commit changes a node row. With several
+        servers on the store, read again at least every FRESH_S too: the stored
+        ``last_heartbeat`` of a node reporting to another server moves with no count (each
+        server adds only the reports it heard itself, ``Heartbeats.latest``)."""
         changes = self.server.node_changes
         at = changes.value  # noted before the read: a commit racing it moves the count again
         kept = self._kept
-        if not changes.enabled or kept[0] != at:
-            kept = (at, [node_facts(r) for r in s.scalars(select(NodeRow).order_by(NodeRow.name))])
+        now = time.monotonic()
+        if not changes.enabled or kept[0] != at or (self.server.leader.shared and now - kept[2] > FRESH_S):
+            kept = (at, [node_facts(r) for r in s.scalars(select(NodeRow).order_by(NodeRow.name))], now)
             with self._lock:
                 self._kept = kept
         return kept[1]

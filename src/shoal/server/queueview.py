@@ -1,12 +1,12 @@
 """squeue's view of the queue, kept in memory (in the spirit of the Kubernetes API server's
 watch cache): the pending, running and completing jobs with the columns squeue's default
-table shows, brought up to date from the jobs this process's commits changed
-(``store.changes.ChangeCount``) instead of read whole from the store on every call.
+table shows, brought up to date from the jobs the servers' commits changed
+(``store.changes.ChangeCount``; with several servers on one PostgreSQL, the others' keys
+come on the change feed) instead of read whole from the store on every call.
 
 With 10,000 jobs queued, reading the queue from SQLite took ~45 ms a call, and users'
-scripts call squeue in loops; a listing from memory is a filter over dicts. Only a
-server that sees every write to its store may keep one (not several servers on one
-PostgreSQL: ``available`` is False there, and callers read the store).
+scripts call squeue in loops; a listing from memory is a filter over dicts. With the count
+disabled ``available`` is False, and callers read the store.
 """
 
 from __future__ import annotations

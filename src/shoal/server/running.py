@@ -4,14 +4,14 @@ Every start and end wakes the long-polls of the nodes concerned, and each answer
 every running job (id, version, kind) to find its node's own: with 8,000 jobs running on
 1,000 nodes that is O(running jobs) per answer, and sinfo decoded every running job's
 allocation per call. Here the running jobs (version, kind, and what each holds on each node)
-are kept by id and by node, brought up to date from the jobs this process's commits changed
-(``store.changes.ChangeCount``, one of its own), so a node's answer costs O(its jobs).
+are kept by id and by node, brought up to date from the jobs the servers' commits changed
+(``store.changes.ChangeCount``, one of its own; another server's keys come on the change
+feed), so a node's answer costs O(its jobs).
 
-With several servers on one store (HA) the count does not see the others' commits, so the
-running jobs are read afresh for each call; but one read serves every call that came before it
-began (``_fresh``): a pass's starts wake a thousand long-polls at once, and each reading every
-running job, a pool connection checked out meanwhile, ran PostgreSQL's pool dry (a read
-begun after a call came in is as fresh as the call's own would be).
+With the count disabled the running jobs are read afresh for each call; but one read serves
+every call that came before it began (``_fresh``): a pass's starts wake a thousand long-polls
+at once, and each reading every running job, a pool connection checked out meanwhile, ran
+PostgreSQL's pool dry (a read begun after a call came in is as fresh as the call's own would be).
 """
 
 from __future__ import annotations

@@ -52,10 +52,10 @@ def read_nodes(session: Session) -> tuple[NodeInfo, ...]:
 
 class NodeInfoCache:
     """Every node's NodeInfo as submissions check them, and what ``check`` (placement's
-    check_feasible) said of requests on them, kept until a commit of this process changes a
-    node row (``changes``: a ChangeCount watching NodeRow). Each sbatch read every node and
-    placed its job on an empty copy of the cluster; in a submission loop the nodes are the
-    same every time. A disabled count (several servers on one store) keeps nothing."""
+    check_feasible) said of requests on them, kept until a commit changes a node row
+    (``changes``: a ChangeCount watching NodeRow). Each sbatch read every node and placed its
+    job on an empty copy of the cluster; in a submission loop the nodes are the same every
+    time. A disabled count keeps nothing."""
 
     def __init__(self, changes, check) -> None:
         self.changes = changes
@@ -259,10 +259,10 @@ class JobRowCache:
     row whose version is unchanged is unchanged. Only passes that read committed rows may
     use it (the controller's), never a transaction that is rolled back (``--test-only``).
 
-    With ``changes`` (the job rows this process's commits changed), a pass reads only the
+    With ``changes`` (the job rows the servers' commits changed), a pass reads only the
     versions of the jobs changed since the one before: with 50,000 jobs queued, reading
-    every live job's id and version was a quarter of each pass. Without it (several servers
-    on one store), or after a bulk statement (``ALL``), every live job's version is read.
+    every live job's id and version was a quarter of each pass. Without it, after a bulk
+    statement (``ALL``) or a stale plan (``stale``), every live job's version is read.
     """
 
     def __init__(self, changes: ChangeCount | None = None) -> None:
@@ -315,6 +315,12 @@ class JobRowCache:
         self._rows[job_id] = (version + 1, row)
         if job_id in self.said_reason:
             self._said(job_id, row)
+
+    def stale(self) -> None:
+        """A plan made from these rows found one changed (StaleDataError): the next read reads
+        every live job's version, not only those whose keys came (another server's commit may
+        be a moment behind its keys' notification)."""
+        self._synced = False
 
     def read(self, session: Session) -> LiveJobs:
         """Live (pending and running) rows as of now, and what a snapshot makes of them."""

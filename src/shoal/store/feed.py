@@ -10,7 +10,11 @@ made good by waking everything once the listener is back (``{"resync": true}``).
 It also carries the metric samples agents and the gateway report to a follower
 (``{"metrics": ...}``: the leader's HPA reads them), revoked tokens (``{"revoked": [hash]}``) and node credentials
 (``{"revoked_node": name}``), which every server drops from its caches of looked-up tokens and
-node credential generations; after a resync each drops them all.
+node credential generations; after a resync each drops them all. And it carries, in each
+commit's own transaction, the keys the commit wrote to the tables that servers keep views of
+(``{"keys": {table: [key, ...] or "*"}}``, ``shoal.store.changes``): those notifications are
+the truth's own order, so a server that applies them keeps what it holds in memory current
+with every server's commits; after a resync it reads everything again.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
+from shoal.store.changes import ALL, Changed, Recorder
 from shoal.store.lease import connect
 
 log = logging.getLogger("shoal.store.feed")
@@ -42,6 +47,13 @@ class ChangeFeed:
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._stop = threading.Event()
         self.connected = threading.Event()
+        self._recorder: Recorder | None = None
+
+    def carry(self, recorder: Recorder) -> None:
+        """Carry the keys of every commit of ``recorder``'s sessions to the other servers, and
+        hand it the keys they send (and, after a listener's reconnection, every key)."""
+        recorder.publish = self.publish_keys
+        self._recorder = recorder
 
     def publish(self, event: dict) -> None:
         """Queue an event for the other servers (any thread; never blocks on the database)."""
@@ -53,6 +65,14 @@ class ChangeFeed:
         can answer anyone. For what must not lag its commit, such as a revoked token."""
         for payload in self._payloads([event]):
             session.execute(text("SELECT pg_notify(:channel, :payload)"), {"channel": CHANNEL, "payload": payload})
+
+    def publish_keys(self, session: Session, changed: Changed) -> None:
+        """Send the keys the session's transaction wrote, as part of it (``Recorder.publish``):
+        delivered at its commit, in commit order, never for a rollback; in as many
+        notifications as they need."""
+        conn = session.connection()
+        for payload in self._payloads(key_events(changed)):
+            conn.execute(_NOTIFY, {"channel": CHANNEL, "payload": payload})
 
     def start(self) -> None:
         threading.Thread(target=self._listen, name="feed-listen", daemon=True).start()
@@ -117,7 +137,6 @@ class ChangeFeed:
     # -------------------------------------------------------------- listening
 
     def _listen(self) -> None:
-        first = True
         while not self._stop.is_set():
             try:
                 conn = connect(self.engine)
@@ -127,10 +146,12 @@ class ChangeFeed:
                 continue
             try:
                 conn.execute(f"LISTEN {CHANNEL}")
-                self.connected.set()
-                if not first:  # what was sent while we were away is lost: wake everything
-                    self.deliver({"resync": True})
-                first = False
+                # What was sent while we were away (or before the first LISTEN, the views kept
+                # by then included) is lost: wake everything, and read everything kept again.
+                if self._recorder is not None:
+                    self._recorder.resync()
+                self.connected.set()  # listening, and what is kept marked for reading again
+                self.deliver({"resync": True})
                 while not self._stop.is_set():
                     for note in conn.notifies(timeout=1.0):
                         self._heard(note.payload)
@@ -154,9 +175,46 @@ class ChangeFeed:
             return
         for ev in doc.get("e", ()):
             try:
+                if "keys" in ev:
+                    if self._recorder is not None:
+                        self._recorder.heard(heard_keys(ev["keys"]))
+                    continue
                 self.deliver(ev)
             except Exception:
                 log.exception("change feed: applying %r failed", ev)
+
+
+_NOTIFY = text("SELECT pg_notify(:channel, :payload)")
+
+KEYS_BYTES = 6000
+"""At most this many bytes of keys in one event, so that each fits a notification
+(MAX_PAYLOAD); a commit that wrote more (a storm's group commit) sends several."""
+
+
+def key_events(changed: Changed) -> list[dict]:
+    """A commit's keys by table as feed events: "*" for a table whose any row may have changed."""
+    events: list[dict] = []
+    for name, keys in changed.items():
+        if ALL in keys:
+            events.append({"keys": {name: "*"}})
+            continue
+        chunk: list = []
+        size = 0
+        for key in sorted(keys):
+            length = len(json.dumps(key)) + 1
+            if chunk and size + length > KEYS_BYTES:
+                events.append({"keys": {name: chunk}})
+                chunk, size = [], 0
+            chunk.append(key)
+            size += length
+        if chunk:
+            events.append({"keys": {name: chunk}})
+    return events
+
+
+def heard_keys(keys: dict) -> Changed:
+    """A "keys" event's table -> keys, "*" as ALL."""
+    return {name: {ALL} if got == "*" else set(got) for name, got in keys.items()}
 
 
 def _halves(items: list[str]) -> list[list[str]]:
