@@ -205,3 +205,35 @@ def test_a_pass_whose_plan_was_not_applied_is_run_again(tmp_path, monkeypatch):
         assert [jid for jid, st in _states(server).items() if st == "RUNNING"] == ids[:4]
     finally:
         _stop(server)
+
+
+def test_passes_between_node_changes_keep_the_cluster_s_free_resources(tmp_path):
+    """The scheduler's placement cache keeps the free resources (and the nodes sorted) by the
+    node tuple's identity and brings them up to date by starts and ends: the controller's
+    passes hand it the same tuple until a node row changes (a new tuple per pass rebuilt
+    5,000 nodes each pass), and the kept state plans as a fresh one would."""
+    clock = Clock()
+    server, ids = _server(tmp_path, clock, 6)
+    c = server.controller
+    try:
+        c.run_pass()
+        kept = c._placement.free
+        assert [jid for jid, st in _states(server).items() if st == "RUNNING"] == ids[:4]
+        with server.sessions() as s, s.begin():
+            row = s.get(JobRow, ids[0])
+            row.state, row.allocation = "COMPLETED", None
+        c.run_pass()
+        assert c._placement.free.nodes is kept.nodes, "no node changed: the same nodes, the kept state"
+        assert _states(server)[ids[4]] == "RUNNING", "the freed GPU found through the kept state"
+
+        with server.sessions() as s, s.begin():
+            s.get(NodeRow, "node02").state = "DRAIN"
+            row = next(r for r in s.scalars(select(JobRow).where(JobRow.state == "RUNNING"))
+                       if r.allocation["nodes"][0]["name"] == "node02")
+            row.state, row.allocation = "COMPLETED", None
+        c.run_pass()
+        assert c._placement.free is None or c._placement.free.nodes is not kept.nodes
+        with server.sessions() as s:
+            assert s.get(JobRow, ids[5]).state == "PENDING", "node02 drained: its freed GPU is not used"
+    finally:
+        _stop(server)

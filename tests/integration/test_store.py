@@ -1081,7 +1081,9 @@ def test_submissions_check_the_nodes_as_the_store_has_them_after_every_change(en
     def verdict() -> str | None:
         with sessions() as s:
             nodes = cache.nodes(s)
-        return cache.feasible(two, part, [n for n in nodes if n.name in part.nodes], time_limit_s=None)
+        members = cache.members(part)
+        assert members == [n for n in nodes if n.name in part.nodes]
+        return cache.feasible(two, part, members, time_limit_s=None)
 
     gpu = {"index": 0, "uuid": "GPU-0", "product": "NVIDIA A100-SXM4-80GB", "memory_mb": 81920}
     with sessions() as s, s.begin():
@@ -1090,11 +1092,16 @@ def test_submissions_check_the_nodes_as_the_store_has_them_after_every_change(en
         s.execute(update(NodeRow).values(gpus=[gpu]))
     assert verdict() is not None, "two nodes asked of a partition holding one"
     assert verdict() is not None and len(checks) == 1, "the same request on the same nodes: checked once"
+    with sessions() as s:
+        kept = cache.nodes(s)
+        assert cache.nodes(s) is kept, "the same tuple until a change (the scheduler's cache goes by its identity)"
     with sessions() as s, s.begin():
         node = _node("n02")
         node.gpus = [gpu]
         s.add(node)  # registered
     assert verdict() is None and len(checks) == 2
+    with sessions() as s:
+        assert cache.nodes(s) is not kept and [n.name for n in cache.members(part)] == ["n01", "n02"]
     with sessions() as s, s.begin():
         s.execute(update(NodeRow).values(gpus=[]))  # a bulk update: every node may have changed
     assert verdict() is not None and len(checks) == 3

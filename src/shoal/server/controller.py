@@ -237,7 +237,7 @@ class Controller(KickedLoop):
                 return set()  # nothing to start (a job's end with an empty queue): no snapshot
             if self._nodes is None:
                 self._nodes = NodeInfoCache(s.node_changes, check_feasible)
-            snap = s.snapshot(session, now, cache=self._rows, nodes=tuple(self._nodes.nodes(session)))
+            snap = s.snapshot(session, now, cache=self._rows, nodes=self._nodes.nodes(session))
         seen = max((j.id for j in (*snap.pending, *snap.active)), default=0)
         if not snap.pending:
             self._headroom, self._seen_id = headroom(snap, cache=self._placement), seen

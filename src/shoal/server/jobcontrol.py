@@ -47,7 +47,8 @@ class Submissions:
     def _store(self, s: Session, p: Principal, body: JobSubmit, now: float) -> dict:
         """Validate and store a submission in the caller's transaction (submit and --test-only)."""
         server = self.server
-        return jobsvc.submit(s, p, body, partitions=server.partitions, nodes=self.nodes.nodes(s), now=now,
+        self.nodes.nodes(s)  # this thread's members and verdicts: of the nodes as last committed
+        return jobsvc.submit(s, p, body, partitions=server.partitions, members=self.nodes.members, now=now,
                              max_array_size=server.config.scheduler.max_array_size,
                              def_mem_per_cpu_mb=server.config.scheduler.def_mem_per_cpu_mb,
                              feasible=self.nodes.feasible, accounts=server.account_tree, qos=server.qos_table)

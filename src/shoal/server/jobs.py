@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import signal as signals
-from typing import Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
@@ -174,8 +174,8 @@ def parse_signal(value: str | int | None) -> int | None:
         raise JobError(f"invalid signal name: {value}") from None
 
 
-def submit(session: Session, principal: Principal, body: JobSubmit, *, partitions, nodes: list[NodeInfo],
-           now: float, max_array_size: int, def_mem_per_cpu_mb: int, feasible,
+def submit(session: Session, principal: Principal, body: JobSubmit, *, partitions,
+           members: Callable[[Partition], Sequence[NodeInfo]], now: float, max_array_size: int, def_mem_per_cpu_mb: int, feasible,
            accounts: AccountTree | None = None, qos: Mapping[str, QOS] | None = None) -> dict:
     """Validate and store a submission (one row per array task). The caller commits.
 
@@ -198,13 +198,12 @@ def submit(session: Session, principal: Principal, body: JobSubmit, *, partition
     if partition.state in ("DRAIN", "INACTIVE"):  # DOWN: queued, pending with reason PartitionDown
         raise JobError("Required partition not available (inactive or drain)")
     req, time_limit = normalise(body, partition, def_mem_per_cpu_mb)
-    names = set(partition.nodes)
-    members = [n for n in nodes if n.name in names]
-    reason = feasible(req, partition, members, time_limit_s=time_limit) if members else None
+    on = members(partition)
+    reason = feasible(req, partition, on, time_limit_s=time_limit) if on else None
     if reason:
         raise JobError(f"Requested node configuration is not available: {reason}")
     if body.container is not None:
-        _check_container_runtime(members)
+        _check_container_runtime(on)
     deps, dep_any = _dependencies(session, body)
     task_ids, throttle = _array_tasks(body, max_array_size)
     signal_spec = None
@@ -321,7 +320,7 @@ def _insert(session: Session, common: dict, task_ids: list[int] | None, throttle
     return {"job_id": first, "array_job_id": first, "array_task_ids": task_ids}
 
 
-def _check_container_runtime(members: list[NodeInfo]) -> None:
+def _check_container_runtime(members: Sequence[NodeInfo]) -> None:
     """--container-image needs a node with a container runtime (its agent's --runtime)."""
     from shoal.model.container import RUNTIME_LABEL
 
