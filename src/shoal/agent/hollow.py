@@ -95,8 +95,11 @@ class HollowStats:
         return out
 
     def reset_latencies(self) -> None:
-        with self.lock:
-            self.latencies.clear()
+        """A new window of round trips. Called from a signal handler, so it takes no lock:
+        the handler runs in the main thread, which may be holding it in ``as_json`` (a
+        benchmark's SIGUSR1 then hung the hollow process). The deque is replaced whole; a
+        round trip a reporter adds to the old one meanwhile belongs to the window before."""
+        self.latencies = deque(maxlen=LATENCIES_KEPT)
 
 
 def _pct(values: list[float], q: float) -> float | None:
