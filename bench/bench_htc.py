@@ -62,7 +62,7 @@ sys.path.insert(0, str(REPO))
 from benchmarks_md import publish  # bench/ is on sys.path as the script's folder
 
 from bench.bench_foundation import ensure_bytecode, load_average, machine_facts
-from bench.bench_scale import Hollow, _postgres, _py_spy, _py_spy_stop, cpu_s, pct
+from bench.bench_scale import SINFO_NODES, Hollow, _postgres, _py_spy, _py_spy_stop, cpu_s, pct, squeue_path
 from tests.integration.cluster import wait_until
 from shoal.api_client import Client
 from shoal.slurm import squeue
@@ -160,15 +160,6 @@ def storm(h: Hollow, workdir: str, n: int, submitters: int, profile: Path | None
     return {"requests": n, "jobs": sum(jobs), "submitters": submitters, "wall_s": wall,
             "requests_per_s": n / wall, "jobs_per_s": sum(jobs) / wall,
             "server_cpu_ms_per_request": 1000 * cpu / n, **_ms(every)}
-
-
-def squeue_path() -> str:
-    """The request plain ``squeue`` makes (its columns as rows, each array's pending tasks as one)."""
-    params = squeue.query(squeue.parse_args([]))
-    return "/shoal/v1/jobs?" + urlencode({k: v for k, v in params.items() if v is not None}, doseq=True)
-
-
-SINFO_NODES = "/shoal/v1/nodes?view=sinfo"  # as sinfo asks (shoal.cli.sinfo): the keys it reads
 
 
 def wire_bytes(h: Hollow, path: str) -> tuple[int, str]:

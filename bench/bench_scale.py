@@ -16,8 +16,10 @@ register, then:
    no node DOWN; the end-to-end rate (first submission to last end), the scheduler's mean
    pass time (/metrics' shoal_scheduler_pass_duration_seconds, over the run), and the heartbeat
    round trips meanwhile;
-4. reads: ``--reads`` rounds of the requests squeue and sinfo make (``GET /jobs?view=queue``;
-   ``GET /nodes`` + ``GET /partitions``) with the finished jobs still listed;
+4. reads: ``--reads`` rounds of the requests plain squeue and sinfo make
+   (``GET /jobs?view=queue&form=rows&collapse=true``; ``GET /nodes?view=sinfo`` +
+   ``GET /partitions``; until 2026-12-07 the whole ``/nodes`` listing and the queue view as
+   dicts) with the finished jobs still listed;
 5. node-loss wave (``--wave``, on by default): half the nodes busy with whole-node jobs of an
    hour (half of them ``--requeue``), then 5% of all nodes (every 20th, busy or idle) fall
    silent at once (``--hollow-silence``: no heartbeats, no long-polls): seconds until each is
@@ -49,6 +51,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
+from urllib.parse import urlencode
 
 import psutil
 
@@ -59,11 +62,19 @@ from benchmarks_md import write_section  # bench/ is on sys.path as the script's
 
 from bench.bench_foundation import ensure_bytecode, load_average, machine_facts, summarise_raw_profile
 from shoal.api_client import Client, ClientError
+from shoal.slurm import squeue as squeue_command
 from tests.integration.cluster import BIN, free_port, wait_until
 
 SECTION = "## Scale"
 GPUS = 8
 SCRIPT = "#!/bin/sh\nsleep 2\n"
+SINFO_NODES = "/shoal/v1/nodes?view=sinfo"  # as sinfo asks (shoal.cli.sinfo): the keys it reads
+
+
+def squeue_path() -> str:
+    """The request plain ``squeue`` makes (its columns as rows, each array's pending tasks as one)."""
+    params = squeue_command.query(squeue_command.parse_args([]))
+    return "/shoal/v1/jobs?" + urlencode({k: v for k, v in params.items() if v is not None}, doseq=True)
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -255,10 +266,10 @@ def one_size(nodes: int, jobs: int, idle_s: float, reads: int, env: dict, profil
             squeue, sinfo = [], []
             for _ in range(reads):
                 t = time.perf_counter()
-                h.admin.get("/shoal/v1/jobs", {"view": "queue"})
+                h.admin.get(squeue_path())
                 squeue.append(time.perf_counter() - t)
                 t = time.perf_counter()
-                h.admin.get("/shoal/v1/nodes")
+                h.admin.get(SINFO_NODES)
                 h.admin.get("/shoal/v1/partitions")
                 sinfo.append(time.perf_counter() - t)
             out["squeue_p50_ms"], out["squeue_p99_ms"] = 1000 * pct(squeue, 0.5), 1000 * pct(squeue, 0.99)
@@ -305,7 +316,7 @@ def fill_phase(h: Hollow, workdir: str, reads: int, runtime_s: int = 120) -> dic
     sinfo = []
     for _ in range(reads):
         t = time.perf_counter()
-        h.admin.get("/shoal/v1/nodes")
+        h.admin.get(SINFO_NODES)
         h.admin.get("/shoal/v1/partitions")
         sinfo.append(time.perf_counter() - t)
     out["sinfo_p50_ms"], out["sinfo_p99_ms"] = 1000 * pct(sinfo, 0.5), 1000 * pct(sinfo, 0.99)
@@ -426,9 +437,9 @@ ROWS = [  # (label, how to read it from a result, format)
     ("run: server CPU (share of one core)", lambda r: 100 * r["run"]["server_cpu_share"], "{:.0f}%"),
     ("run: heartbeat/exit report round trip p50 (ms)", lambda r: r["run"]["report_p50_ms"], "{:.1f}"),
     ("run: heartbeat/exit report round trip p99 (ms)", lambda r: r["run"]["report_p99_ms"], "{:.1f}"),
-    ("reads: squeue (`GET /jobs?view=queue`) p50 (ms)", lambda r: r["squeue_p50_ms"], "{:.1f}"),
+    ("reads: squeue (`GET /jobs?view=queue&form=rows...`) p50 (ms)", lambda r: r["squeue_p50_ms"], "{:.1f}"),
     ("reads: squeue p99 (ms)", lambda r: r["squeue_p99_ms"], "{:.1f}"),
-    ("reads: sinfo (`GET /nodes` + `/partitions`) p50 (ms)", lambda r: r["sinfo_p50_ms"], "{:.1f}"),
+    ("reads: sinfo (`GET /nodes?view=sinfo` + `/partitions`) p50 (ms)", lambda r: r["sinfo_p50_ms"], "{:.1f}"),
     ("reads: sinfo p99 (ms)", lambda r: r["sinfo_p99_ms"], "{:.1f}"),
     ("jobs lost or run twice / nodes DOWN", lambda r: (r["lost_or_twice"], r["nodes_down"]), None),
     ("wave: nodes silenced at once (5%) / of them busy / their jobs requeued / NODE_FAIL",
