@@ -27,6 +27,7 @@ def test_a_new_window_of_round_trips_asked_for_while_the_stats_are_being_read_do
 
     stats = HollowStats()
     stats.latencies.extend([0.1, 0.2])
+
     def hung(signum, frame):
         raise AssertionError("the handler waited for the lock its own thread holds")
 

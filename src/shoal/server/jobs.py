@@ -175,7 +175,8 @@ def parse_signal(value: str | int | None) -> int | None:
 
 
 def submit(session: Session, principal: Principal, body: JobSubmit, *, partitions,
-           members: Callable[[Partition], Sequence[NodeInfo]], now: float, max_array_size: int, def_mem_per_cpu_mb: int, feasible,
+           members: Callable[[Partition], Sequence[NodeInfo]], now: float, max_array_size: int,
+           def_mem_per_cpu_mb: int, feasible,
            accounts: AccountTree | None = None, qos: Mapping[str, QOS] | None = None) -> dict:
     """Validate and store a submission (one row per array task). The caller commits.
 
