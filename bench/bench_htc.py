@@ -149,17 +149,20 @@ def storm(h: Hollow, workdir: str, n: int, submitters: int, profile: Path | None
             lat[i].append(time.perf_counter() - t)
             jobs[i] += 10 if "array" in body else 1
 
+    passes0 = h.metric(PASS_S), h.metric(PASSES)
     cpu0, t0 = cpu_s(h.server), time.perf_counter()
     with ThreadPoolExecutor(submitters) as pool:
         list(pool.map(submitter, range(submitters)))
     wall = time.perf_counter() - t0
     cpu = cpu_s(h.server) - cpu0
+    passes1 = h.metric(PASS_S), h.metric(PASSES)
     if spy:
         _py_spy_stop(spy)
     every = [x for xs in lat for x in xs]
     return {"requests": n, "jobs": sum(jobs), "submitters": submitters, "wall_s": wall,
             "requests_per_s": n / wall, "jobs_per_s": sum(jobs) / wall,
-            "server_cpu_ms_per_request": 1000 * cpu / n, **_ms(every)}
+            "server_cpu_ms_per_request": 1000 * cpu / n, **_ms(every),
+            "passes": passes1[1] - passes0[1], "pass_s": passes1[0] - passes0[0]}
 
 
 def wire_bytes(h: Hollow, path: str) -> tuple[int, str]:
@@ -292,6 +295,7 @@ def reads(h: Hollow, readers: int, rounds: int, some_job: int, profile: Path | N
 
 
 PASSES = "shoal_scheduler_pass_duration_seconds_count"
+PASS_S = "shoal_scheduler_pass_duration_seconds_sum"
 SKIPPED = "shoal_scheduler_passes_skipped_total"
 
 
@@ -376,6 +380,8 @@ ROWS = [  # (label, how to read it from a result, format)
     ("storm: submit round trip p50 (ms)", lambda r: r["storm"]["p50_ms"], "{:.1f}"),
     ("storm: submit round trip p99 (ms)", lambda r: r["storm"]["p99_ms"], "{:.1f}"),
     ("storm: server CPU per request (ms)", lambda r: r["storm"]["server_cpu_ms_per_request"], "{:.2f}"),
+    ("storm: scheduling passes / seconds spent in them",
+     lambda r: (int(r["storm"].get("passes", -1)), round(r["storm"].get("pass_s", float("nan")), 1)), None),
     ("reads: jobs queued (pending and running)", lambda r: r["queued"], "{:.0f}"),
     ("reads: squeue (its `GET /jobs?view=queue...`, read and decompressed) p50 / p99 (ms)",
      lambda r: (round(r["reads"]["squeue"]["p50_ms"]), round(r["reads"]["squeue"]["p99_ms"])), None),

@@ -237,3 +237,58 @@ def test_passes_between_node_changes_keep_the_cluster_s_free_resources(tmp_path)
             assert s.get(JobRow, ids[5]).state == "PENDING", "node02 drained: its freed GPU is not used"
     finally:
         _stop(server)
+
+
+@pytest.mark.parametrize("store", ["sqlite", "postgres"])
+def test_a_submission_that_would_wait_like_a_job_the_last_pass_settled_costs_no_pass(tmp_path, store, request):
+    """On a full cluster the GPUs kept free for a reserved job fit most submissions, so each
+    cost a pass over the whole queue that started nothing (most of a storm's server time). A
+    job queued like one the last pass settled behind the reservation (its request, partition,
+    limit and rank) waits for the periodic pass instead; one ranked otherwise (another user)
+    still gets its pass at once. (On PostgreSQL the rank's account, QOS and nice are read
+    from the spec's JSON by the database.)"""
+    clock = Clock()
+    db_url = request.getfixturevalue("postgres_url") if store == "postgres" else None
+    server, ids = _server(tmp_path, clock, 1, db_url)  # job 1: one GPU, no limit: runs for ever
+    c = server.controller
+    two_nodes = request_to_json(ResourceRequest(nodes=2, ntasks=2, gpus_per_node=2, mem_per_node_mb=1024))
+    try:
+        with server.sessions() as s, s.begin():
+            s.add_all([_job(clock.t + 1, request=two_nodes), _job(clock.t + 2)])
+        c.wake()
+        c.step()  # a pass, as the loop runs it
+        with server.sessions() as s:
+            rows = {r.id: r for r in s.scalars(select(JobRow))}
+        blocker, settled = sorted(rows)[1:]
+        assert rows[ids[0]].state == "RUNNING" and rows[blocker].reason == "Resources"
+        assert rows[settled].reason == "Priority", "held off the blocker's nodes: 3 GPUs free, none to take"
+
+        def submit(**kw) -> tuple[int, bool]:
+            """Queue a job as a submission does; whether the scheduler's step ran a pass."""
+            with server.sessions() as s, s.begin():
+                row = _job(clock.t + 3, **kw)
+                s.add(row)
+                s.flush()
+                jid = row.id
+            before = c.passes
+            c.submitted(alone=False)
+            c.step()
+            return jid, c.passes > before
+
+        alike, passed = submit()
+        assert not passed, "queued like the settled job: no pass"
+        alike_too, passed = submit()
+        assert not passed
+        other, passed = submit(user="bob")
+        assert passed, "another user's job may rank above the blocker: a pass"
+        with server.sessions() as s:
+            assert s.get(JobRow, other).reason == "Priority"
+            assert s.get(JobRow, alike).state == "PENDING"
+        niced, passed = submit(spec={"script": "#!/bin/sh\ntrue\n", "nice": 10})
+        assert passed, "another rank (nice): a pass"
+        assert _tick(server, clock)
+        with server.sessions() as s:
+            assert {s.get(JobRow, j).reason for j in (alike, alike_too, niced)} == {"Priority"}
+            assert list(s.scalars(select(JobRow.id).where(JobRow.state == "RUNNING"))) == ids, "nothing else started"
+    finally:
+        _stop(server)

@@ -13,9 +13,10 @@ from sched_cluster import A100, H100, gpu_node, running
 from shoal.model.job import JobState
 from shoal.model.node import NodeState
 from shoal.model.resources import ResourceRequest
-from shoal.model.snapshot import Dependency, JobRecord, Partition, PendingJob, Snapshot
+from shoal.model.snapshot import ActiveJob, Dependency, JobRecord, Partition, PendingJob, Snapshot
 from shoal.sched import SchedConfig, check_feasible, place, queue_order, schedule
 from shoal.sched.placement import ClusterState, Demand, PlacementCache, feature_matches, gpu_type_matches
+from shoal.sched.schedule import waits_settled
 
 FEATURES = ("ib", "nvlink")
 NOW = 1000.0
@@ -276,6 +277,20 @@ def test_a_pass_with_a_kept_cache_plans_what_a_cold_pass_plans(data):
         assert (warm.starts, warm.reasons, warm.estimates) == (cold.starts, cold.reasons, cold.estimates)
 
 
+def gpu_cluster(data, node_limit: bool) -> tuple[tuple, list[Partition]]:
+    """2 to 5 GPU nodes of 4 GPUs that every shape of these tests fits; a partition of them
+    all, and maybe one of some of them with a time limit (and with ``node_limit`` a node limit)."""
+    cluster = tuple(gpu_node(f"n{i}", gpus=4, cpus=8, memory_mb=4000)
+                    for i in range(1, data.draw(st.integers(2, 5)) + 1))
+    names = [n.name for n in cluster]
+    partitions = [Partition("p0", tuple(names))]
+    if data.draw(st.booleans()):
+        limit = {"max_nodes": data.draw(st.sampled_from([None, 1]))} if node_limit else {}
+        partitions.append(Partition("p1", tuple(data.draw(st.sets(st.sampled_from(names), min_size=1))),
+                                    max_time_s=data.draw(st.sampled_from([None, 300])), **limit))
+    return cluster, partitions
+
+
 @given(st.data())
 @settings(SETTINGS, max_examples=200)
 def test_jobs_sharing_one_request_are_planned_as_jobs_with_copies_of_it(data):
@@ -286,14 +301,7 @@ def test_jobs_sharing_one_request_are_planned_as_jobs_with_copies_of_it(data):
     fits, and a queue longer than it holds, some of whose jobs are gated by something of their
     own (a hold, a begin time, a reservation, an array throttle) or by their partition's limits,
     and a pass that may test only a few."""
-    cluster = tuple(gpu_node(f"n{i}", gpus=4, cpus=8, memory_mb=4000)
-                    for i in range(1, data.draw(st.integers(2, 5)) + 1))
-    names = [n.name for n in cluster]
-    partitions = [Partition("p0", tuple(names))]
-    if data.draw(st.booleans()):
-        partitions.append(Partition("p1", tuple(data.draw(st.sets(st.sampled_from(names), min_size=1))),
-                                    max_nodes=data.draw(st.sampled_from([None, 1])),
-                                    max_time_s=data.draw(st.sampled_from([None, 300]))))
+    cluster, partitions = gpu_cluster(data, node_limit=True)
     shapes = [ResourceRequest(nodes=data.draw(st.integers(1, 2)), ntasks=1, mem_per_node_mb=500,
                               gpus_per_node=data.draw(st.integers(1, 4)))
               for _ in range(data.draw(st.integers(1, 3)))]
@@ -314,6 +322,56 @@ def test_jobs_sharing_one_request_are_planned_as_jobs_with_copies_of_it(data):
                   for pending in (shared, copies))
     assert (one.starts, one.reasons, one.estimates, one.preemptions, one.tested) == \
         (other.starts, other.reasons, other.estimates, other.preemptions, other.tested)
+
+
+@given(st.data())
+@settings(SETTINGS, max_examples=200)
+def test_a_job_queued_like_one_a_pass_settled_changes_nothing_the_next_pass_plans(data):
+    """The server skips the pass a submission would cost when the job cannot start: after a
+    full EASY pass with its starts applied and nothing ended, a job with the request,
+    partition, time limit and rank of one that waited behind a reservation
+    (``Plan.settled``, ``waits_settled``) is planned to wait, whatever its own gates, and
+    the jobs queued before it are planned as without it, under either priority. A busy
+    cluster of GPU nodes, a queue of a few shapes from several users, some with a nice or a
+    priority of their own."""
+    cluster, partitions = gpu_cluster(data, node_limit=False)
+    shapes = [ResourceRequest(nodes=data.draw(st.integers(1, 2)), ntasks=1, mem_per_node_mb=500,
+                              gpus_per_node=data.draw(st.integers(1, 4)))
+              for _ in range(data.draw(st.integers(1, 3)))]
+    ranks = st.fixed_dictionaries({"user": st.sampled_from(["alice", "bob"]), "nice": st.sampled_from([0, 0, 100]),
+                                   "priority": st.sampled_from([0, 0, 1]), "qos": st.sampled_from([None, "high"])})
+    queue = tuple(PendingJob(id=i, name="j", partition=data.draw(st.sampled_from([p.name for p in partitions])),
+                             request=data.draw(st.sampled_from(shapes)), submit_time=float(i),
+                             time_limit_s=data.draw(st.sampled_from([None, 100, 600])), **data.draw(ranks))
+                  for i in range(1, data.draw(st.integers(2, 30)) + 1))
+    config = SchedConfig(policy="backfill", backfill="easy", priority=data.draw(st.sampled_from(["basic", "multifactor"])),
+                         bf_max_job_test=data.draw(st.sampled_from([None, None, 3, 8])))
+    active = tuple(data.draw(actives(cluster, busy=True)))
+    first = schedule(Snapshot(NOW, cluster, tuple(partitions), queue, active, dict(JOB_RECORDS)), config)
+    if not first.settled:
+        return
+    started = {st_.job_id: st_.allocation for st_ in first.starts}
+    by_id = {job.id: job for job in queue}
+    active += tuple(ActiveJob(id=jid, user=by_id[jid].user, name="j", partition=by_id[jid].partition,
+                              allocation=allocation, start_time=NOW, time_limit_s=by_id[jid].time_limit_s)
+                    for jid, allocation in started.items())
+    waiting = tuple(job for job in queue if job.id not in started)
+    keys = sorted(first.settled.items(), key=repr)
+    fresh = []
+    for i in range(data.draw(st.integers(1, 5))):
+        (request, partition, limit), (user, account, qos, nice, priority) = data.draw(st.sampled_from(keys))
+        fresh.append(PendingJob(id=100 + i, user=user, name="fresh", partition=partition, request=request,
+                                submit_time=NOW, time_limit_s=limit, account=account, qos=qos, nice=nice,
+                                priority=priority, **data.draw(st.sampled_from([{}] * 4 + [
+                                    {"held": True}, {"begin_time": NOW + 50},
+                                    {"dependencies": (Dependency("afterok", (1,)),)}]))))
+    assert all(waits_settled(first.settled, job) for job in fresh)
+    later = NOW + data.draw(st.sampled_from([0.0, 5.0]))
+    before, after = (schedule(Snapshot(later, cluster, tuple(partitions), pending, active, dict(JOB_RECORDS)), config)
+                     for pending in (waiting, waiting + tuple(fresh)))
+    assert after.starts == before.starts and not after.preemptions
+    assert all(job.id in after.reasons for job in fresh)
+    assert {jid: r for jid, r in after.reasons.items() if jid < 100} == before.reasons
 
 
 @given(st.lists(st.tuples(st.integers(1, 60), st.sampled_from([0.0, 1.0, 2.5, 7.0]), st.integers(-2, 2)),

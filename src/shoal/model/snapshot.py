@@ -159,3 +159,6 @@ class Plan:
     estimates: dict[int, float] = field(default_factory=dict)
     preemptions: list[Preemption] = field(default_factory=list)  # victims to stop for a blocked job
     tested: int = 0  # pending jobs the pass tested for a start (sdiag's depth)
+    # EASY backfill's jobs settled behind a reservation (``schedule.waits_settled``): by
+    # (request, partition, own time limit), the queue rank of the first that waited so.
+    settled: dict[tuple[ResourceRequest, str, int | None], tuple] = field(default_factory=dict)

@@ -75,6 +75,14 @@ def queue_order(pending: Iterable[PendingJob],
     return sorted(by_submit, key=lambda j: priorities.get(j.id, j.priority), reverse=True)
 
 
+def rank(job: PendingJob) -> tuple:
+    """What places a job in the queue besides its request, partition and age: two jobs with
+    the same of all of these keep their submission order under either priority. ``basic``
+    reads ``priority``; ``multifactor`` reads fair share (user, account), QOS, nice, job
+    size (the request) and partition, and age, which only grows with it."""
+    return (job.user, job.account, job.qos, job.nice, job.priority)
+
+
 def effective_time_limit(job: PendingJob, default_time_s: int | None,
                          max_time_s: int | None) -> int | None:
     """The limit a job runs under: its own, else the partition's DefaultTime, else MaxTime."""

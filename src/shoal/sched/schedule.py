@@ -46,6 +46,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from shoal.model.node import NodeState
@@ -114,6 +115,20 @@ def schedule(snapshot: Snapshot, config: SchedConfig = SchedConfig(),
 
 
 MAX_GANG_PASSES = 4  # passes again without the gangs that would start in part
+
+
+def waits_settled(settled: Mapping[tuple[ResourceRequest, str, int | None], tuple], job: PendingJob) -> bool:
+    """Whether ``job``, queued after the full EASY backfill pass that made ``settled``
+    (``Plan.settled``), would wait in the next pass, if nothing has started, ended or
+    changed since but jobs queued as this one: a job with its request, partition, time
+    limit and rank (``queue.rank``) waited behind a reservation in that pass. Ranked the
+    same and queued later, this one comes after it; up to there the next pass meets the
+    same jobs, free resources and reservations (those queued since all wait, taking
+    nothing), so that one waits again, settling the three, and this one takes its reason
+    (``_Pass.consider``). A server asks this of each submission on a full cluster, so that
+    one that cannot start costs no pass over the whole queue."""
+    return job.pod is None and not job.preemptor \
+        and settled.get((job.request, job.partition, job.time_limit_s)) == q.rank(job)
 
 
 def partial_gangs(pending: tuple[PendingJob, ...], plan: Plan) -> set[str]:
@@ -276,6 +291,7 @@ class _Pass:
         reason = self.blocked(job, d, part, reach, whole)
         if reason == q.PRIORITY and settled is not None and job.pod is None and not d.nodelist:
             settled[same] = reason
+            self.plan.settled.setdefault((job.request, job.partition, job.time_limit_s), q.rank(job))
         return reason
 
     def place_now(self, job: PendingJob, d: Demand, part: Partition, binding: list[int]) -> Placement:

@@ -20,11 +20,12 @@ from sqlalchemy.orm.exc import StaleDataError
 from shoal.model.job import JobState
 from shoal.model.node import NodeState
 from shoal.model.resources import Allocation
-from shoal.model.snapshot import Start
+from shoal.model.snapshot import PendingJob, Start
 from shoal.sched import cycle
 from shoal.sched.placement import Headroom, PlacementCache, check_feasible, headroom
-from shoal.sched.schedule import schedule
+from shoal.sched.schedule import schedule, waits_settled
 from shoal.server import jobs as jobsvc
+from shoal.server.kube.pods import POD
 from shoal.server.loop import KickedLoop
 from shoal.server.snapshot import JobRowCache, NodeInfoCache
 from shoal.store.changes import ChangeCount, note_changes
@@ -68,7 +69,8 @@ class Controller(KickedLoop):
         self._pass_asked = False
         self._submit_asked = False
         self._headroom: Headroom | None = None  # what the last pass left free
-        self._seen_id = 0  # the newest job that pass saw
+        self._settled: dict = {}  # the jobs it settled behind a reservation (Plan.settled)
+        self._seen_id = 0  # the newest job that pass saw, or judged since unable to start
         self._last_run = float("-inf")  # when the last pass ran
         self._last_checks = float("-inf")  # when heartbeats, time limits and grace were last checked
         # Submission streams (see submitted): monotonic times of the last submission and of
@@ -157,19 +159,30 @@ class Controller(KickedLoop):
         self._last_pass_s = time.perf_counter() - t0
 
     def _none_may_start(self) -> bool:
-        """Whether no job queued since the last pass can start on what that pass left free
-        (nothing has ended since: an end wakes the loop for a pass). Preemption may make
-        room for any job, so with a preempting QOS every submission gets its pass. (On
-        PostgreSQL a lower id may commit after a pass saw a higher one: that job waits for the
-        periodic pass, at most ``interval_s``.)"""
+        """Whether no job queued since the last pass can start (nothing has ended since: an
+        end wakes the loop for a pass): each needs more on a node than that pass left free on
+        any (``Headroom``), or, after a full EASY backfill pass with another full one next,
+        would wait as one like it waited in that pass (``waits_settled``): on a full cluster
+        the GPUs kept free for a reserved job fit most submissions, which still cannot start.
+        A job is judged once: those judged since the pass are not read again. Preemption may
+        make room for any job, so with a preempting QOS every submission gets its pass. (On
+        PostgreSQL a lower id may commit after a higher one was judged: that job waits for
+        the periodic pass, at most ``interval_s``.)"""
         s = self.server
         room = self._headroom
         if room is None or s.clock() - self._last_run >= self.interval_s() or any(q.preempt for q in s.qos):
             return False
+        settled = self._settled if cycle.full_pass_due(s.sched_config, s.clock(), self._last_full) else {}
         with s.sessions() as session:
-            fresh = session.scalars(select(JobRow.request).where(
-                JobRow.id > self._seen_id, JobRow.state == JobState.PENDING.value, JobRow.held.is_(False)))
-            return not any(room.may_fit(jobsvc.request_from_json(r)) for r in fresh)
+            fresh = session.execute(select(*_QUEUED).where(
+                JobRow.id > self._seen_id, JobRow.state == JobState.PENDING.value,
+                JobRow.held.is_(False)).order_by(JobRow.id))
+            for row in fresh:
+                request = jobsvc.request_from_json(row.request)
+                if room.may_fit(request) and (row.kind == POD or not waits_settled(settled, _queued(row, request))):
+                    return False
+                self._seen_id = row.id
+        return True
 
     def rest_s(self) -> float:
         if self._defer_s > 0:
@@ -226,7 +239,7 @@ class Controller(KickedLoop):
     def _schedule(self, now: float) -> set[str]:
         s = self.server
         t0 = time.perf_counter()
-        self._headroom = None  # unknown until this pass's plan is applied
+        self._headroom, self._settled = None, {}  # unknown until this pass's plan is applied
         self._quiet = None  # known again once this pass's plan is applied
         read = None
         if self._inputs is not None:
@@ -291,6 +304,7 @@ class Controller(KickedLoop):
         for node, key, signum, target in signals:  # only once the preemption is committed
             s.hub.signal(node, key, signum, target)
         self._headroom, self._seen_id = headroom(snap, [st.allocation for st in plan.starts], self._placement), seen
+        self._settled = plan.settled
         self._quiet = quiet  # only once the plan is applied: a failed apply is planned again
         return touched
 
@@ -462,6 +476,20 @@ _START = (update(_JOBS)
                   expected_start=None, preempted_at=None, preemptor_id=None,  # a requeued victim's preemption is over
                   version=_JOBS.c.version + 1))
 """A start, written only if the row is still the version the snapshot read, pending and not held."""
+
+
+_QUEUED = (JobRow.id, JobRow.user, JobRow.partition, JobRow.request, JobRow.submit_time, JobRow.time_limit_s,
+           JobRow.priority, JobRow.kind, JobRow.spec["account"].label("account"), JobRow.spec["qos"].label("qos"),
+           JobRow.spec["nice"].label("nice"))
+"""What ``_none_may_start`` reads of a job queued since the last pass (not its script)."""
+
+
+def _queued(row, request) -> PendingJob:
+    """A job (not a pod: a pod never waits settled) queued since the last pass, as far as
+    ``waits_settled`` reads it: ``pending_job``'s fields, not its script."""
+    return PendingJob(id=row.id, user=row.user, name="", partition=row.partition, request=request,
+                      submit_time=row.submit_time, time_limit_s=row.time_limit_s, priority=row.priority,
+                      account=row.account, qos=row.qos, nice=int(row.nice or 0))
 
 
 def start_kept(session: Session, starts: list[tuple[JobRow, Start]], now: float) -> list[dict]:
