@@ -48,6 +48,7 @@ import functools
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from shoal.model.node import NodeState
 from shoal.model.resources import Allocation, ResourceRequest
@@ -94,7 +95,7 @@ def schedule(snapshot: Snapshot, config: SchedConfig = SchedConfig(),
     """Decide which pending jobs start now, and why each of the others waits. ``cache``: the
     caller's own, kept between its passes (speed only: the plan is the same without it)."""
     plan = _Pass(snapshot, config, cache).run()
-    if not any(job.gang for job in snapshot.pending):
+    if not any(map(_GANG, snapshot.pending)):
         return plan
     waiting: dict[int, str] = {}
     for _ in range(MAX_GANG_PASSES):
@@ -115,6 +116,7 @@ def schedule(snapshot: Snapshot, config: SchedConfig = SchedConfig(),
 
 
 MAX_GANG_PASSES = 4  # passes again without the gangs that would start in part
+_POD, _GANG = attrgetter("pod"), attrgetter("gang")  # asked of every pending job: in C (map), not a generator
 
 
 def waits_settled(settled: Mapping[tuple[ResourceRequest, str, int | None], tuple], job: PendingJob) -> bool:
@@ -173,7 +175,7 @@ class _Pass:
         self.settled: dict[tuple[int, str, int | None], str] | None = (
             {} if config.policy == "backfill" and config.backfill == "easy" and not self.resv_live else None)
         self.preempter = Preempter(snapshot, config.preemption, cache)
-        self.podfit = PodFit(snapshot) if any(j.pod is not None for j in snapshot.pending) else None
+        self.podfit = PodFit(snapshot) if any(map(_POD, snapshot.pending)) else None
         self.priorities = (priority_map(job_priorities(snapshot, config.multifactor))
                            if config.priority == "multifactor" else None)
 
@@ -193,32 +195,35 @@ class _Pass:
         return self._ends
 
     def run(self) -> Plan:
+        reasons, never, kill = self.plan.reasons, self.plan.never, self.config.kill_invalid_depend
+        settled, view, depth, consider = self.settled, self.view, self.depth, self.consider
         for job in claimants_first(q.queue_order(self.snapshot.pending, self.priorities)):
-            reason = self.consider(job)
+            if settled is not None and (depth is None or self.tested < depth):
+                # A job like one already settled behind a reservation (its request, partition
+                # and limit), if usual (nothing of its own gates it: no hold, begin time,
+                # dependency, QOS limit, reservation or array throttle): its partition's gates
+                # passed for that one (they read only the partition, the request and the
+                # limit) and it waits the same way (``consider``). With 90,000 such jobs,
+                # judging each one's gates again was most of a pass; here, not even a call.
+                reason = settled.get((id(job.request), job.partition, job.time_limit_s))
+                if reason is not None and job.pod is None and job.reservation is None \
+                        and job.array_throttle is None and not job.held and q.only_partition_gates(job, view):
+                    self.tested += 1
+                    reasons[job.id] = reason
+                    continue
+            reason = consider(job)
             if reason is None:
                 continue
-            if reason == q.DEPENDENCY_NEVER and self.config.kill_invalid_depend:
-                self.plan.never[job.id] = reason
+            if reason == q.DEPENDENCY_NEVER and kill:
+                never[job.id] = reason
             else:
-                self.plan.reasons[job.id] = reason
+                reasons[job.id] = reason
         self.plan.tested = self.tested
         return self.plan
 
     def consider(self, job: PendingJob) -> str | None:
-        """Start ``job`` (returning None) or say why it waits."""
-        settled = self.settled
-        if settled is not None and job.pod is None and job.reservation is None and job.array_throttle is None \
-                and not job.held and q.only_partition_gates(job, self.view) \
-                and (self.depth is None or self.tested < self.depth):
-            # A usual job (nothing of its own gates it: no hold, begin time, dependency, QOS
-            # limit, reservation or array throttle) like one already settled behind a
-            # reservation: its partition's gates passed for that one (they read only the
-            # partition, the request and the limit) and it waits the same way (below). With
-            # 90,000 such jobs, judging each one's gates again was most of a pass.
-            reason = settled.get((id(job.request), job.partition, job.time_limit_s))
-            if reason is not None:
-                self.tested += 1
-                return reason
+        """Start ``job`` (returning None) or say why it waits (a usual job settled behind a
+        reservation has its reason from ``run``)."""
         reason = q.gate_reason(job, self.view) or self.resv.gate(job)
         if reason is not None:
             return reason

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 import dataclasses
 from dataclasses import dataclass
+from operator import attrgetter
 
 from sqlalchemy import bindparam, delete, select, update
 from sqlalchemy.orm import Session
@@ -251,7 +252,7 @@ class Controller(KickedLoop):
             if self._nodes is None:
                 self._nodes = NodeInfoCache(s.node_changes, check_feasible)
             snap = s.snapshot(session, now, cache=self._rows, nodes=self._nodes.nodes(session))
-        seen = max((j.id for j in (*snap.pending, *snap.active)), default=0)
+        seen = max(max(map(_ID, snap.pending), default=0), max(map(_ID, snap.active), default=0))  # in C: 100,000 jobs
         if not snap.pending:
             self._headroom, self._seen_id = headroom(snap, cache=self._placement), seen
             return set()
@@ -477,6 +478,8 @@ _START = (update(_JOBS)
                   version=_JOBS.c.version + 1))
 """A start, written only if the row is still the version the snapshot read, pending and not held."""
 
+
+_ID = attrgetter("id")
 
 _QUEUED = (JobRow.id, JobRow.user, JobRow.partition, JobRow.request, JobRow.submit_time, JobRow.time_limit_s,
            JobRow.priority, JobRow.kind, JobRow.spec["account"].label("account"), JobRow.spec["qos"].label("qos"),
