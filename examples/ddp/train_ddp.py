@@ -28,7 +28,7 @@ def main() -> int:
                                                         torch.nn.Linear(16, 1)))
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     data = torch.Generator().manual_seed(1000 + rank)  # different data on every rank
-    for step in range(STEPS):
+    for _step in range(STEPS):
         x = torch.randn(32, 8, generator=data)
         y = x.sum(dim=1, keepdim=True)
         loss = torch.nn.functional.mse_loss(model(x), y)
@@ -50,11 +50,20 @@ def main() -> int:
     sys.stdout.flush()
     # Every rank reaches here before any tears gloo down: a rank that destroys its group while
     # a peer's last all_gather is still in flight can abort at exit in gloo's worker thread
-    # ("terminate called without an active exception", exit 134).
+    # ("terminate called without an active exception", exit 134). The model's reducer holds the
+    # group too, so it goes first: else the group outlives destroy_process_group and is torn
+    # down during the interpreter's own finalization.
+    del model, opt
     dist.barrier()
     dist.destroy_process_group()
     return 0 if agree else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # Out without the interpreter's finalization, where gloo's threads still aborted now and
+    # then (134, in two CI runs of many) after every rank had printed: everything is written
+    # and flushed, and there is nothing left to clean up but memory.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
