@@ -15,7 +15,7 @@ bench_scale.py starts them: ``bench_scale.Hollow``), then, in order:
    threads, one ``POST /jobs`` each: every request's round trip (p50/p99) and the rate;
 3. queue: one array that brings the jobs queued to ``--queued`` (pending and running);
 4. reads: ``--readers`` threads, each ``--reads`` rounds of the requests squeue
-   (``GET /jobs?view=queue&form=rows&collapse=true``, as ``shoal.slurm.squeue.query`` makes it),
+   (``GET /jobs?view=queue&form=packed&collapse=true``, as ``shoal.slurm.squeue.query`` makes it),
    sinfo (``GET /nodes?view=sinfo`` + ``GET /partitions``) and ``scontrol show job ID``
    (``GET /jobs?all=true&job_id=ID``) make, through the client library (which asks for gzip):
    each request's round trip with its body read and decompressed (p50/p99), and, apart, what

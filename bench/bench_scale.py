@@ -17,7 +17,7 @@ register, then:
    pass time (/metrics' shoal_scheduler_pass_duration_seconds, over the run), and the heartbeat
    round trips meanwhile;
 4. reads: ``--reads`` rounds of the requests plain squeue and sinfo make
-   (``GET /jobs?view=queue&form=rows&collapse=true``; ``GET /nodes?view=sinfo`` +
+   (``GET /jobs?view=queue&form=packed&collapse=true``, ``form=rows`` before stop 38; ``GET /nodes?view=sinfo`` +
    ``GET /partitions``; until 2026-12-07 the whole ``/nodes`` listing and the queue view as
    dicts) with the finished jobs still listed;
 5. node-loss wave (``--wave``, on by default): half the nodes busy with whole-node jobs of an
@@ -437,7 +437,7 @@ ROWS = [  # (label, how to read it from a result, format)
     ("run: server CPU (share of one core)", lambda r: 100 * r["run"]["server_cpu_share"], "{:.0f}%"),
     ("run: heartbeat/exit report round trip p50 (ms)", lambda r: r["run"]["report_p50_ms"], "{:.1f}"),
     ("run: heartbeat/exit report round trip p99 (ms)", lambda r: r["run"]["report_p99_ms"], "{:.1f}"),
-    ("reads: squeue (`GET /jobs?view=queue&form=rows...`) p50 (ms)", lambda r: r["squeue_p50_ms"], "{:.1f}"),
+    ("reads: squeue (`GET /jobs?view=queue&form=packed...`) p50 (ms)", lambda r: r["squeue_p50_ms"], "{:.1f}"),
     ("reads: squeue p99 (ms)", lambda r: r["squeue_p99_ms"], "{:.1f}"),
     ("reads: sinfo (`GET /nodes?view=sinfo` + `/partitions`) p50 (ms)", lambda r: r["sinfo_p50_ms"], "{:.1f}"),
     ("reads: sinfo p99 (ms)", lambda r: r["sinfo_p99_ms"], "{:.1f}"),

@@ -64,7 +64,7 @@ def test_squeue_sacct_and_sinfo_follow_a_job_through_its_life(cluster):
 def test_squeue_gets_the_queue_as_rows_gzipped_when_it_asks_and_plain_json_otherwise(cluster):
     array = cluster.sbatch("--hold", "--array=0-5", "--job-name=sweep", "--wrap", "true")
     single = cluster.sbatch("--hold", "--job-name=single", "--wrap", "true")
-    path = "/shoal/v1/jobs?view=queue&form=rows&collapse=true"
+    path = "/shoal/v1/jobs?view=queue&form=packed&collapse=true"
 
     def get(path: str, *encodings: str) -> tuple[str | None, bytes]:
         headers = {"Authorization": f"Bearer {cluster.admin_token}"}
@@ -82,6 +82,8 @@ def test_squeue_gets_the_queue_as_rows_gzipped_when_it_asks_and_plain_json_other
     assert get(path, "br", "gzip;q=0") == (None, plain)
     encoding, squeezed = get(path, "gzip")
     assert encoding == "gzip" and gzip.decompress(squeezed) == plain and len(squeezed) < len(plain)
+    rows = get(path.replace("form=packed", "form=rows"))[1]  # the same jobs as plain rows
+    assert squeue.listed_jobs(json.loads(rows)) == squeue.listed_jobs(json.loads(plain))
     encoding, whole = get("/shoal/v1/jobs?view=queue")
     assert encoding is None and {j["job_id"] for j in json.loads(whole)["jobs"] if j["name"] == "sweep"} == \
         set(range(array, array + 6))

@@ -880,8 +880,9 @@ def test_the_queue_view_kept_in_memory_lists_what_the_store_says(engine):
             for merged in (False, True):
                 wanted = listing.collapse(jobs) if merged else jobs
                 got = view.collapsed_jobs() if merged else view.jobs()
-                assert squeue.listed_jobs(json.loads(gzip.decompress(view.encoded(got, "rows", True)))) == \
-                    squeue.listed_jobs(json.loads(listing.encode(wanted, "rows")))
+                for form in ("rows", "packed"):
+                    assert squeue.listed_jobs(json.loads(gzip.decompress(view.encoded(got, form, True)))) == \
+                        squeue.listed_jobs(json.loads(listing.encode(wanted, "rows")))
         return [(j["job_id"], j["state"], j["reason"], j["completing"]) for j in jobs]
 
     with sessions() as s, s.begin():
@@ -911,7 +912,7 @@ def test_the_queue_view_kept_in_memory_lists_what_the_store_says(engine):
 
     def merged() -> list[tuple]:
         """The rows squeue gets gzipped, each array's pending tasks as one."""
-        got = json.loads(gzip.decompress(view.encoded(view.collapsed_jobs(), "rows", True)))
+        got = json.loads(gzip.decompress(view.encoded(view.collapsed_jobs(), "packed", True)))
         return [(j["job_id"], j["state"], j["array_tasks"]) for j in squeue.listed_jobs(got)]
 
     with sessions() as s, s.begin():
@@ -954,10 +955,9 @@ def test_the_follower_syncs_squeues_view_and_the_running_index_and_encodes_the_r
             row.state, row.allocation = "RUNNING", {"nodes": [{"name": "n01", "cpus": 2, "memory_mb": 8, "gpus": []}]}
         wait_until(lambda: [j.id for j in running.known()] == [row.id], 5, "the follower to sync the running jobs")
         made: list[dict] = []
-        dumps_row = listing.dumps_row
-        monkeypatch.setattr(listing, "dumps_row", lambda job: made.append(job) or dumps_row(job))
+        monkeypatch.setitem(listing.ENCODERS, "packed", lambda job: made.append(job) or listing.packed_row(job))
         wait_until(lambda: view.current, 5, "the follower to sync the view")
-        rows = squeue.listed_jobs(json.loads(view.encoded(view.collapsed_jobs(), "rows")))
+        rows = squeue.listed_jobs(json.loads(view.encoded(view.collapsed_jobs(), "packed")))
         assert [(j["name"], j["state"]) for j in rows] == [("j0", "RUNNING"), ("j1", "PENDING"), ("j2", "PENDING"),
                                                             ("sweep", "PENDING")]
         assert [j["name"] for j in made] == ["sweep"], "only the array's merged row is made at the request"
@@ -1286,6 +1286,8 @@ def test_squeues_sinfos_and_scontrols_requests_get_the_same_answers_from_the_fas
             s.get(JobRow, ids[0]).allocation = {"nodes": [{"name": "node01", "cpus": 1, "memory_mb": 1, "gpus": [0]}]}
         requests = [
             ("/shoal/v1/jobs", "view=queue&form=rows&collapse=true"), ("/shoal/v1/jobs", f"all=true&job_id={ids[3]}"),
+            ("/shoal/v1/jobs", "view=queue&form=packed&collapse=true"), ("/shoal/v1/jobs", "user=alice&form=packed"),
+            ("/shoal/v1/jobs", "view=queue&form=packed&user=alice"),
             ("/shoal/v1/jobs", "state=PENDING&user=alice"), ("/shoal/v1/nodes", "view=sinfo"), ("/shoal/v1/nodes", ""),
             ("/shoal/v1/partitions", ""),
             ("/shoal/v1/nodes", "view=whole"), ("/shoal/v1/jobs", "form=tables"), ("/shoal/v1/jobs", "since=nan"),

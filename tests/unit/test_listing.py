@@ -48,6 +48,28 @@ def test_the_rows_form_lists_the_columns_once_and_decodes_to_the_same_jobs():
     assert squeue.listed_jobs(json.loads(listing.encode(QUEUED, "jobs"))) == QUEUED
 
 
+def packed_answer(jobs: list[dict]) -> dict:
+    return json.loads(listing.encode(jobs, "packed"))
+
+
+@pytest.mark.parametrize("jobs", [QUEUED, listing.collapse(QUEUED), QUEUED[:1], []])
+def test_the_packed_form_writes_shared_values_once_and_decodes_to_what_rows_do(jobs):
+    answer = packed_answer(jobs)
+    assert squeue.listed_jobs(answer) == squeue.listed_jobs(rows_answer(jobs))
+    assert [row[0] for row in answer["rows"]] == [j["job_id"] for j in jobs]
+    assert sorted([*answer["columns"], *answer["shared_columns"]]) == sorted(listing.ROW_COLUMNS)
+    shared = [tuple(v) for v in answer["shared"]]
+    assert len(set(shared)) == len(shared)  # each combination once
+    assert sorted({row[-1] for row in answer["rows"]}) == list(range(len(shared)))  # each one used
+
+
+def test_the_packed_form_of_many_jobs_like_each_other_is_much_smaller_than_rows():
+    many = [{**QUEUED[0], "job_id": i, "state": "PENDING", "reason": "Priority", "nodelist": ""}
+            for i in range(1000, 3000)]
+    assert len(listing.encode(many, "packed")) < len(listing.encode(many, "rows")) / 3
+    assert len(packed_answer(many)["shared"]) == 1
+
+
 def test_the_rows_columns_are_what_the_queue_view_makes():
     """A column the view gains must reach the rows (the view's dicts and the columns agree)."""
     made = queue_view(None, [tuple(None if k == "allocation" else 1 for k in listing.jobsvc.QUEUE_VIEW)], set())
@@ -59,8 +81,8 @@ def test_the_rows_columns_are_what_the_queue_view_makes():
 def test_squeue_prints_the_same_from_the_servers_collapsed_rows_as_from_every_task(args):
     options = squeue.parse_args(args, user="alice")
     params = squeue.query(options)
-    assert params["form"] == "rows" and params["collapse"] == "true"
-    merged = squeue.listed_jobs(rows_answer(listing.collapse(QUEUED)))
+    assert params["form"] == "packed" and params["collapse"] == "true"
+    merged = squeue.listed_jobs(packed_answer(listing.collapse(QUEUED)))
     assert len(merged) < len(QUEUED)
     out = squeue.render_jobs(merged, options, NOW)
     assert out == squeue.render_jobs(QUEUED, options, NOW)
@@ -71,7 +93,7 @@ def test_squeue_prints_the_same_from_the_servers_collapsed_rows_as_from_every_ta
 def test_squeue_asks_for_every_task_where_its_own_filters_or_options_need_them(args):
     """-r lists each task; -t may split an array's pending tasks (CG among PD): not merged."""
     params = squeue.query(squeue.parse_args(args))
-    assert params.get("collapse") is None and params["form"] == "rows"
+    assert params.get("collapse") is None and params["form"] == "packed"
 
 
 def test_squeue_with_a_format_asks_for_whole_jobs():

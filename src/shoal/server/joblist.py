@@ -173,13 +173,13 @@ def _read_jobs(server: Server, job_id: list[str], all: bool, view: str | None, w
 
 
 def check_form(form: str | None, view: str | None) -> str:
-    """The listing's form (``listing.FORMS``); rows are for the queue view's few keys."""
+    """The listing's form (``listing.FORMS``); rows (plain or packed) are for the queue view's few keys."""
     if form is None:
         return "jobs"
     if form not in listing.FORMS:
         raise jobsvc.JobError(f"unknown form {form!r} (expected one of {', '.join(listing.FORMS)})")
-    if form == "rows" and view != "queue":
-        raise jobsvc.JobError("form=rows lists the queue view's columns: ask with view=queue")
+    if form != "jobs" and view != "queue":
+        raise jobsvc.JobError(f"form={form} lists the queue view's columns: ask with view=queue")
     return form
 
 

@@ -15,6 +15,7 @@ import threading
 from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable
 from operator import itemgetter
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -122,9 +123,8 @@ class QueueView:
         self.sessions = sessions
         self.changes = changes
         self._jobs: dict[int, dict] = {}  # job id -> its queue-view dict (replaced, never changed, when it changes)
-        # job id -> that dict and its encoding in each form (listing.FORMS), made once
-        self._json: dict[int, tuple[dict, bytes]] = {}
-        self._row: dict[int, tuple[dict, bytes]] = {}
+        # form (listing.FORMS) -> job id -> that dict and its encoding in the form, made once
+        self._kept: dict[str, dict[int, tuple[dict, Any]]] = {form: {} for form in listing.FORMS}
         self._synced_at: int | None = None  # changes.value the jobs are current for
         # For _synced_at, once asked for: the listing jobs() gives, its arrays collapsed, and
         # their whole answers, by (id of the listing, form, gzip): with 100,000 jobs queued,
@@ -179,7 +179,7 @@ class QueueView:
         with self.sessions() as s:
             rows = s.execute(select(*jobsvc.QUEUE_VIEW.values()).where(jobsvc.listed(s))).all()
             self._jobs = {job["job_id"]: job for job in jobsvc.queue_view(s, rows)}
-            self._json, self._row = {}, {}
+            self._kept = {form: {} for form in listing.FORMS}
         self._arrays = Collapsed()
         for job in self._jobs.values():
             self._arrays.put(job)
@@ -187,14 +187,14 @@ class QueueView:
 
     def sync(self) -> None:
         """Bring the view up to date now and encode the rows plain squeue shows of the jobs
-        that changed, for the follower (server/follower.py): a request then finds the view
-        synced and its rows made, instead of the first squeue after a storm reading and
-        encoding 50,000 new jobs while the other clients wait for it."""
+        that changed (in its ``packed`` form), for the follower (server/follower.py): a request
+        then finds the view synced and its rows made, instead of the first squeue after a storm
+        reading and encoding 50,000 new jobs while the other clients wait for it."""
         if self.current or not self.available:
             return
         with self._lock:
             put = self._sync()
-        encode = self._encoding_of("rows")
+        encode = self._encoding_of("packed")
         for job in put:
             if array_group(job) is None:  # shown on its own row (a pending array's tasks are merged)
                 encode(job)
@@ -212,8 +212,8 @@ class QueueView:
                     old = jobs.pop(jid, None)
                     if old is not None:
                         self._arrays.drop(old)
-                    self._json.pop(jid, None)
-                    self._row.pop(jid, None)
+                    for kept in self._kept.values():
+                        kept.pop(jid, None)
                 for job in jobsvc.queue_view(s, rows, completing):
                     if job["state"] in jobsvc.ACTIVE or job["completing"]:
                         jobs[job["job_id"]] = job
@@ -246,12 +246,12 @@ class QueueView:
                 self._answers[key] = answer
             return answer[1]
 
-    def _encoding_of(self, form: str) -> Callable[[dict], bytes]:
-        """One job's encoding in ``form``, kept for the jobs of the view."""
-        kept, dumps = (self._row, listing.dumps_row) if form == "rows" else (self._json, listing.dumps)
+    def _encoding_of(self, form: str) -> Callable[[dict], Any]:
+        """One job's encoding in ``form`` (``listing.ENCODERS``), kept for the jobs of the view."""
+        kept, dumps = self._kept[form], listing.ENCODERS[form]
         view = self._jobs
 
-        def encode(job: dict) -> bytes:
+        def encode(job: dict) -> Any:
             entry = kept.get(job["job_id"])
             if entry is None or entry[0] is not job:
                 entry = (job, dumps(job))

@@ -444,7 +444,7 @@ def query(options) -> dict:
         return {**params, "state": ["RUNNING"]}  # the steps come with the full Job objects
     if not (options.format or options.Format or options.long or options.start or options.json):
         params["view"] = "queue"  # the default table: only the columns it shows
-        params["form"] = "rows"  # as a table: the keys once, each job a row (decoded by listed_jobs)
+        params["form"] = "packed"  # as a table: each job a row, what many share once (decoded by listed_jobs)
         if not (options.array or options.states):
             # The server merges each array's pending tasks as render_jobs would: with the default
             # states no filter here splits an array's pending tasks (-t could: CG among PD).
@@ -459,11 +459,21 @@ def query(options) -> dict:
 
 def listed_jobs(answer: dict) -> list[dict]:
     """The jobs of a GET /shoal/v1/jobs answer: ``{"jobs": [...]}``, or with ``form=rows``
-    ``{"columns": [...], "rows": [[...], ...]}`` (a server in this process answers with the first)."""
+    ``{"columns": [...], "rows": [[...], ...]}``, or with ``form=packed`` the same with each row's
+    last value the index of its other values in ``shared`` (their keys ``shared_columns``); a
+    server in this process answers with the first."""
     if "rows" not in answer:
         return answer["jobs"]
     columns = answer["columns"]
-    return [dict(zip(columns, row)) for row in answer["rows"]]
+    if "shared" not in answer:
+        return [dict(zip(columns, row)) for row in answer["rows"]]
+    shared = [dict(zip(answer["shared_columns"], values)) for values in answer["shared"]]
+    jobs = []
+    for row in answer["rows"]:  # a copy of the shared values updated was the quickest of the ways tried
+        job = shared[row[-1]].copy()
+        job.update(zip(columns, row))  # zip stops before the index: columns has one name fewer
+        jobs.append(job)
+    return jobs
 
 
 def _only(values: list[str]) -> str | None:
