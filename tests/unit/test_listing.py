@@ -153,7 +153,7 @@ def test_sinfo_prints_the_same_from_its_view_of_the_nodes_as_from_whole_nodes(ar
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from shoal.server.queueview import Collapsed  # noqa: E402
+from shoal.server.queueview import Collapsed, PackedPages  # noqa: E402
 
 _CHANGE = st.tuples(
     st.integers(1, 40),  # job id
@@ -171,7 +171,7 @@ def test_the_kept_collapse_is_what_collapsing_the_whole_listing_makes_after_any_
     """Collapsed, brought up to date job by job (as the queue view's refresh does), lists what
     squeue's collapse_arrays makes of the whole listing after every batch of changes."""
     jobs: dict[int, dict] = {}
-    kept = Collapsed()
+    kept, packed = Collapsed(page_bits=2), PackedPages()  # pages of 4 ids: rows move between pages
     for batch in batches:
         for jid, state, array, name, partition, reason in batch:
             old = jobs.pop(jid, None)
@@ -184,4 +184,49 @@ def test_the_kept_collapse_is_what_collapsing_the_whole_listing_makes_after_any_
                            array_throttle=2 if array == 2 else None))
             jobs[jid] = new
             kept.put(new)
-        assert kept.rows() == squeue.collapse_arrays([jobs[j] for j in sorted(jobs)])
+        wanted = squeue.collapse_arrays([jobs[j] for j in sorted(jobs)])
+        assert kept.rows() == wanted
+        pages = kept.pages()
+        assert [rows for _, rows in pages] == [rows for _, rows in kept.pages()]  # the same until a change
+        assert all(a is b for (_, a), (_, b) in zip(pages, kept.pages()))
+        assert squeue.listed_jobs(json.loads(packed.answer(pages, listing.packed_row))) == \
+            squeue.listed_jobs(rows_answer(wanted))
+
+
+def test_a_change_makes_only_its_own_page_again_and_only_that_page_is_encoded_again():
+    kept, packed = Collapsed(page_bits=2), PackedPages()
+    jobs = {i: view(job(job_id=i, state="PENDING")) for i in range(1, 13)}
+    for j in jobs.values():
+        kept.put(j)
+    before = dict(kept.pages())
+    encoded: list[int] = []
+
+    def encode(j: dict) -> tuple[bytes, bytes]:
+        encoded.append(j["job_id"])
+        return listing.packed_row(j)
+
+    packed.answer(kept.pages(), encode)
+    assert sorted(encoded) == list(range(1, 13))
+    kept.drop(jobs[5])
+    jobs[5] = view(job(job_id=5, state="RUNNING"))
+    kept.put(jobs[5])
+    after = dict(kept.pages())
+    assert [p for p in after if after[p] is not before[p]] == [1]  # ids 4-7
+    encoded.clear()
+    answer = json.loads(packed.answer(kept.pages(), encode))
+    assert encoded == [4, 5, 6, 7]  # page 1's rows only (the view keeps each job's own parts: not here)
+    assert squeue.listed_jobs(answer) == squeue.listed_jobs(rows_answer(kept.rows()))
+
+
+def test_packed_pages_start_their_shared_values_again_once_they_outnumber_the_rows_twice_over():
+    kept, packed = Collapsed(), PackedPages()
+    j = view(job(job_id=1, state="PENDING"))
+    kept.put(j)
+    for n in range(1100):  # a job renamed over and over: a new combination each time
+        kept.drop(j)
+        j = {**j, "name": f"n{n}"}
+        kept.put(j)
+        answer = json.loads(packed.answer(kept.pages(), listing.packed_row))
+        assert squeue.listed_jobs(answer) == [{**j, "array_tasks": None}]
+        assert len(answer["shared"]) <= 2 * 1 + 1024 + 1
+    assert len(answer["shared"]) < 100

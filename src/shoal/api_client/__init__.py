@@ -626,8 +626,12 @@ def _parse_response(data: bytes) -> tuple[int, bytes]:
 def _gunzip(body: bytes) -> bytes:
     import zlib  # only for a gzipped answer (a long listing)
 
+    # The output buffer made once at the size gzip's trailer gives (its last 4 bytes, modulo
+    # 2**32; bounded, as a hint only): grown from 16 KiB, the 1.5 MB of squeue's answer over a
+    # storm's queue cost a new process's first request 0.6 ms more, a third of the gunzip.
+    size = min(int.from_bytes(body[-4:], "little"), 1 << 28) if len(body) >= 18 else 0
     try:
-        return zlib.decompress(body, 16 + zlib.MAX_WBITS)  # gzip's header and trailer
+        return zlib.decompress(body, 16 + zlib.MAX_WBITS, size or zlib.DEF_BUF_SIZE)  # gzip's header and trailer
     except zlib.error:
         raise ClientError("the server sent a malformed gzipped answer") from None
 

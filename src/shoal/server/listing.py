@@ -15,7 +15,7 @@ from __future__ import annotations
 import gzip
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from operator import add, itemgetter
 from typing import Any
 
@@ -64,7 +64,12 @@ def packed(parts: list[tuple[bytes, bytes]]) -> bytes:
     """A ``form=packed`` answer from its jobs' ``packed_row`` parts, in their order; each shared
     combination's index is where it first appears (found and joined in C, not a loop per row)."""
     shared = {values: b"%d]" % i for i, values in enumerate(dict.fromkeys(map(itemgetter(1), parts)))}
-    rows = b",".join(map(add, map(itemgetter(0), parts), map(shared.__getitem__, map(itemgetter(1), parts))))
+    return packed_answer(shared, b",".join(map(add, map(itemgetter(0), parts),
+                                               map(shared.__getitem__, map(itemgetter(1), parts)))))
+
+
+def packed_answer(shared: Iterable[bytes], rows: bytes) -> bytes:
+    """A ``form=packed`` answer: the shared values in their indices' order, and the rows joined."""
     return (b'{"columns":' + dumps(OWN_COLUMNS) + b',"shared_columns":' + dumps(SHARED_COLUMNS)
             + b',"shared":[' + b",".join(shared) + b'],"rows":[' + rows + b"]}")
 
