@@ -954,15 +954,20 @@ def test_the_follower_syncs_squeues_view_and_the_running_index_and_encodes_the_r
             row = s.scalar(select(JobRow).where(JobRow.name == "j0"))
             row.state, row.allocation = "RUNNING", {"nodes": [{"name": "n01", "cpus": 2, "memory_mb": 8, "gpus": []}]}
         wait_until(lambda: [j.id for j in running.known()] == [row.id], 5, "the follower to sync the running jobs")
-        made: list[dict] = []
-        monkeypatch.setitem(listing.ENCODERS, "packed", lambda job: made.append(job) or listing.packed_row(job))
         wait_until(lambda: view.current, 5, "the follower to sync the view")
-        rows = squeue.listed_jobs(json.loads(view.encoded(view.collapsed_jobs(), "packed")))
-        assert [(j["name"], j["state"]) for j in rows] == [("j0", "RUNNING"), ("j1", "PENDING"), ("j2", "PENDING"),
-                                                            ("sweep", "PENDING")]
-        assert [j["name"] for j in made] == ["sweep"], "only the array's merged row is made at the request"
     finally:
-        follower.stop()
+        follower.stop()  # its last sync ended
+    made: list[dict] = []
+    monkeypatch.setitem(listing.ENCODERS, "packed", lambda job: made.append(job) or listing.packed_row(job))
+    rows = squeue.listed_jobs(json.loads(view.encoded(view.collapsed_jobs(), "packed")))
+    assert [(j["name"], j["state"]) for j in rows] == [("j0", "RUNNING"), ("j1", "PENDING"), ("j2", "PENDING"),
+                                                        ("sweep", "PENDING")]
+    assert made == [], "the follower encoded the answer's pages: the request only joins them"
+    with sessions() as s, s.begin():  # with no follower, the request makes the page that changed
+        s.scalar(select(JobRow).where(JobRow.name == "j2")).reason = "Priority"
+    rows = squeue.listed_jobs(json.loads(view.encoded(view.collapsed_jobs(), "packed")))
+    assert [(j["name"], j["reason"]) for j in rows][2] == ("j2", "Priority")
+    assert sorted(j["name"] for j in made) == ["j2", "sweep"], "the changed job and the merged row made again"
     with sessions() as s, s.begin():
         s.scalar(select(JobRow).where(JobRow.name == "j1")).state = "RUNNING"
     real = view.sessions
