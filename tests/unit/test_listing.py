@@ -96,6 +96,31 @@ def test_squeue_asks_for_every_task_where_its_own_filters_or_options_need_them(a
     assert params.get("collapse") is None and params["form"] == "packed"
 
 
+def test_squeue_asks_a_server_older_than_the_packed_form_for_plain_rows():
+    """A server from before form=packed refuses it (400, as its check_form words it); squeue
+    asks again for rows, and keeps asking for rows (--iterate)."""
+    asked = []
+
+    class OldServer:
+        def get(self, path: str, params: dict) -> dict:
+            asked.append(params["form"])
+            if params["form"] not in ("jobs", "rows"):
+                raise api_client.ClientError(f"unknown form {params['form']!r} (expected one of jobs, rows)", 400)
+            return rows_answer(QUEUED)
+
+    params = squeue.query(squeue.parse_args([]))
+    wanted = squeue.listed_jobs(rows_answer(QUEUED))
+    assert squeue.fetch(OldServer(), params) == squeue.fetch(OldServer(), params) == wanted
+    assert asked == ["packed", "rows", "rows"]
+
+    class Refusing:
+        def get(self, path: str, params: dict) -> dict:
+            raise api_client.ClientError("invalid token", 401)
+
+    with pytest.raises(api_client.ClientError, match="invalid token"):
+        squeue.fetch(Refusing(), squeue.query(squeue.parse_args([])))
+
+
 def test_squeue_with_a_format_asks_for_whole_jobs():
     params = squeue.query(squeue.parse_args(["-o", "%i %j"]))
     assert "form" not in params and "collapse" not in params and "view" not in params

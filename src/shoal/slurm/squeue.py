@@ -476,6 +476,18 @@ def listed_jobs(answer: dict) -> list[dict]:
     return jobs
 
 
+def fetch(client, params: dict) -> list[dict]:
+    """The jobs ``params`` ask for; a server older than ``form=packed`` refuses it (400,
+    unknown form), and is asked again for plain rows, as are later calls (``--iterate``)."""
+    try:
+        return listed_jobs(client.get("/shoal/v1/jobs", params))
+    except ClientError as e:
+        if params.get("form") != "packed" or e.status != 400 or "unknown form" not in str(e):
+            raise
+    params["form"] = "rows"
+    return listed_jobs(client.get("/shoal/v1/jobs", params))
+
+
 def _only(values: list[str]) -> str | None:
     """A filter the server can apply: one value (several are filtered here)."""
     return values[0] if len(values) == 1 else None
@@ -497,7 +509,7 @@ def run(argv: list[str] | None, *, connect: Callable[[], Any], out: TextIO | Non
         params = query(options)
         client = connect()
         while True:
-            jobs = listed_jobs(client.get("/shoal/v1/jobs", params))
+            jobs = fetch(client, params)
             if options.jobs and not jobs:
                 print("slurm_load_jobs error: Invalid job id specified", file=err)  # Slurm's words, no prefix
                 return 1
