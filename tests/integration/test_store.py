@@ -922,6 +922,14 @@ def test_the_queue_view_kept_in_memory_lists_what_the_store_says(engine):
     with sessions() as s, s.begin():
         s.get(JobRow, tasks[1].id).state = "RUNNING"  # a task starts: the kept answers are made again
     assert merged()[-2:] == [(tasks[0].id, "PENDING", "0,2"), (tasks[1].id, "RUNNING", None)]
+    stale = view.collapsed_jobs()  # a request's listing, replaced by a change before it is encoded
+    with sessions() as s, s.begin():
+        s.get(JobRow, tasks[2].id).state = "RUNNING"
+    assert view.collapsed_jobs() is not stale and merged()[-1] == (tasks[2].id, "RUNNING", None)
+    for _ in range(2):
+        got = json.loads(gzip.decompress(view.encoded(stale, "packed", True)))
+        assert squeue.listed_jobs(got) == squeue.listed_jobs(json.loads(listing.encode(stale, "rows")))
+    assert merged()[-1] == (tasks[2].id, "RUNNING", None)
 
 
 def test_the_follower_syncs_squeues_view_and_the_running_index_and_encodes_the_rows_squeue_shows(
