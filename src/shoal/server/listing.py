@@ -62,10 +62,20 @@ ENCODERS: dict[str, Callable[[dict], Any]] = {"jobs": dumps, "rows": dumps_row, 
 
 def packed(parts: list[tuple[bytes, bytes]]) -> bytes:
     """A ``form=packed`` answer from its jobs' ``packed_row`` parts, in their order; each shared
-    combination's index is where it first appears (found and joined in C, not a loop per row)."""
-    shared = {values: b"%d]" % i for i, values in enumerate(dict.fromkeys(map(itemgetter(1), parts)))}
-    return packed_answer(shared, b",".join(map(add, map(itemgetter(0), parts),
-                                               map(shared.__getitem__, map(itemgetter(1), parts)))))
+    combination's index is where it first appears."""
+    shared: dict[bytes, bytes] = {}
+    rows = packed_rows(parts, shared)
+    return packed_answer(shared, rows)
+
+
+def packed_rows(parts: list[tuple[bytes, bytes]], shared: dict[bytes, bytes]) -> bytes:
+    """The rows of ``parts`` joined, each ending with its shared values' index in ``shared``
+    (values -> ``b"<index>]"``); values not there yet get the next indices, in the order they
+    first appear. Found and joined in C: a loop per row was most of a 50,000-row answer's 45 ms."""
+    for values in dict.fromkeys(map(itemgetter(1), parts)):
+        if values not in shared:
+            shared[values] = b"%d]" % len(shared)
+    return b",".join(map(add, map(itemgetter(0), parts), map(shared.__getitem__, map(itemgetter(1), parts))))
 
 
 def packed_answer(shared: Iterable[bytes], rows: bytes) -> bytes:

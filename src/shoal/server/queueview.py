@@ -16,7 +16,7 @@ from bisect import bisect_left, insort
 from collections import deque
 from collections.abc import Callable, Iterable
 from itertools import chain
-from operator import add, itemgetter
+from operator import itemgetter
 from typing import Any
 
 from sqlalchemy import select
@@ -196,18 +196,9 @@ class PackedPages:
         for page, rows in pages:
             entry = kept.get(page)
             if entry is None or entry[0] is not rows:
-                entry = (rows, self._encoded(list(map(encode, rows))))
+                entry = (rows, listing.packed_rows(list(map(encode, rows)), self._shared))
             made[page] = entry
         self._pages = made
-
-    def _encoded(self, parts: list[tuple[bytes, bytes]]) -> bytes:
-        """A page's rows from their parts, new shared values given the next indices (joined in
-        C, as ``listing.packed`` does: a loop per row was most of a whole answer's 45 ms)."""
-        shared = self._shared
-        for values in dict.fromkeys(map(itemgetter(1), parts)):
-            if values not in shared:
-                shared[values] = b"%d]" % len(shared)
-        return b",".join(map(add, map(itemgetter(0), parts), map(shared.__getitem__, map(itemgetter(1), parts))))
 
 
 class QueueView:
@@ -334,7 +325,7 @@ class QueueView:
         job's encoding made once and kept, and a kept listing's whole answer made once per
         change: the listing of a long queue, asked for in loops, was mostly its encoding."""
         if not self.kept(jobs):
-            body = (form == "packed" and self._by_page(jobs)) or listing.encode(jobs, form, self._encoding_of(form))
+            body = self._made(jobs, form)
             return listing.gzipped(body) if gzip else body
         key = (id(jobs), form, gzip)
         answer = self._answers.get(key)
@@ -343,14 +334,15 @@ class QueueView:
         with self._encoding:
             answer = self._answers.get(key)
             if answer is None or answer[0] is not jobs:
-                if gzip:
-                    body = listing.gzipped(self.encoded(jobs, form))
-                else:
-                    body = ((form == "packed" and self._by_page(jobs))
-                            or listing.encode(jobs, form, self._encoding_of(form)))
+                body = listing.gzipped(self.encoded(jobs, form)) if gzip else self._made(jobs, form)
                 answer = (jobs, body)
                 self._answers[key] = answer
             return answer[1]
+
+    def _made(self, jobs: list[dict], form: str) -> bytes:
+        """The plain answer listing ``jobs`` in ``form``: by page for a collapsed listing made
+        lately in the packed form, else from each job's kept encoding."""
+        return (form == "packed" and self._by_page(jobs)) or listing.encode(jobs, form, self._encoding_of(form))
 
     def _by_page(self, jobs: list[dict]) -> bytes | None:
         """Plain squeue's answer (``jobs`` packed) made by page when ``jobs`` is a collapsed
