@@ -21,7 +21,9 @@ QOS = [
 ]
 
 # Trains "forever" on its first run; on USR1 it writes a checkpoint and carries on (or, with
-# CHECKPOINT_AND_EXIT=1, exits at once). A second run resumes from the checkpoint and ends.
+# CHECKPOINT_AND_EXIT=1, exits at once). A second run resumes from the checkpoint and ends. Once
+# its trap is set it touches ready-<job id>: a preemptor submitted before then could signal a
+# script that has no trap yet, which bash would end at once.
 TRAINER = """#!/bin/bash
 echo "run $SLURM_RESTART_COUNT"
 if [ "$SLURM_RESTART_COUNT" != "0" ]; then
@@ -33,8 +35,15 @@ checkpoint() {
   [ "$CHECKPOINT_AND_EXIT" = 1 ] && exit 0
 }
 trap checkpoint USR1
+touch ready-$SLURM_JOB_ID
 while true; do sleep 0.2 & wait $!; done
 """
+
+
+def wait_until_trapping(cluster: LocalCluster, job: int) -> None:
+    """The trainer's first run is RUNNING and has set its USR1 trap."""
+    cluster.wait_for(job, states=("RUNNING",), timeout=20)
+    wait_until(lambda: (cluster.workdir / f"ready-{job}").exists(), 20, f"job {job} to set its trap")
 
 
 def qos_cluster(tmp_path, qos: list[dict], name: str = "story") -> LocalCluster:
@@ -57,7 +66,7 @@ def cluster(tmp_path):
 def test_a_scavenger_gang_checkpoints_on_its_signal_makes_way_and_comes_back(cluster):
     victim = cluster.sbatch("--qos=scavenger", "--requeue", "--signal=B:USR1@3", "--nodes=2",
                             "--gpus-per-node=4", script=TRAINER)
-    cluster.wait_for(victim, states=("RUNNING",), timeout=20)
+    wait_until_trapping(cluster, victim)
     urgent = cluster.sbatch("--qos=high", "--gpus-per-node=4", "--wrap", "sleep 5")
     first = cluster.wait_for(urgent, states=("RUNNING",), timeout=20)
     # The scavenger had its 3 s grace, then KillWait at most; the urgent job started right after.
@@ -79,7 +88,7 @@ def test_a_scavenger_that_exits_in_its_grace_is_still_requeued_and_the_preemptor
     victim = cluster.sbatch("--qos=scavenger", "--requeue", "--signal=B:USR1@30", "--gpus-per-node=4",
                             "--nodelist=node01", script=TRAINER, env={"CHECKPOINT_AND_EXIT": "1"})
     filler = cluster.sbatch("--qos=normal", "--gpus-per-node=4", "--nodelist=node02", "--wrap", "sleep 60")
-    cluster.wait_for(victim, states=("RUNNING",), timeout=20)
+    wait_until_trapping(cluster, victim)
     cluster.wait_for(filler, states=("RUNNING",), timeout=20)
     urgent = cluster.sbatch("--qos=high", "--gpus-per-node=4", "--wrap", "sleep 3")
     first = cluster.wait_for(urgent, states=("RUNNING",), timeout=20)
