@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import resource
 import time
 
 import pytest
@@ -75,3 +76,21 @@ def test_a_child_past_its_time_is_killed_and_failed():
 def test_a_result_larger_than_the_pipe_comes_back_whole():
     big = forked.call(bytes, 5_000_000)
     assert big == bytes(5_000_000)
+
+
+def test_a_pipe_past_descriptor_1024_is_waited_on(tmp_path):
+    """A server with a thousand agents' connections open gets pipes past select()'s limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip(f"at most {hard} descriptors here")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    held = []
+    try:
+        with open(os.devnull) as null:
+            while not held or held[-1] < 1100:
+                held.append(os.dup(null.fileno()))
+        assert forked.call(sum, [1, 2, 3]) == 6
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
