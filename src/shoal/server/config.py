@@ -63,11 +63,6 @@ class SchedulerConfig(BaseModel):
     idle_pass_s: float = Field(default=60.0, gt=0, description="while nothing a pass reads has "
                                "changed, a periodic pass at most this often (sched_interval): "
                                "the others would plan what the last one did")
-    plan_forked_from: int | None = Field(default=5000, ge=0, description="a pass over at least "
-                                         "this many pending jobs computes its plan in a child "
-                                         "process forked for it, not in the server's threads: "
-                                         "its pure Python then holds no GIL the requests wait on "
-                                         "(null: never)")
 
 
 def default_heartbeat_interval(timeout_s: float, lease_s: float | None) -> float:

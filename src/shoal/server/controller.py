@@ -21,12 +21,10 @@ from sqlalchemy.orm.exc import StaleDataError
 from shoal.model.job import JobState
 from shoal.model.node import NodeState
 from shoal.model.resources import Allocation
-from shoal.model.snapshot import PendingJob, Plan, Snapshot, Start
+from shoal.model.snapshot import PendingJob, Start
 from shoal.sched import cycle
-from shoal.sched.config import SchedConfig
 from shoal.sched.placement import Headroom, PlacementCache, check_feasible, headroom
 from shoal.sched.schedule import schedule, waits_settled
-from shoal.server import forked
 from shoal.server import jobs as jobsvc
 from shoal.server.kube.pods import POD
 from shoal.server.loop import KickedLoop
@@ -263,7 +261,7 @@ class Controller(KickedLoop):
         # full pass plans start times, so only a full pass updates them.
         config = s.sched_config
         full = cycle.full_pass_due(config, now, self._last_full)
-        plan = self._plan(snap, cycle.pass_config(config, full))
+        plan = schedule(snap, cycle.pass_config(config, full), self._placement)
         if full:
             self._last_full = now
         quiet = None
@@ -310,23 +308,6 @@ class Controller(KickedLoop):
         self._settled = plan.settled
         self._quiet = quiet  # only once the plan is applied: a failed apply is planned again
         return touched
-
-    def _plan(self, snap: Snapshot, config: SchedConfig) -> Plan:
-        """The pass's plan: over a long queue computed in a forked child (``forked``), which
-        sees this snapshot and placement cache as they are, so that the requests' reads of
-        the store do not wait on its pure Python for the GIL; else, or if that fails, here.
-        The child's updates of the cache are lost with it: ``headroom`` below brings this
-        process's up to date with the same snapshot."""
-        least = self.server.config.scheduler.plan_forked_from
-        if least is not None and len(snap.pending) >= least and forked.AVAILABLE:
-            try:
-                plan = forked.call(schedule, snap, config, self._placement)
-                self.server.metrics.plans_forked.labels("ok").inc()
-                return plan
-            except forked.Failed as e:
-                self.server.metrics.plans_forked.labels("failed").inc()
-                log.warning("a forked plan failed (%s); planning in the server's own process", e)
-        return schedule(snap, config, self._placement)
 
     def _kept_starts(self, starts: list[Start]) -> list[tuple[JobRow, Start]]:
         """The plan's starts, each with its job's row as the snapshot read it."""

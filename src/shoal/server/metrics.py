@@ -142,10 +142,6 @@ class ServerMetrics:
         self.passes_skipped = Counter("shoal_scheduler_passes_skipped",
                                       "Periodic scheduling passes not run: nothing a pass reads had changed.",
                                       registry=r)
-        self.plans_forked = Counter("shoal_scheduler_plans_forked",
-                                    "Scheduling passes whose plan was computed in a forked child process, by "
-                                    "outcome (failed: planned in the server's own process instead).",
-                                    ["outcome"], registry=r)
         self.started = Counter("shoal_jobs_started", "Jobs started.", ["partition"], registry=r)
         self.ended = Counter("shoal_jobs_ended", "Job runs ended, by the state they ended in (requeued: PENDING).",
                              ["partition", "state"], registry=r)
