@@ -323,7 +323,8 @@ def settle(h: Hollow, timeout_s: float = 300) -> float:
 
 def run(args, env: dict, db: str | None) -> dict:
     with tempfile.TemporaryDirectory(prefix="htc-") as tmp:
-        h = Hollow(Path(tmp), args.nodes, env, db)
+        h = Hollow(Path(tmp), args.nodes, env, db,
+                   scheduler={"bf_interval_s": args.bf_interval} if args.bf_interval else None)
         try:
             h.start()
             time.sleep(6)  # every node past its first heartbeat
@@ -486,6 +487,9 @@ def main() -> int:
                     help="start the reads at once after the queue is filled, not after a whole pass")
     ap.add_argument("--churn", type=float, default=0.0,
                     help="running jobs ended per second during the reads (cancelled; 0: none)")
+    ap.add_argument("--bf-interval", type=float, default=0.0,
+                    help="the server's bf_interval_s: full backfill passes at most this often, quick ones "
+                         "between (Slurm's default is 30; 0: the server's default, every pass full)")
     ap.add_argument("--reader-processes", action="store_true",
                     help="each read client a process of its own (default: threads of this process)")
     ap.add_argument("--save", type=Path)

@@ -90,8 +90,10 @@ def cpu_s(p: psutil.Process) -> float:
 class Hollow:
     """A server and one hollow-agents process, in a temporary directory."""
 
-    def __init__(self, root: Path, nodes: int, env: dict, db: str | None = None) -> None:
+    def __init__(self, root: Path, nodes: int, env: dict, db: str | None = None,
+                 scheduler: dict | None = None) -> None:
         self.root, self.nodes, self.env, self.db = root, nodes, env, db
+        self.scheduler = scheduler or {}  # the cluster file's scheduler settings, beyond the array size
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.stats_file = root / "hollow-stats.json"
@@ -103,7 +105,7 @@ class Hollow:
         conf = {"cluster_name": "scale",
                 "partitions": [{"name": "gpu", "nodes": f"hollow[{1:0{width}d}-{self.nodes:0{width}d}]",
                                 "default": True}],
-                "scheduler": {"max_array_size": 100_001}}
+                "scheduler": {"max_array_size": 100_001, **self.scheduler}}
         (self.root / "cluster.yaml").write_text(json.dumps(conf))
         join = self.root / "join.token"
         join.write_text("join_scale_benchmark_token")

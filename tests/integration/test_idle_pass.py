@@ -42,14 +42,14 @@ def _job(now: float, **kw) -> JobRow:
     return JobRow(**{**fields, **kw})
 
 
-def _config():
+def _config(**scheduler):
     return parse_cluster_config({"partitions": [{"name": "gpu", "nodes": "node[01-02]", "default": True}],
-                                 "scheduler": {"idle_pass_s": 30}})
+                                 "scheduler": {"idle_pass_s": 30, **scheduler}})
 
 
-def _server(tmp_path, clock: Clock, jobs: int, db_url: str | None = None) -> tuple[Server, list[int]]:
+def _server(tmp_path, clock: Clock, jobs: int, db_url: str | None = None, **scheduler) -> tuple[Server, list[int]]:
     """Two nodes of two GPUs, ``jobs`` one-GPU jobs queued, the server's loops not started."""
-    server = Server(db_url or f"sqlite:///{tmp_path / 'shoal.db'}", _config(), tmp_path, clock=clock)
+    server = Server(db_url or f"sqlite:///{tmp_path / 'shoal.db'}", _config(**scheduler), tmp_path, clock=clock)
     with server.sessions() as s, s.begin():
         s.add_all([_node("node01", clock.t), _node("node02", clock.t)])
         s.add_all([_job(clock.t + i) for i in range(jobs)])
@@ -290,5 +290,35 @@ def test_a_submission_that_would_wait_like_a_job_the_last_pass_settled_costs_no_
         with server.sessions() as s:
             assert {s.get(JobRow, j).reason for j in (alike, alike_too, niced)} == {"Priority"}
             assert list(s.scalars(select(JobRow.id).where(JobRow.state == "RUNNING"))) == ids, "nothing else started"
+    finally:
+        _stop(server)
+
+
+def _reasons(server: Server) -> dict[int, str]:
+    with server.sessions() as s:
+        return {r.id: r.reason for r in s.scalars(select(JobRow).where(JobRow.state == "PENDING"))}
+
+
+def test_between_full_passes_a_quick_pass_starts_what_it_can_and_leaves_the_queue_behind_as_it_was(tmp_path):
+    """With bf_interval_s, a job's end brings a quick pass (Slurm's main scheduler): it starts
+    the next job, gives the first that cannot start its reason, and stops there; a job queued
+    since keeps the reason its submission gave it (None) until the next full pass."""
+    clock = Clock()
+    server, ids = _server(tmp_path, clock, 7, bf_interval_s=30)
+    try:
+        assert _tick(server, clock), "the first pass runs, a full one"
+        assert _reasons(server) == {ids[4]: "Resources", ids[5]: "Priority", ids[6]: "Priority"}
+        with server.sessions() as s, s.begin():
+            s.get(JobRow, ids[0]).state = "COMPLETED"
+            s.get(JobRow, ids[0]).allocation = None
+            s.add(_job(clock.t + 10))
+        late = max(ids) + 1
+        assert _tick(server, clock)
+        assert _states(server)[ids[4]] == "RUNNING"
+        assert _reasons(server) == {ids[5]: "Resources", ids[6]: "Priority", late: "None"}
+        assert server.metrics.cycles["quick"].count == 1
+
+        assert _tick(server, clock, 30), "a full pass, bf_interval_s after the last"
+        assert _reasons(server) == {ids[5]: "Resources", ids[6]: "Priority", late: "Priority"}
     finally:
         _stop(server)

@@ -101,7 +101,25 @@ def test_a_running_job_without_time_limit_gives_no_start_time():
 def test_the_quick_pass_is_fifo_with_the_same_settings():
     config = SchedConfig(backfill="conservative", bf_interval_s=30, max_jobs_per_pass=100)
     quick = config.quick()
-    assert (quick.policy, quick.max_jobs_per_pass, quick.bf_interval_s) == ("fifo", 100, 30)
+    assert (quick.policy, quick.max_jobs_per_pass, quick.bf_interval_s, quick.partial) == ("fifo", 100, 30, True)
+
+
+def test_the_quick_pass_stops_once_no_node_is_left_and_the_jobs_after_keep_their_reasons():
+    """Two partitions: job 2 blocks gpu1 (job 1 took half of it), job 3 still starts on gpu2,
+    job 4 blocks gpu2; jobs 5 and 6 could start nowhere and are left as an earlier pass said."""
+    cluster = nodes("gpu", 2)
+    a, b = partition("a", cluster[:1]), partition("b", cluster[1:])
+    pending = [job(1, gpus_per_node=4, partition="a"), job(2, gpus_per_node=8, partition="a"),
+               job(3, gpus_per_node=4, partition="b"), job(4, gpus_per_node=8, partition="b"),
+               job(5, gpus_per_node=1, partition="a"), job(6, gpus_per_node=1, partition="b")]
+    snap = snapshot(cluster, [a, b], pending)
+    quick = SchedConfig(bf_interval_s=30).quick()
+    plan = schedule(snap, quick)
+    assert [s.job_id for s in plan.starts] == [1, 3]
+    assert plan.reasons == {2: "Resources", 4: "Resources"}
+    whole = schedule(snap, SchedConfig(policy="fifo"))
+    assert [s.job_id for s in whole.starts] == [1, 3]
+    assert whole.reasons == {2: "Resources", 4: "Resources", 5: "Priority", 6: "Priority"}
 
 
 @pytest.mark.parametrize("kw, message", [

@@ -79,6 +79,12 @@ class SchedConfig:
     look-ahead visits fewer distinct times (0: exact). ``bf_interval_s``: for callers that
     run passes often (the server's scheduler loop, the simulator): a full backfill pass at
     most this often, quick passes in between (``quick()``); 0: every pass is full.
+    ``partial``: set on the quick pass (``quick()``), Slurm's main scheduler. Once every node
+    is held back for a job that cannot start, no later job can start, and the pass stops:
+    the jobs after it keep the reasons an earlier pass gave them, as Slurm leaves the queue
+    past ``default_queue_depth`` (and one whose dependency can never be satisfied is
+    cancelled, with ``kill_invalid_depend``, by the next pass that reaches it). On a full cluster with 90,000 jobs queued, a quick pass
+    for a job's end gave each of them its reason again; now it looks at the few it starts.
     """
 
     policy: Policy = "backfill"
@@ -92,6 +98,7 @@ class SchedConfig:
     bf_window_s: int | None = None
     bf_resolution_s: int = 0
     bf_interval_s: float = 0.0
+    partial: bool = False
 
     def __post_init__(self) -> None:
         if self.policy not in ("fifo", "backfill"):
@@ -129,5 +136,6 @@ class SchedConfig:
 
     def quick(self) -> "SchedConfig":
         """The pass run between full backfill passes (Slurm's main scheduler): jobs start in
-        queue order up to the first that cannot, so no reservation is delayed."""
-        return replace(self, policy="fifo")
+        queue order up to the first that cannot, so no reservation is delayed; once nothing
+        more can start, the rest keep their reasons (``partial``)."""
+        return replace(self, policy="fifo", partial=True)

@@ -38,7 +38,9 @@ admit them): the pending members of a gang start in the same pass or none does. 
 would start only some is run again without the gang (its members wait with ``WaitingForGang``),
 so what they would have held goes to the jobs behind them.
 
-Every pending job ends up in exactly one of ``plan.starts``, ``plan.reasons``, ``plan.never``.
+Every pending job ends up in exactly one of ``plan.starts``, ``plan.reasons``, ``plan.never``,
+but in a partial pass (``SchedConfig.partial``: the quick pass between full backfill passes),
+which stops once every node is held back for a blocked job: the jobs after it are in none.
 """
 
 from __future__ import annotations
@@ -165,6 +167,7 @@ class _Pass:
         self.failed: set[tuple] = set()  # (failures' key, shape) seen not to fit
         self.unrunnable_cache: dict[tuple, str | None] = {}
         self.blocked_nodes: set[str] = set()  # fifo
+        self.all_blocked = False  # fifo: every node is in blocked_nodes (a partial pass stops)
         self.reservations: list[Reservation] = []  # backfill
         self.resv = ReservationPolicy(snapshot)  # advance reservations (scontrol)
         self.resv_live = bool(self.resv)  # read for every job: asked once
@@ -218,6 +221,8 @@ class _Pass:
                 never[job.id] = reason
             else:
                 reasons[job.id] = reason
+            if self.all_blocked:
+                break  # a partial pass: no job after this one can start (``SchedConfig.partial``)
         self.plan.tested = self.tested
         return self.plan
 
@@ -350,6 +355,8 @@ class _Pass:
             self.plan.preemptions.append(preemption)
         if self.config.policy == "fifo":
             self.blocked_nodes |= pnodes
+            self.all_blocked = self.config.partial and all(map(self.blocked_nodes.issuperset,
+                                                               self.partition_nodes.values()))
         else:
             reservation = self.reserve(job, d, part, pnodes)
             if reservation is not None:
