@@ -12,7 +12,12 @@ Then the same for 6 scrapes of ``/metrics`` (``exposition()``, after one left ou
 To compare two versions, run each (PYTHONPATH=<other checkout>/src picks another).
 
     .venv/bin/python bench/bench_pass_cpu.py 40000 1000 14    # QUEUED ENDS PASSES
+    .venv/bin/python bench/bench_pass_cpu.py 92000 2 12 quick  # the passes after the first quick ones
+
+``quick``: the server's ``bf_interval_s`` set beyond the run, so that after the first pass, a full
+one, every pass is the quick one that Slurm's main scheduler is (``SchedConfig.quick()``).
 """
+import dataclasses
 import statistics
 import sys
 import threading
@@ -27,6 +32,8 @@ from inprocess import cluster, end_running, job
 
 QUEUED, ENDS, PASSES = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 server = cluster(QUEUED)
+if sys.argv[4:] == ["quick"]:
+    server.sched_config = dataclasses.replace(server.sched_config, bf_interval_s=1e9)
 taken = server.snapshot
 snap_cpu = []
 

@@ -300,25 +300,48 @@ def _reasons(server: Server) -> dict[int, str]:
 
 
 def test_between_full_passes_a_quick_pass_starts_what_it_can_and_leaves_the_queue_behind_as_it_was(tmp_path):
-    """With bf_interval_s, a job's end brings a quick pass (Slurm's main scheduler): it starts
-    the next job, gives the first that cannot start its reason, and stops there; a job queued
-    since keeps the reason its submission gave it (None) until the next full pass."""
+    """With bf_interval_s, a job's end brings a quick pass (Slurm's main scheduler): it gives
+    the first job that cannot start its reason and stops there, every node held back for it;
+    the jobs behind keep their reasons (one queued since, the None its submission gave it)
+    until the next full pass. A job submitted then comes after where that pass stopped: it
+    costs no pass though it fits the GPU left free, unless its priority puts it ahead."""
     clock = Clock()
-    server, ids = _server(tmp_path, clock, 7, bf_interval_s=30)
+    server, ids = _server(tmp_path, clock, 4, bf_interval_s=30)  # two nodes of two GPUs: all four run
+    c = server.controller
+    two = request_to_json(ResourceRequest(nodes=1, ntasks=1, gpus_per_node=2, mem_per_node_mb=1024))
     try:
+        with server.sessions() as s, s.begin():
+            s.add_all([_job(clock.t + 5, request=two), _job(clock.t + 6)])
+        blocker, behind = max(ids) + 1, max(ids) + 2
         assert _tick(server, clock), "the first pass runs, a full one"
-        assert _reasons(server) == {ids[4]: "Resources", ids[5]: "Priority", ids[6]: "Priority"}
+        assert _reasons(server) == {blocker: "Resources", behind: "Priority"}
         with server.sessions() as s, s.begin():
             s.get(JobRow, ids[0]).state = "COMPLETED"
             s.get(JobRow, ids[0]).allocation = None
             s.add(_job(clock.t + 10))
-        late = max(ids) + 1
+        late = behind + 1
         assert _tick(server, clock)
-        assert _states(server)[ids[4]] == "RUNNING"
-        assert _reasons(server) == {ids[5]: "Resources", ids[6]: "Priority", late: "None"}
         assert server.metrics.cycles["quick"].count == 1
+        assert _reasons(server) == {blocker: "Resources", behind: "Priority", late: "None"}, \
+            "one GPU is free, but behind the blocker nothing may take it"
+
+        def submit(**kw) -> bool:
+            """Queue a job as a submission does; whether the scheduler's step ran a pass."""
+            with server.sessions() as s, s.begin():
+                s.add(_job(clock.t + 20, **kw))
+            before = c.passes
+            c.submitted(alone=False)
+            c.step()
+            return c.passes > before
+
+        c.wake()
+        c.step()  # a quick pass, as the loop runs it: it starts nothing and stops where the last one did
+        assert c._stopped is not None
+        assert not submit(), "behind where the quick pass stopped: no pass"
+        assert submit(priority=5), "ahead of where it stopped: a pass, which starts it"
+        assert _states(server)[late + 2] == "RUNNING"
 
         assert _tick(server, clock, 30), "a full pass, bf_interval_s after the last"
-        assert _reasons(server) == {ids[5]: "Resources", ids[6]: "Priority", late: "Priority"}
+        assert _reasons(server) == {blocker: "Resources", behind: "Priority", late: "Priority", late + 1: "Priority"}
     finally:
         _stop(server)

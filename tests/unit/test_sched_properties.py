@@ -16,7 +16,7 @@ from shoal.model.resources import ResourceRequest
 from shoal.model.snapshot import ActiveJob, Dependency, JobRecord, Partition, PendingJob, Snapshot
 from shoal.sched import SchedConfig, check_feasible, place, queue_order, schedule
 from shoal.sched.placement import ClusterState, Demand, PlacementCache, feature_matches, gpu_type_matches
-from shoal.sched.schedule import waits_settled
+from shoal.sched.schedule import waits_behind, waits_settled
 
 FEATURES = ("ib", "nvlink")
 NOW = 1000.0
@@ -373,6 +373,50 @@ def test_a_job_queued_like_one_a_pass_settled_changes_nothing_the_next_pass_plan
     assert all(job.id in after.reasons for job in fresh)
     assert {jid: r for jid, r in after.reasons.items() if jid < 100} == before.reasons
 
+
+
+@given(st.data())
+@settings(SETTINGS, max_examples=200)
+def test_a_job_queued_behind_where_a_partial_pass_stopped_changes_nothing_the_next_one_plans(data):
+    """Between full backfill passes the server skips the pass a submission would cost when
+    the job comes after the job where the last partial quick pass stopped (``Plan.stopped``,
+    ``waits_behind``): with that pass's starts applied and nothing ended, the next partial
+    pass starts nothing more and plans the jobs queued before as without it. A busy cluster
+    of GPU nodes, a queue of a few shapes and priorities, new jobs of any shape, partition,
+    priority and gate queued later."""
+    cluster, partitions = gpu_cluster(data, node_limit=False)
+    shapes = [ResourceRequest(nodes=data.draw(st.integers(1, 2)), ntasks=1, mem_per_node_mb=500,
+                              gpus_per_node=data.draw(st.integers(1, 4)))
+              for _ in range(data.draw(st.integers(1, 3)))]
+    names = [p.name for p in partitions]
+    queue = tuple(PendingJob(id=i, user="alice", name="j", partition=data.draw(st.sampled_from(names)),
+                             request=data.draw(st.sampled_from(shapes)), submit_time=float(i),
+                             time_limit_s=data.draw(st.sampled_from([None, 100, 600])),
+                             priority=data.draw(st.sampled_from([0, 0, 1])))
+                  for i in range(1, data.draw(st.integers(2, 30)) + 1))
+    config = SchedConfig(bf_interval_s=30).quick()
+    active = tuple(data.draw(actives(cluster, busy=True)))
+    first = schedule(Snapshot(NOW, cluster, tuple(partitions), queue, active, dict(JOB_RECORDS)), config)
+    if first.stopped is None:
+        return
+    started = {st_.job_id: st_.allocation for st_ in first.starts}
+    by_id = {job.id: job for job in queue}
+    active += tuple(ActiveJob(id=jid, user=by_id[jid].user, name="j", partition=by_id[jid].partition,
+                              allocation=allocation, start_time=NOW, time_limit_s=by_id[jid].time_limit_s)
+                    for jid, allocation in started.items())
+    waiting = tuple(job for job in queue if job.id not in started)
+    fresh = [PendingJob(id=100 + i, user="bob", name="fresh", partition=data.draw(st.sampled_from(names)),
+                        request=ResourceRequest(nodes=1, ntasks=1, mem_per_node_mb=500,
+                                                gpus_per_node=data.draw(st.integers(0, 1))),
+                        submit_time=NOW, time_limit_s=data.draw(st.sampled_from([None, 10])),
+                        priority=data.draw(st.integers(-1, 1)))
+             for i in range(data.draw(st.integers(1, 5)))]
+    fresh = [job for job in fresh if waits_behind(first.stopped, job)]
+    assert all(-job.priority >= first.stopped[0] for job in fresh)
+    before, after = (schedule(Snapshot(NOW, cluster, tuple(partitions), pending, active, dict(JOB_RECORDS)), config)
+                     for pending in (waiting, waiting + tuple(fresh)))
+    assert after.starts == before.starts == [] and not after.preemptions
+    assert after.reasons == before.reasons and after.stopped == before.stopped == first.stopped
 
 @given(st.lists(st.tuples(st.integers(1, 60), st.sampled_from([0.0, 1.0, 2.5, 7.0]), st.integers(-2, 2)),
                 unique_by=lambda t: t[0], max_size=40),

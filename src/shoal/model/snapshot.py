@@ -162,3 +162,6 @@ class Plan:
     # EASY backfill's jobs settled behind a reservation (``schedule.waits_settled``): by
     # (request, partition, own time limit), the queue rank of the first that waited so.
     settled: dict[tuple[ResourceRequest, str, int | None], tuple] = field(default_factory=dict)
+    # A partial pass that stopped (``SchedConfig.partial``) with priority/basic: the queue key
+    # (``queue.order_key``) of the last job it looked at; None: it looked at every job, or not so.
+    stopped: tuple[float, float, int] | None = None

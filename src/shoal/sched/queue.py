@@ -75,6 +75,12 @@ def queue_order(pending: Iterable[PendingJob],
     return sorted(by_submit, key=lambda j: priorities.get(j.id, j.priority), reverse=True)
 
 
+def order_key(job: PendingJob, priority: int | None = None) -> tuple[float, float, int]:
+    """Where ``job`` stands in ``queue_order`` (lower first), with ``priority`` as the pass
+    computed it (multifactor), or else its own."""
+    return (-(job.priority if priority is None else priority), job.submit_time, job.id)
+
+
 def rank(job: PendingJob) -> tuple:
     """What places a job in the queue besides its request, partition and age: two jobs with
     the same of all of these keep their submission order under either priority. ``basic``

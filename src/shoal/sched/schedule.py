@@ -112,7 +112,7 @@ def schedule(snapshot: Snapshot, config: SchedConfig = SchedConfig(),
     else:  # still partial after the bound: start none of the gangs this pass
         waiting.update({job.id: plan.reasons.get(job.id, q.GANG) for job in snapshot.pending if job.gang})
         started = [st for st in plan.starts if st.job_id not in waiting]
-        plan = dataclasses.replace(plan, starts=started)
+        plan = dataclasses.replace(plan, starts=started, stopped=None)  # what the gangs' starts held is free
     plan.reasons.update({job_id: reason for job_id, reason in waiting.items() if job_id not in plan.never})
     return plan
 
@@ -133,6 +133,16 @@ def waits_settled(settled: Mapping[tuple[ResourceRequest, str, int | None], tupl
     one that cannot start costs no pass over the whole queue."""
     return job.pod is None and not job.preemptor \
         and settled.get((job.request, job.partition, job.time_limit_s)) == q.rank(job)
+
+
+def waits_behind(stopped: tuple[float, float, int] | None, job: PendingJob) -> bool:
+    """Whether ``job``, queued after the partial pass that stopped at ``stopped``
+    (``Plan.stopped``, set with priority/basic only), would wait in the next partial pass, if
+    nothing has started, ended or changed since but jobs queued: it comes after the job where
+    that pass stopped, every node held back by then, so that pass stops there again, before it.
+    A server asks this of each submission between full backfill passes, as it asks
+    ``waits_settled`` before one."""
+    return stopped is not None and job.pod is None and not job.preemptor and q.order_key(job) > stopped
 
 
 def partial_gangs(pending: tuple[PendingJob, ...], plan: Plan) -> set[str]:
@@ -221,8 +231,10 @@ class _Pass:
                 never[job.id] = reason
             else:
                 reasons[job.id] = reason
-            if self.all_blocked:
-                break  # a partial pass: no job after this one can start (``SchedConfig.partial``)
+            if self.all_blocked:  # a partial pass: no job after this one can start (``SchedConfig.partial``)
+                if self.priorities is None and not job.preemptor:  # its place is its own key (waits_behind)
+                    self.plan.stopped = q.order_key(job)
+                break
         self.plan.tested = self.tested
         return self.plan
 

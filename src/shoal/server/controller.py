@@ -24,7 +24,7 @@ from shoal.model.resources import Allocation
 from shoal.model.snapshot import PendingJob, Start
 from shoal.sched import cycle
 from shoal.sched.placement import Headroom, PlacementCache, check_feasible, headroom
-from shoal.sched.schedule import schedule, waits_settled
+from shoal.sched.schedule import schedule, waits_behind, waits_settled
 from shoal.server import jobs as jobsvc
 from shoal.server.kube.pods import POD
 from shoal.server.loop import KickedLoop
@@ -71,6 +71,7 @@ class Controller(KickedLoop):
         self._submit_asked = False
         self._headroom: Headroom | None = None  # what the last pass left free
         self._settled: dict = {}  # the jobs it settled behind a reservation (Plan.settled)
+        self._stopped: tuple | None = None  # where it stopped, a partial quick pass (Plan.stopped)
         self._seen_id = 0  # the newest job that pass saw, or judged since unable to start
         self._last_run = float("-inf")  # when the last pass ran
         self._last_checks = float("-inf")  # when heartbeats, time limits and grace were last checked
@@ -163,7 +164,9 @@ class Controller(KickedLoop):
         """Whether no job queued since the last pass can start (nothing has ended since: an
         end wakes the loop for a pass): each needs more on a node than that pass left free on
         any (``Headroom``), or, after a full EASY backfill pass with another full one next,
-        would wait as one like it waited in that pass (``waits_settled``): on a full cluster
+        would wait as one like it waited in that pass (``waits_settled``), or, after a partial
+        quick pass with another quick one next, comes after the job where it stopped
+        (``waits_behind``): on a full cluster
         the GPUs kept free for a reserved job fit most submissions, which still cannot start.
         A job is judged once: those judged since the pass are not read again. Preemption may
         make room for any job, so with a preempting QOS every submission gets its pass. (On
@@ -173,14 +176,16 @@ class Controller(KickedLoop):
         room = self._headroom
         if room is None or s.clock() - self._last_run >= self.interval_s() or any(q.preempt for q in s.qos):
             return False
-        settled = self._settled if cycle.full_pass_due(s.sched_config, s.clock(), self._last_full) else {}
+        full_next = cycle.full_pass_due(s.sched_config, s.clock(), self._last_full)
+        settled, stopped = (self._settled, None) if full_next else ({}, self._stopped)
         with s.sessions() as session:
             fresh = session.execute(select(*_QUEUED).where(
                 JobRow.id > self._seen_id, JobRow.state == JobState.PENDING.value,
                 JobRow.held.is_(False)).order_by(JobRow.id))
             for row in fresh:
                 request = jobsvc.request_from_json(row.request)
-                if room.may_fit(request) and (row.kind == POD or not waits_settled(settled, _queued(row, request))):
+                if room.may_fit(request) and (row.kind == POD or not waits_settled(settled, job := _queued(row, request))
+                                              and not waits_behind(stopped, job)):
                     return False
                 self._seen_id = row.id
         return True
@@ -240,7 +245,7 @@ class Controller(KickedLoop):
     def _schedule(self, now: float) -> set[str]:
         s = self.server
         t0 = time.perf_counter()
-        self._headroom, self._settled = None, {}  # unknown until this pass's plan is applied
+        self._headroom, self._settled, self._stopped = None, {}, None  # unknown until this pass's plan is applied
         self._quiet = None  # known again once this pass's plan is applied
         read = None
         if self._inputs is not None:
@@ -305,7 +310,7 @@ class Controller(KickedLoop):
         for node, key, signum, target in signals:  # only once the preemption is committed
             s.hub.signal(node, key, signum, target)
         self._headroom, self._seen_id = headroom(snap, [st.allocation for st in plan.starts], self._placement), seen
-        self._settled = plan.settled
+        self._settled, self._stopped = plan.settled, plan.stopped
         self._quiet = quiet  # only once the plan is applied: a failed apply is planned again
         return touched
 
@@ -489,7 +494,7 @@ _QUEUED = (JobRow.id, JobRow.user, JobRow.partition, JobRow.request, JobRow.subm
 
 def _queued(row, request) -> PendingJob:
     """A job (not a pod: a pod never waits settled) queued since the last pass, as far as
-    ``waits_settled`` reads it: ``pending_job``'s fields, not its script."""
+    ``waits_settled`` and ``waits_behind`` read it: ``pending_job``'s fields, not its script."""
     return PendingJob(id=row.id, user=row.user, name="", partition=row.partition, request=request,
                       submit_time=row.submit_time, time_limit_s=row.time_limit_s, priority=row.priority,
                       account=row.account, qos=row.qos, nice=int(row.nice or 0))
