@@ -324,6 +324,16 @@ def test_jobs_sharing_one_request_are_planned_as_jobs_with_copies_of_it(data):
         (other.starts, other.reasons, other.estimates, other.preemptions, other.tested)
 
 
+def started_by(plan, queue: tuple[PendingJob, ...], active: tuple[ActiveJob, ...]) -> tuple[tuple, tuple]:
+    """The running jobs and the queue once ``plan``'s starts are applied, nothing ended."""
+    started = {st_.job_id: st_.allocation for st_ in plan.starts}
+    by_id = {job.id: job for job in queue}
+    active += tuple(ActiveJob(id=jid, user=by_id[jid].user, name="j", partition=by_id[jid].partition,
+                              allocation=allocation, start_time=NOW, time_limit_s=by_id[jid].time_limit_s)
+                    for jid, allocation in started.items())
+    return active, tuple(job for job in queue if job.id not in started)
+
+
 @given(st.data())
 @settings(SETTINGS, max_examples=200)
 def test_a_job_queued_like_one_a_pass_settled_changes_nothing_the_next_pass_plans(data):
@@ -350,12 +360,7 @@ def test_a_job_queued_like_one_a_pass_settled_changes_nothing_the_next_pass_plan
     first = schedule(Snapshot(NOW, cluster, tuple(partitions), queue, active, dict(JOB_RECORDS)), config)
     if not first.settled:
         return
-    started = {st_.job_id: st_.allocation for st_ in first.starts}
-    by_id = {job.id: job for job in queue}
-    active += tuple(ActiveJob(id=jid, user=by_id[jid].user, name="j", partition=by_id[jid].partition,
-                              allocation=allocation, start_time=NOW, time_limit_s=by_id[jid].time_limit_s)
-                    for jid, allocation in started.items())
-    waiting = tuple(job for job in queue if job.id not in started)
+    active, waiting = started_by(first, queue, active)
     keys = sorted(first.settled.items(), key=repr)
     fresh = []
     for i in range(data.draw(st.integers(1, 5))):
@@ -399,12 +404,7 @@ def test_a_job_queued_behind_where_a_partial_pass_stopped_changes_nothing_the_ne
     first = schedule(Snapshot(NOW, cluster, tuple(partitions), queue, active, dict(JOB_RECORDS)), config)
     if first.stopped is None:
         return
-    started = {st_.job_id: st_.allocation for st_ in first.starts}
-    by_id = {job.id: job for job in queue}
-    active += tuple(ActiveJob(id=jid, user=by_id[jid].user, name="j", partition=by_id[jid].partition,
-                              allocation=allocation, start_time=NOW, time_limit_s=by_id[jid].time_limit_s)
-                    for jid, allocation in started.items())
-    waiting = tuple(job for job in queue if job.id not in started)
+    active, waiting = started_by(first, queue, active)
     fresh = [PendingJob(id=100 + i, user="bob", name="fresh", partition=data.draw(st.sampled_from(names)),
                         request=ResourceRequest(nodes=1, ntasks=1, mem_per_node_mb=500,
                                                 gpus_per_node=data.draw(st.integers(0, 1))),
