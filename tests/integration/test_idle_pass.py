@@ -304,7 +304,8 @@ def test_between_full_passes_a_quick_pass_starts_what_it_can_and_leaves_the_queu
     the first job that cannot start its reason and stops there, every node held back for it;
     the jobs behind keep their reasons (one queued since, the None its submission gave it)
     until the next full pass. A job submitted then comes after where that pass stopped: it
-    costs no pass though it fits the GPU left free, unless its priority puts it ahead."""
+    costs no pass though it fits the GPU left free, unless its priority puts it ahead. Periodic
+    passes over what the last quick one read are skipped until the next full one is due."""
     clock = Clock()
     server, ids = _server(tmp_path, clock, 4, bf_interval_s=30)  # two nodes of two GPUs: all four run
     c = server.controller
@@ -341,7 +342,10 @@ def test_between_full_passes_a_quick_pass_starts_what_it_can_and_leaves_the_queu
         assert submit(priority=5), "ahead of where it stopped: a pass, which starts it"
         assert _states(server)[late + 2] == "RUNNING"
 
+        _settle(server, clock)  # quick passes over what the last read are skipped too, until a full one is due
+        quick = server.metrics.cycles["quick"].count
         assert _tick(server, clock, 30), "a full pass, bf_interval_s after the last"
+        assert server.metrics.cycles["quick"].count == quick
         assert _reasons(server) == {blocker: "Resources", behind: "Priority", late: "Priority", late + 1: "Priority"}
     finally:
         _stop(server)

@@ -58,8 +58,8 @@ class SchedulerConfig(BaseModel):
     bf_resolution_s: int = Field(default=0, ge=0, description="backfill's time step: job ends "
                                  "rounded up to it (bf_resolution; 0: exact)")
     bf_interval_s: float = Field(default=0.0, ge=0, description="the least time between full "
-                                 "backfill passes; passes in between are quick (bf_interval; "
-                                 "0: every pass is a full one)")
+                                 "backfill passes; passes in between are quick, and stop once "
+                                 "nothing more can start (bf_interval; 0: every pass is a full one)")
     idle_pass_s: float = Field(default=60.0, gt=0, description="while nothing a pass reads has "
                                "changed, a periodic pass at most this often (sched_interval): "
                                "the others would plan what the last one did")

@@ -40,10 +40,11 @@ _UNSAID = object()  # a job the kept rows do not know as pending: its reason is 
 
 @dataclass(frozen=True)
 class Quiet:
-    """What a full pass read, for telling whether the next would plan the same: the count of
+    """What a pass read, for telling whether the next would plan the same: the count of
     commits (every server's) to what a snapshot reads, the server's settings it took (the
     scheduler's, partitions, accounts, QOS, topology), and until when time alone changes
-    nothing (``cycle.quiet_until``, and at most ``idle_pass_s``)."""
+    nothing (``cycle.quiet_until``, at most ``idle_pass_s``, and after a quick pass, until
+    the next full one is due)."""
 
     changes: int
     settings: tuple
@@ -96,7 +97,7 @@ class Controller(KickedLoop):
         """Skip a periodic pass while no commit (this server's, or another's heard on the
         change feed) has written what a
         snapshot reads (``changes``: jobs, clean-ups, nodes, reservations, partitions,
-        accounting) since the last full pass, the server's settings are the same and time has
+        accounting) since the last pass, the server's settings are the same and time has
         opened nothing (``Quiet``): with 90,000 jobs queued on a full cluster, each such pass
         took 0.8 s of the server's time a second to plan what the last one had. Slurm's main
         scheduler, too, runs on events and otherwise every ``sched_interval`` (60 s): the
@@ -231,7 +232,7 @@ class Controller(KickedLoop):
             self.server.hub.bump(touched)
 
     def _unchanged(self, now: float) -> bool:
-        """Whether a pass now would read what the last full pass read (``Quiet``)."""
+        """Whether a pass now would read what the last pass read (``Quiet``)."""
         quiet, inputs = self._quiet, self._inputs
         return (quiet is not None and inputs is not None and inputs.enabled and inputs.value == quiet.changes
                 and now < quiet.until and self._settings() == quiet.settings)
@@ -270,9 +271,9 @@ class Controller(KickedLoop):
         if full:
             self._last_full = now
         quiet = None
-        if full and read is not None:
-            quiet = dataclasses.replace(read, until=min(cycle.quiet_until(snap),
-                                                        now + s.config.scheduler.idle_pass_s))
+        if read is not None:  # a quick pass plans what the last did until a full one is due
+            quiet = dataclasses.replace(read, until=min(cycle.quiet_until(snap), now + s.config.scheduler.idle_pass_s,
+                                                        float("inf") if full else self._last_full + config.bf_interval_s))
         reasons = {**plan.reasons, **plan.never}
         signals: list[tuple[str, str, int, str]] = []
         with s.sessions() as session, session.begin():
