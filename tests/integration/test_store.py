@@ -253,6 +253,14 @@ def test_the_controllers_row_cache_sees_every_change_a_fresh_read_would(engine, 
     assert [p.name for p in cached.pending] == ["j0", "j1", "j4", "j5", "late", "after"]
     assert cached.jobs[done.id].state.value == "COMPLETED" and not cached.active
 
+    # scontrol update priority: the pending jobs stay in the queue's order (Snapshot.in_queue_order).
+    with sessions() as s, s.begin():
+        s.scalars(select(JobRow).where(JobRow.name == "j5")).one().priority = 2
+    same()
+    with sessions() as s:
+        cached = build(s, (), 1.0, cache=cache)
+    assert cached.in_queue_order and [p.name for p in cached.pending] == ["j5", "j0", "j1", "j4", "late", "after"]
+
 
 def _gpu_node(name: str, gpus: int) -> NodeRow:
     row = _node(name)

@@ -457,3 +457,18 @@ def test_a_partial_quick_pass_plans_what_the_whole_one_plans_and_leaves_only_the
         order = [j.id for j in queue_order(snap.pending)]
         said = set(partial.reasons) | set(partial.never) | {s.job_id for s in partial.starts}
         assert max(map(order.index, said)) < min(map(order.index, unsaid))
+
+
+@given(scenarios())
+@SETTINGS
+def test_a_queue_given_in_order_is_planned_as_the_pass_orders_it_itself(scenario):
+    """The server's snapshot hands its pending jobs in the queue's order (``in_queue_order``),
+    and a pass with priority/basic takes them as they come: the plan is the one made from
+    the same jobs in any order."""
+    snap, config = scenario
+    given_order = dataclasses.replace(snap, pending=tuple(queue_order(snap.pending)), in_queue_order=True)
+    shuffled = dataclasses.replace(snap, pending=tuple(reversed(snap.pending)))
+    for other in (given_order, shuffled):
+        a, b = schedule(snap, config), schedule(other, config)
+        assert (a.starts, a.reasons, a.never, a.estimates, a.preemptions) == \
+            (b.starts, b.reasons, b.never, b.estimates, b.preemptions)

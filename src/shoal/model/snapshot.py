@@ -130,6 +130,9 @@ class Snapshot:
     qos: tuple[QOS, ...] = ()  # empty: only the default QOS, with no limits
     reservations: tuple[AdvanceReservation, ...] = ()  # advance reservations not yet ended
     topology: Topology | None = None  # the switch tree (None: placement ignores the network)
+    # ``pending`` is in ``queue_order``'s order by the jobs' own priorities (the server's row
+    # cache keeps it so): a pass with priority/basic need not sort it again.
+    in_queue_order: bool = False
 
 
 @dataclass(frozen=True)

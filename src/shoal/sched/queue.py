@@ -57,12 +57,17 @@ _PRIORITY = attrgetter("priority")
 
 
 def queue_order(pending: Iterable[PendingJob],
-                priorities: Mapping[int, int] | None = None) -> list[PendingJob]:
+                priorities: Mapping[int, int] | None = None, ordered: bool = False) -> list[PendingJob]:
     """Priority first (higher wins), then earlier submit_time, then lower id.
 
     ``priorities``: job id -> priority computed for this pass (multifactor); without it,
-    each job's own ``priority``.
+    each job's own ``priority``. ``ordered``: ``pending`` is in this order by the jobs' own
+    priorities already (``Snapshot.in_queue_order``), so without ``priorities`` it is kept as it is.
     """
+    if ordered and priorities is None:
+        # Three sorts of 92,000 jobs already in order still took 16 ms a pass, each one C call
+        # holding the GIL: the largest part of a quick pass that looks at a few jobs.
+        return list(pending)
     # Three stable sorts, each on one number (a reverse sort keeps ties in order): the same
     # order as the key (-priority, submit_time, id). A tuple key allocated a tuple per job
     # and compared them element by element: 35 to 70 ms with 92,000 jobs pending, in one C

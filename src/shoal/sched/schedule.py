@@ -210,7 +210,8 @@ class _Pass:
     def run(self) -> Plan:
         reasons, never, kill = self.plan.reasons, self.plan.never, self.config.kill_invalid_depend
         settled, view, depth, consider = self.settled, self.view, self.depth, self.consider
-        for job in claimants_first(q.queue_order(self.snapshot.pending, self.priorities)):
+        snapshot = self.snapshot
+        for job in claimants_first(q.queue_order(snapshot.pending, self.priorities, snapshot.in_queue_order)):
             if settled is not None and (depth is None or self.tested < depth):
                 # A job like one already settled behind a reservation (its request, partition
                 # and limit), if usual (nothing of its own gates it: no hold, begin time,

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Iterable, Mapping, MutableMapping
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from contextlib import nullcontext
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session, aliased
@@ -22,6 +23,7 @@ from shoal.server.jobs import ACTIVE, request_from_json
 from shoal.server.kube.pods import POD, gang_of, terms_of
 from shoal.model.topology import Topology
 from shoal.sched import cycle
+from shoal.sched.queue import order_key, queue_order
 from shoal.store.changes import ALL, ChangeCount
 from shoal.store.models import CleanupRow, JobRow, NodeRow, ReservationRow
 
@@ -205,9 +207,9 @@ def job_record(row: JobRow) -> JobRecord:
 @dataclass(frozen=True)
 class LiveJobs:
     """What a snapshot takes from the live (pending and running) job rows: ``rows`` by id
-    (read them, never write them), the pending jobs' views and the running jobs' in id
-    order, every live job's record (a map the snapshot may keep), and the ids the pending
-    jobs depend on."""
+    (read them, never write them), the pending jobs' views (in the queue's order from a
+    JobRowCache, in id order from ``of``) and the running jobs' in id order, every live
+    job's record (a map the snapshot may keep), and the ids the pending jobs depend on."""
 
     rows: Mapping[int, JobRow]
     pending: tuple[PendingJob, ...]
@@ -234,17 +236,29 @@ class _ById:
     """Values kept by job id in id order as they come and go, so that a pass takes them as
     a tuple at C speed (``values``) instead of a Python loop over every live job. Ids come
     mostly in order (new jobs have higher ones); one that does not (a requeued job) has
-    them sorted again at the next ``values``."""
+    them sorted again at the next ``values``.
 
-    def __init__(self) -> None:
-        self._by_id: dict[int, object] = {}
+    With ``key`` and ``order`` (a value's place, and the values of a collection in order of
+    it): kept in that order instead, by the same rule: a new value's key is mostly the
+    highest (pending jobs: ``queue.order_key``, new jobs coming last), and a value whose key
+    changed, or a new one that is not the highest, has them put in order again."""
+
+    def __init__(self, key: Callable[[Any], tuple] | None = None,
+                 order: Callable[[Iterable[Any]], list] | None = None) -> None:
+        self._by_id: dict[int, Any] = {}
+        self._key, self._order = key, order
         self._in_order = True
         self._values: tuple | None = ()  # None: changed since the last values()
 
     def put(self, jid: int, value) -> None:
-        by_id = self._by_id
-        if self._in_order and by_id and jid not in by_id and jid < next(reversed(by_id)):
-            self._in_order = False
+        by_id, key = self._by_id, self._key
+        if self._in_order and by_id:
+            if key is None:
+                self._in_order = jid in by_id or jid > next(reversed(by_id))
+            elif jid in by_id:
+                self._in_order = key(by_id[jid]) == key(value)
+            else:
+                self._in_order = key(value) > key(by_id[next(reversed(by_id))])
         by_id[jid] = value
         self._values = None
 
@@ -255,7 +269,11 @@ class _ById:
     def values(self) -> tuple:
         if self._values is None:
             if not self._in_order:
-                self._by_id, self._in_order = dict(sorted(self._by_id.items())), True
+                if self._order is None:
+                    self._by_id = dict(sorted(self._by_id.items()))
+                else:
+                    self._by_id = {v.id: v for v in self._order(self._by_id.values())}
+                self._in_order = True
             self._values = tuple(self._by_id.values())
         return self._values
 
@@ -281,7 +299,7 @@ class JobRowCache:
     def __init__(self, changes: ChangeCount | None = None) -> None:
         self._rows: dict[int, tuple[int, JobRow]] = {}  # live rows by id, with the version they were kept at
         self._plain: dict[int, JobRow] = {}  # the same rows alone (LiveJobs.rows)
-        self._pending = _ById()  # PendingJob views
+        self._pending = _ById(order_key, queue_order)  # PendingJob views, in the queue's order (Snapshot.in_queue_order)
         self._active = _ById()  # ActiveJob views of the running rows
         self._records: dict[int, JobRecord] = {}
         self._records_view: dict[int, JobRecord] | None = None  # the copy the last read handed out
@@ -476,7 +494,8 @@ def build(session: Session, partitions, now: float, *, accounts: tuple[Account, 
         live = cache.read(session)
     else:
         live = LiveJobs.of(session.scalars(select(JobRow).where(JobRow.state.in_(LIVE)).order_by(JobRow.id)))
-    pending = live.pending
+    # In the queue's order by the jobs' own priorities: the cache keeps them so, a fresh read sorts them.
+    pending = live.pending if cache is not None else tuple(queue_order(live.pending))
     if pending and any(q.preempt for q in qos):
         pending = mark_preemptors(session, pending)
     cleanups = list(session.scalars(select(CleanupRow)))
@@ -491,4 +510,4 @@ def build(session: Session, partitions, now: float, *, accounts: tuple[Account, 
     usage = usage_records(session, now, usage_half_life_s) if usage_half_life_s is not None else ()
     return Snapshot(now=now, nodes=nodes, partitions=tuple(partitions), pending=pending, active=active,
                     jobs=records, accounts=accounts, usage=usage, qos=qos,
-                    reservations=reservations(session, now), topology=topology)
+                    reservations=reservations(session, now), topology=topology, in_queue_order=True)
