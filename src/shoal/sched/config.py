@@ -83,8 +83,9 @@ class SchedConfig:
     is held back for a job that cannot start, no later job can start, and the pass stops:
     the jobs after it keep the reasons an earlier pass gave them, as Slurm leaves the queue
     past ``default_queue_depth`` (and one whose dependency can never be satisfied is
-    cancelled, with ``kill_invalid_depend``, by the next pass that reaches it). On a full cluster with 90,000 jobs queued, a quick pass
-    for a job's end gave each of them its reason again; now it looks at the few it starts.
+    cancelled, with ``kill_invalid_depend``, by the next pass that reaches it). On a full
+    cluster with 90,000 jobs queued, a quick pass for a job's end gave each of them its
+    reason again; now it looks at the few it starts.
     """
 
     policy: Policy = "backfill"

@@ -185,8 +185,8 @@ class Controller(KickedLoop):
                 JobRow.held.is_(False)).order_by(JobRow.id))
             for row in fresh:
                 request = jobsvc.request_from_json(row.request)
-                if room.may_fit(request) and (row.kind == POD or not waits_settled(settled, job := _queued(row, request))
-                                              and not waits_behind(stopped, job)):
+                if room.may_fit(request) and (row.kind == POD or not (
+                        waits_settled(settled, job := _queued(row, request)) or waits_behind(stopped, job))):
                     return False
                 self._seen_id = row.id
         return True
@@ -272,8 +272,9 @@ class Controller(KickedLoop):
             self._last_full = now
         quiet = None
         if read is not None:  # a quick pass plans what the last did until a full one is due
+            due = float("inf") if full else self._last_full + config.bf_interval_s
             quiet = dataclasses.replace(read, until=min(cycle.quiet_until(snap), now + s.config.scheduler.idle_pass_s,
-                                                        float("inf") if full else self._last_full + config.bf_interval_s))
+                                                        due))
         reasons = {**plan.reasons, **plan.never}
         signals: list[tuple[str, str, int, str]] = []
         with s.sessions() as session, session.begin():

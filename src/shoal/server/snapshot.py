@@ -299,7 +299,7 @@ class JobRowCache:
     def __init__(self, changes: ChangeCount | None = None) -> None:
         self._rows: dict[int, tuple[int, JobRow]] = {}  # live rows by id, with the version they were kept at
         self._plain: dict[int, JobRow] = {}  # the same rows alone (LiveJobs.rows)
-        self._pending = _ById(order_key, queue_order)  # PendingJob views, in the queue's order (Snapshot.in_queue_order)
+        self._pending = _ById(order_key, queue_order)  # PendingJob views in the queue's order (in_queue_order)
         self._active = _ById()  # ActiveJob views of the running rows
         self._records: dict[int, JobRecord] = {}
         self._records_view: dict[int, JobRecord] | None = None  # the copy the last read handed out
