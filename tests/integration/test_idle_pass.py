@@ -105,7 +105,7 @@ def test_a_periodic_pass_over_what_the_last_one_read_is_skipped_and_any_change_b
             row.state, row.allocation = "COMPLETED", None
         assert _tick(server, clock)
         assert _states(server)[ids[4]] == "RUNNING"
-        _settle(server, clock)
+        assert not _tick(server, clock), "the pass's own commit (its start, its reasons) calls for no other"
 
         # A change of a node row, and of a partition (scontrol update), each bring a pass back.
         with server.sessions() as s, s.begin():
@@ -285,8 +285,7 @@ def test_a_submission_that_would_wait_like_a_job_the_last_pass_settled_costs_no_
             assert s.get(JobRow, other).reason == "Priority"
             assert s.get(JobRow, alike).state == "PENDING"
         niced, passed = submit(spec={"script": "#!/bin/sh\ntrue\n", "nice": 10})
-        assert passed, "another rank (nice): a pass"
-        assert _tick(server, clock)
+        assert passed, "another rank (nice): a pass, which gave every job queued since its reason"
         with server.sessions() as s:
             assert {s.get(JobRow, j).reason for j in (alike, alike_too, niced)} == {"Priority"}
             assert list(s.scalars(select(JobRow.id).where(JobRow.state == "RUNNING"))) == ids, "nothing else started"
@@ -347,5 +346,35 @@ def test_between_full_passes_a_quick_pass_starts_what_it_can_and_leaves_the_queu
         assert _tick(server, clock, 30), "a full pass, bf_interval_s after the last"
         assert server.metrics.cycles["quick"].count == quick
         assert _reasons(server) == {blocker: "Resources", behind: "Priority", late: "Priority", late + 1: "Priority"}
+    finally:
+        _stop(server)
+
+
+def test_a_commit_made_while_a_pass_plans_still_brings_the_next_pass(tmp_path, monkeypatch):
+    """A pass's own commit calls for no other pass, but only when nothing else was committed
+    since it read the store: a change made while it planned (here, a job held) was not read,
+    and the next periodic pass runs for it."""
+    from shoal.server import controller
+
+    clock = Clock()
+    server, ids = _server(tmp_path, clock, 6)
+    planned = controller.schedule
+
+    def schedule(*args, **kw):
+        with server.sessions() as s, s.begin():
+            s.get(JobRow, ids[5]).held = True
+        return planned(*args, **kw)
+
+    try:
+        assert _tick(server, clock)
+        _settle(server, clock)
+        with server.sessions() as s, s.begin():
+            s.get(JobRow, ids[5]).priority = 3  # ahead of ids[4]: the next periodic pass runs and writes both reasons
+        monkeypatch.setattr(controller, "schedule", schedule)
+        assert _tick(server, clock)
+        assert _reasons(server)[ids[4]] == "Priority", "the pass wrote (a commit of its own)"
+        monkeypatch.setattr(controller, "schedule", planned)
+        assert _tick(server, clock), "the hold came after the pass read the store: a pass for it"
+        assert not _tick(server, clock)
     finally:
         _stop(server)

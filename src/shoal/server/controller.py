@@ -277,6 +277,7 @@ class Controller(KickedLoop):
                                                         due))
         reasons = {**plan.reasons, **plan.never}
         signals: list[tuple[str, str, int, str]] = []
+        before = self._inputs.value if self._inputs is not None else None  # the count before this pass's commit
         with s.sessions() as session, session.begin():
             s.leader.fence(session)
             victims = {v for p in plan.preemptions for v in p.victim_ids}
@@ -313,8 +314,20 @@ class Controller(KickedLoop):
             s.hub.signal(node, key, signum, target)
         self._headroom, self._seen_id = headroom(snap, [st.allocation for st in plan.starts], self._placement), seen
         self._settled, self._stopped = plan.settled, plan.stopped
-        self._quiet = quiet  # only once the plan is applied: a failed apply is planned again
+        self._quiet = self._past_own_commit(quiet, before, plan)  # only once the plan is applied: a failed one is planned again
         return touched
+
+    def _past_own_commit(self, quiet: Quiet | None, before: int | None, plan) -> Quiet | None:
+        """``quiet`` with this pass's own commit counted as read, when nothing else was
+        committed since the pass read the store: the next pass would plan what this one did
+        (its starts running, its reasons written), so a periodic pass need not run for it. Not
+        after a preemption: the victims' ends, in that commit or to come, free what the
+        preemptor waits for. Any other commit, before or after this one, leaves the count
+        beyond and the next periodic pass runs."""
+        if quiet is None or before is None or plan.preemptions or quiet.changes != before:
+            return quiet
+        after = self._inputs.value  # type: ignore[union-attr]
+        return dataclasses.replace(quiet, changes=after) if after == before + 1 else quiet
 
     def _kept_starts(self, starts: list[Start]) -> list[tuple[JobRow, Start]]:
         """The plan's starts, each with its job's row as the snapshot read it."""
