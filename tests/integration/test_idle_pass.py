@@ -60,6 +60,21 @@ def _server(tmp_path, clock: Clock, jobs: int, db_url: str | None = None, **sche
     return server, ids
 
 
+def _submit(server: Server, submit_time: float, **kw) -> tuple[int, bool]:
+    """Queue a job as a submission does: its id, and whether the scheduler's step (the loop's,
+    told of the submission) ran a pass."""
+    with server.sessions() as s, s.begin():
+        row = _job(submit_time, **kw)
+        s.add(row)
+        s.flush()
+        jid = row.id
+    c = server.controller
+    before = c.passes
+    c.submitted(alone=False)
+    c.step()
+    return jid, c.passes > before
+
+
 def _stop(server: Server) -> None:
     server.leader.stop()
     server.engine.dispose()
@@ -264,16 +279,7 @@ def test_a_submission_that_would_wait_like_a_job_the_last_pass_settled_costs_no_
         assert rows[settled].reason == "Priority", "held off the blocker's nodes: 3 GPUs free, none to take"
 
         def submit(**kw) -> tuple[int, bool]:
-            """Queue a job as a submission does; whether the scheduler's step ran a pass."""
-            with server.sessions() as s, s.begin():
-                row = _job(clock.t + 3, **kw)
-                s.add(row)
-                s.flush()
-                jid = row.id
-            before = c.passes
-            c.submitted(alone=False)
-            c.step()
-            return jid, c.passes > before
+            return _submit(server, clock.t + 3, **kw)
 
         alike, passed = submit()
         assert not passed, "queued like the settled job: no pass"
@@ -326,13 +332,7 @@ def test_between_full_passes_a_quick_pass_starts_what_it_can_and_leaves_the_queu
             "one GPU is free, but behind the blocker nothing may take it"
 
         def submit(**kw) -> bool:
-            """Queue a job as a submission does; whether the scheduler's step ran a pass."""
-            with server.sessions() as s, s.begin():
-                s.add(_job(clock.t + 20, **kw))
-            before = c.passes
-            c.submitted(alone=False)
-            c.step()
-            return c.passes > before
+            return _submit(server, clock.t + 20, **kw)[1]
 
         c.wake()
         c.step()  # a quick pass, as the loop runs it: it starts nothing and stops where the last one did

@@ -21,7 +21,7 @@ from sqlalchemy.orm.exc import StaleDataError
 from shoal.model.job import JobState
 from shoal.model.node import NodeState
 from shoal.model.resources import Allocation
-from shoal.model.snapshot import PendingJob, Start
+from shoal.model.snapshot import PendingJob, Plan, Start
 from shoal.sched import cycle
 from shoal.sched.placement import Headroom, PlacementCache, check_feasible, headroom
 from shoal.sched.schedule import schedule, waits_behind, waits_settled
@@ -314,10 +314,11 @@ class Controller(KickedLoop):
             s.hub.signal(node, key, signum, target)
         self._headroom, self._seen_id = headroom(snap, [st.allocation for st in plan.starts], self._placement), seen
         self._settled, self._stopped = plan.settled, plan.stopped
-        self._quiet = self._past_own_commit(quiet, before, plan)  # only once the plan is applied: a failed one is planned again
+        # Only once the plan is applied: a failed apply is planned again.
+        self._quiet = self._past_own_commit(quiet, before, plan)
         return touched
 
-    def _past_own_commit(self, quiet: Quiet | None, before: int | None, plan) -> Quiet | None:
+    def _past_own_commit(self, quiet: Quiet | None, before: int | None, plan: Plan) -> Quiet | None:
         """``quiet`` with this pass's own commit counted as read, when nothing else was
         committed since the pass read the store: the next pass would plan what this one did
         (its starts running, its reasons written), so a periodic pass need not run for it. Not
