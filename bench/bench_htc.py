@@ -65,6 +65,7 @@ from bench.bench_foundation import ensure_bytecode, load_average, machine_facts
 from bench.bench_scale import SINFO_NODES, Hollow, _postgres, _py_spy, _py_spy_stop, cpu_s, pct, squeue_path
 from tests.integration.cluster import wait_until
 from shoal.api_client import Client
+from shoal.server import stalls
 from shoal.slurm import squeue
 
 SECTION = "## Scale: throughput and API load"  # its own section: bench_scale.py rewrites "## Scale" whole
@@ -256,7 +257,7 @@ def reads(h: Hollow, readers: int, rounds: int, some_job: int, profile: Path | N
     # on the first round, every client's first request waiting behind it.
     passes0 = h.metric(PASSES)
     start.wait(timeout=120)  # every client ready (a process started and imported): go
-    cpu0, t0 = cpu_s(h.server), time.perf_counter()
+    cpu0, t0, began = cpu_s(h.server), time.perf_counter(), time.time()
     with Churn(h, churn_per_s) as churn:
         if processes:
             done = [results.get(timeout=600) for _ in clients]
@@ -268,6 +269,7 @@ def reads(h: Hollow, readers: int, rounds: int, some_job: int, profile: Path | N
             wall = time.perf_counter() - t0
             pool.shutdown()
     cpu = cpu_s(h.server) - cpu0
+    ended = time.time()
     passes = h.metric(PASSES) - passes0
     if spy:
         _py_spy_stop(spy)
@@ -295,7 +297,13 @@ def reads(h: Hollow, readers: int, rounds: int, some_job: int, profile: Path | N
             "server_cpu_ms_per_round": 1000 * cpu / (readers * rounds), "wall_s": wall, "passes": passes,
             "churn_per_s": churn_per_s, "churned": churn.ended,
             "client_cpu_ms_per_round": 1000 * client_cpu / (readers * rounds), "squeue_slowest_rounds": slow_rounds,
+            **({"stalls_s": stalls_between(h.stall_log, began, ended)} if h.stall_log else {}),
             **{k: _ms(v) for k, v in got.items()}}
+
+
+def stalls_between(log: Path, began: float, ended: float) -> list[float]:
+    """How long each stall the server's stall log names, begun between two Unix times, lasted."""
+    return [took for at, took in stalls.logged(log.read_text()) if began <= at <= ended]
 
 
 PASSES = "shoal_scheduler_pass_duration_seconds_count"
@@ -323,8 +331,12 @@ def settle(h: Hollow, timeout_s: float = 300) -> float:
 
 def run(args, env: dict, db: str | None) -> dict:
     with tempfile.TemporaryDirectory(prefix="htc-") as tmp:
+        stall_log = None
+        if args.stall_log:
+            args.stall_log.mkdir(parents=True, exist_ok=True)
+            stall_log = args.stall_log / f"stalls-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}.log"
         h = Hollow(Path(tmp), args.nodes, env, db,
-                   scheduler={"bf_interval_s": args.bf_interval} if args.bf_interval else None)
+                   scheduler={"bf_interval_s": args.bf_interval} if args.bf_interval else None, stall_log=stall_log)
         try:
             h.start()
             time.sleep(6)  # every node past its first heartbeat
@@ -407,6 +419,8 @@ ROWS = [  # (label, how to read it from a result, format)
      lambda r: r["reads"]["server_cpu_ms_per_round"], "{:.0f}"),
     ("reads: scheduling passes run during the reads / running jobs ended meanwhile",
      lambda r: (r["reads"].get("passes", float("nan")), r["reads"].get("churned", 0)), None),
+    ("reads: the server's stalls over 100 ms during them (`--stall-log`): how many / the longest (ms)",
+     lambda r: (len(r["reads"]["stalls_s"]), round(1000 * max(r["reads"]["stalls_s"], default=0))), None),
     ("reads: the clients' own CPU per round of the three (ms)",
      lambda r: r["reads"]["client_cpu_ms_per_round"], "{:.0f}"),
     ("server RSS at the end (MiB)", lambda r: r["server_rss_mb"], "{:.0f}"),
@@ -499,6 +513,8 @@ def main() -> int:
     ap.add_argument("--no-write", action="store_true", help="print, but leave BENCHMARKS.md alone")
     ap.add_argument("--profile", type=Path, help="py-spy the server (throughput, storm, reads) into this folder")
     ap.add_argument("--postgres", action="store_true", help="store on a PostgreSQL started for the run")
+    ap.add_argument("--stall-log", type=Path, metavar="DIR",
+                    help="keep each run's `shoal server --stall-log` here, and count its stalls during the reads")
     args = ap.parse_args()
     ensure_bytecode()
     env = {**os.environ, "SHOAL_LOG_LEVEL": "WARNING"}

@@ -91,8 +91,9 @@ class Hollow:
     """A server and one hollow-agents process, in a temporary directory."""
 
     def __init__(self, root: Path, nodes: int, env: dict, db: str | None = None,
-                 scheduler: dict | None = None) -> None:
+                 scheduler: dict | None = None, stall_log: Path | None = None) -> None:
         self.root, self.nodes, self.env, self.db = root, nodes, env, db
+        self.stall_log = stall_log  # the server's --stall-log
         self.scheduler = scheduler or {}  # the cluster file's scheduler settings, beyond the array size
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -113,7 +114,8 @@ class Hollow:
         server = subprocess.Popen([py, "-m", "shoal", "server", "--listen", f"127.0.0.1:{self.port}", "--config",
                                    str(self.root / "cluster.yaml"), "--state-dir", str(self.root / "server"),
                                    "--join-token-file", str(join), "--tls", "off",
-                                   *(["--db", self.db] if self.db else [])],
+                                   *(["--db", self.db] if self.db else []),
+                                   *(["--stall-log", str(self.stall_log)] if self.stall_log else [])],
                                   stdout=open(self.root / "server.log", "wb"), stderr=subprocess.STDOUT, env=self.env)
         self.procs.append(server)
         self.server = psutil.Process(server.pid)

@@ -27,6 +27,8 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--tls", choices=("on", "off", "auto"), default="auto",
                    help="serve HTTPS with a certificate from the cluster CA made at first start (STATE_DIR/ca.crt "
                         "is what agents and clients need); auto: on unless --listen is a loopback address")
+    s.add_argument("--stall-log", metavar="FILE", help="write every thread's stack to FILE whenever the server's "
+                   "interpreter is held for over 100 ms, and a line for each such stall (docs/SCALE.md)")
 
     i = sub.add_parser("import-slurm-conf", help="write a cluster file from an existing slurm.conf (and the "
                        "gres.conf and topology.conf beside it), warning about every line it does not use")

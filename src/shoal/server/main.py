@@ -53,7 +53,7 @@ def run(args) -> int:
     from shoal.server.app import create_app
     from shoal.server.config import ConfigError, load_cluster_config
     from shoal.api_client import raise_open_files_limit
-    from shoal.server import interpreter, tls
+    from shoal.server import interpreter, stalls, tls
     from shoal.server.protocol import serving
     from shoal.server.core import Server
     from sqlalchemy.exc import SQLAlchemyError
@@ -100,6 +100,7 @@ def run(args) -> int:
                                                url, files.ca)
     app = create_app(server)
     interpreter.set_for_server()
+    stalls.started(args.stall_log)
     raise_open_files_limit()  # an agent holds two connections: 10,000 at 5,000 nodes
     # wsproto: the websockets package refuses kubectl port-forward's subprotocol (docs/KUBERNETES-API.md).
     # Idle connections are kept past the agents' heartbeat interval: each agent keeps one open
