@@ -23,6 +23,7 @@ import pytest
 from sqlalchemy import delete, inspect, select
 from sqlalchemy.orm.exc import StaleDataError
 
+from shoal.kube.jobs import GANG_LABEL
 from shoal.store.engine import make_engine, migrate, session_factory
 from shoal.store.models import Base, CleanupRow, JobRow, NodeRow
 from tests.integration.cluster import free_port, wait_until
@@ -202,7 +203,7 @@ def test_the_controllers_row_cache_sees_every_change_a_fresh_read_would(engine, 
             fresh = build(s, (), 1.0)
             said = {r.id: (r.reason, r.expected_start)
                     for r in s.scalars(select(JobRow).where(JobRow.state == "PENDING"))}
-        assert cached == fresh
+        assert cached == fresh  # pending_kinds too: kept by the cache as jobs come and go, asked of each job afresh
         assert _said(cache) == said, "each pending job's reason and estimate, as its row has them"
 
     same()
@@ -260,6 +261,20 @@ def test_the_controllers_row_cache_sees_every_change_a_fresh_read_would(engine, 
     with sessions() as s:
         cached = build(s, (), 1.0, cache=cache)
     assert cached.in_queue_order and [p.name for p in cached.pending] == ["j5", "j0", "j1", "j4", "late", "after"]
+
+    # A pod of a gang (Kueue's pod group), pending, then running, then pending again.
+    pod = {"namespace": "default", "labels": {GANG_LABEL: "g"}, "spec": {"containers": [{"name": "c"}]}}
+    with sessions() as s, s.begin():
+        s.add(_job(name="pod", kind="pod", request=one_gpu, spec={"pod": pod}))
+    same()
+    held = {"nodes": [{"name": "n03", "cpus": 1, "memory_mb": 1, "gpus": [0]}]}
+    for state, allocation, kinds in (("RUNNING", held, set()), ("PENDING", None, {"pod", "gang"})):
+        with sessions() as s, s.begin():
+            row = s.scalars(select(JobRow).where(JobRow.name == "pod")).one()
+            row.state, row.allocation = state, allocation
+        same()
+        with sessions() as s:
+            assert build(s, (), 1.0, cache=cache).pending_kinds == kinds
 
 
 def _gpu_node(name: str, gpus: int) -> NodeRow:

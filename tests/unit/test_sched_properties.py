@@ -13,7 +13,7 @@ from sched_cluster import A100, H100, gpu_node, running
 from shoal.model.job import JobState
 from shoal.model.node import NodeState
 from shoal.model.resources import ResourceRequest
-from shoal.model.snapshot import ActiveJob, Dependency, JobRecord, Partition, PendingJob, Snapshot
+from shoal.model.snapshot import ActiveJob, Dependency, JobRecord, Partition, PendingJob, PodTerms, Snapshot
 from shoal.sched import SchedConfig, check_feasible, place, queue_order, schedule
 from shoal.sched.placement import ClusterState, Demand, PlacementCache, feature_matches, gpu_type_matches
 from shoal.sched.schedule import waits_behind, waits_settled
@@ -472,3 +472,23 @@ def test_a_queue_given_in_order_is_planned_as_the_pass_orders_it_itself(scenario
         a, b = schedule(snap, config), schedule(other, config)
         assert (a.starts, a.reasons, a.never, a.estimates, a.preemptions) == \
             (b.starts, b.reasons, b.never, b.estimates, b.preemptions)
+
+
+@given(scenarios(), st.sets(st.sampled_from(["pod", "gang", "preemptor"])), st.data())
+@SETTINGS
+def test_a_snapshot_that_names_its_pending_kinds_is_planned_as_one_whose_jobs_are_asked(scenario, kinds, data):
+    """The server's snapshot says which of pods, gang members and preemptors its pending jobs
+    include (``pending_kinds``, kept by the row cache), so a pass need not ask every job: the
+    plan is the one made by asking them, with some of each kind among the jobs or none."""
+    snap, config = scenario
+    made = {"pod": dict(pod=PodTerms("default", ports=(8000,))), "gang": dict(gang="g"),
+            "preemptor": dict(preemptor=True)}
+    pending = list(snap.pending)
+    for kind in kinds:
+        for i in data.draw(st.sets(st.integers(0, len(pending) - 1), min_size=1), label=kind):
+            pending[i] = dataclasses.replace(pending[i], **made[kind])
+    asked = dataclasses.replace(snap, pending=tuple(pending))
+    named = dataclasses.replace(asked, pending_kinds=frozenset(kinds))
+    a, b = schedule(asked, config), schedule(named, config)
+    assert (a.starts, a.reasons, a.never, a.estimates, a.preemptions) == \
+        (b.starts, b.reasons, b.never, b.estimates, b.preemptions)

@@ -133,6 +133,10 @@ class Snapshot:
     # ``pending`` is in ``queue_order``'s order by the jobs' own priorities (the server's row
     # cache keeps it so): a pass with priority/basic need not sort it again.
     in_queue_order: bool = False
+    # Which of "pod", "gang" and "preemptor" (PendingJob's fields) some pending job is: a kind
+    # not named is no pending job's, so a pass need not ask each job (``schedule.pending_has``).
+    # None: not known (the pass asks every job).
+    pending_kinds: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,6 @@ PREEMPTED, as Slurm's cancel mode does.
 
 from __future__ import annotations
 
-from operator import attrgetter
 from typing import Iterable, Literal, Mapping, Sequence
 
 from shoal.model.accounting import DEFAULT_QOS, QOS
@@ -95,16 +94,13 @@ def select_victims(d: Demand, partition: Partition, nodes: Sequence[NodeInfo],
     return tuple(sorted(chosen, key=lambda c: c.id))
 
 
-def claimants_first(order: Iterable[PendingJob]) -> list[PendingJob]:
+def claimants_first(order: list[PendingJob], preemptors: bool) -> list[PendingJob]:
     """The queue with preemptors whose victims were stopped for them first (in queue order),
-    so the resources freed for them are not taken by a job ahead of them, or by a requeued victim."""
-    jobs = list(order)
-    if not any(map(_PREEMPTOR, jobs)):  # the usual queue, asked in C: 90,000 jobs copied twice took 5 ms
-        return jobs
-    return [j for j in jobs if j.preemptor] + [j for j in jobs if not j.preemptor]
-
-
-_PREEMPTOR = attrgetter("preemptor")
+    so the resources freed for them are not taken by a job ahead of them, or by a requeued victim.
+    ``preemptors``: whether the queue holds any (``schedule.pending_has``)."""
+    if not preemptors:
+        return order
+    return [j for j in order if j.preemptor] + [j for j in order if not j.preemptor]
 
 
 class Preempter:

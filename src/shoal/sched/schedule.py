@@ -97,7 +97,7 @@ def schedule(snapshot: Snapshot, config: SchedConfig = SchedConfig(),
     """Decide which pending jobs start now, and why each of the others waits. ``cache``: the
     caller's own, kept between its passes (speed only: the plan is the same without it)."""
     plan = _Pass(snapshot, config, cache).run()
-    if not any(map(_GANG, snapshot.pending)):
+    if not pending_has(snapshot, "gang"):
         return plan
     waiting: dict[int, str] = {}
     for _ in range(MAX_GANG_PASSES):
@@ -118,7 +118,14 @@ def schedule(snapshot: Snapshot, config: SchedConfig = SchedConfig(),
 
 
 MAX_GANG_PASSES = 4  # passes again without the gangs that would start in part
-_POD, _GANG = attrgetter("pod"), attrgetter("gang")  # asked of every pending job: in C (map), not a generator
+
+
+def pending_has(snapshot: Snapshot, kind: str) -> bool:
+    """Whether some pending job is a ``kind`` ("pod", "gang" or "preemptor"): the snapshot says
+    so when its maker kept count (``Snapshot.pending_kinds``, the server's row cache), else
+    every pending job is asked (in C, map: about 3 ms with 92,000 pending)."""
+    kinds = snapshot.pending_kinds
+    return kind in kinds if kinds is not None else any(map(attrgetter(kind), snapshot.pending))
 
 
 def waits_settled(settled: Mapping[tuple[ResourceRequest, str, int | None], tuple], job: PendingJob) -> bool:
@@ -188,7 +195,7 @@ class _Pass:
         self.settled: dict[tuple[int, str, int | None], str] | None = (
             {} if config.policy == "backfill" and config.backfill == "easy" and not self.resv_live else None)
         self.preempter = Preempter(snapshot, config.preemption, cache)
-        self.podfit = PodFit(snapshot) if any(map(_POD, snapshot.pending)) else None
+        self.podfit = PodFit(snapshot) if pending_has(snapshot, "pod") else None
         self.priorities = (priority_map(job_priorities(snapshot, config.multifactor))
                            if config.priority == "multifactor" else None)
 
@@ -211,7 +218,8 @@ class _Pass:
         reasons, never, kill = self.plan.reasons, self.plan.never, self.config.kill_invalid_depend
         settled, view, depth, consider = self.settled, self.view, self.depth, self.consider
         snapshot = self.snapshot
-        for job in claimants_first(q.queue_order(snapshot.pending, self.priorities, snapshot.in_queue_order)):
+        order = q.queue_order(snapshot.pending, self.priorities, snapshot.in_queue_order)
+        for job in claimants_first(order, pending_has(snapshot, "preemptor")):
             if settled is not None and (depth is None or self.tested < depth):
                 # A job like one already settled behind a reservation (its request, partition
                 # and limit), if usual (nothing of its own gates it: no hold, begin time,

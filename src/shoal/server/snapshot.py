@@ -7,6 +7,7 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from contextlib import nullcontext
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 from sqlalchemy import or_, select
@@ -186,14 +187,13 @@ def reservations(session: Session, now: float) -> tuple[AdvanceReservation, ...]
     return tuple(advance_reservation(r) for r in rows)
 
 
-def mark_preemptors(session: Session, pending: tuple[PendingJob, ...]) -> tuple[PendingJob, ...]:
-    """Flag the pending jobs that other jobs were preempted for (a victim keeps its
-    ``preemptor_id`` until it starts again), so the pass serves them first."""
+def claimants(session: Session) -> set[int]:
+    """The pending jobs that other jobs were preempted for (a victim keeps its
+    ``preemptor_id`` until it starts again): the pass flags them, to serve them first."""
     victim = aliased(JobRow)
-    claimants = set(session.scalars(
+    return set(session.scalars(
         select(JobRow.id).join(victim, victim.preemptor_id == JobRow.id)
         .where(JobRow.state == JobState.PENDING.value).distinct()))
-    return cycle.mark_preemptors(pending, claimants)
 
 
 LIVE = ACTIVE  # pending or running: the rows a pass reads
@@ -301,6 +301,8 @@ class JobRowCache:
         self._plain: dict[int, JobRow] = {}  # the same rows alone (LiveJobs.rows)
         self._pending = _ById(order_key, queue_order)  # PendingJob views in the queue's order (in_queue_order)
         self._active = _ById()  # ActiveJob views of the running rows
+        self._pods: set[int] = set()  # the pending pods' ids (pending_kinds)
+        self._gangs: set[int] = set()  # the pending gang members' ids
         self._records: dict[int, JobRecord] = {}
         self._records_view: dict[int, JobRecord] | None = None  # the copy the last read handed out
         self._deps: dict[int, frozenset[int]] = {}  # the jobs each pending job depends on (if any)
@@ -353,6 +355,11 @@ class JobRowCache:
         be a moment behind its keys' notification)."""
         self._synced = False
 
+    @property
+    def pending_kinds(self) -> frozenset[str]:
+        """Which of "pod" and "gang" some pending row of the last ``read`` is (``Snapshot.pending_kinds``)."""
+        return frozenset(kind for kind, ids in (("pod", self._pods), ("gang", self._gangs)) if ids)
+
     def read(self, session: Session) -> LiveJobs:
         """Live (pending and running) rows as of now, and what a snapshot makes of them."""
         changes = self._changes
@@ -380,6 +387,8 @@ class JobRowCache:
             self._said(jid, row)
             pending = pending_job(row, self._requests)
             self._pending.put(jid, pending)
+            (self._pods.add if pending.pod is not None else self._pods.discard)(jid)
+            (self._gangs.add if pending.gang else self._gangs.discard)(jid)
             self._active.drop(jid)
             deps = _wanted((pending,))
             if deps:
@@ -390,6 +399,8 @@ class JobRowCache:
             self._unsaid(jid)
             self._active.put(jid, active_job(row))
             self._pending.drop(jid)
+            self._pods.discard(jid)
+            self._gangs.discard(jid)
             self._deps.pop(jid, None)
 
     def _said(self, jid: int, row: JobRow) -> None:
@@ -412,6 +423,8 @@ class JobRowCache:
             self._pending.drop(jid)
             self._active.drop(jid)
             self._deps.pop(jid, None)
+            self._pods.discard(jid)
+            self._gangs.discard(jid)
 
     def _refresh(self, session: Session, ids: list[int]) -> None:
         """Bring the changed jobs ``ids`` up to date: dropped if no longer live, read whole if
@@ -481,6 +494,11 @@ def _other_jobs(session: Session, ids: set[int]) -> dict[int, JobRow]:
     return {j.id: j for j in session.scalars(select(JobRow).where(JobRow.id.in_(ids)))} if ids else {}
 
 
+def kinds_of(pending: tuple[PendingJob, ...]) -> frozenset[str]:
+    """Which of "pod" and "gang" some of ``pending`` is (what a JobRowCache keeps as they come)."""
+    return frozenset(kind for kind in ("pod", "gang") if any(map(attrgetter(kind), pending)))
+
+
 def build(session: Session, partitions, now: float, *, accounts: tuple[Account, ...] = (),
           qos: tuple[QOS, ...] = (), usage_half_life_s: float | None = None,
           topology: Topology | None = None, cache: JobRowCache | None = None,
@@ -496,8 +514,9 @@ def build(session: Session, partitions, now: float, *, accounts: tuple[Account, 
         live = LiveJobs.of(session.scalars(select(JobRow).where(JobRow.state.in_(LIVE)).order_by(JobRow.id)))
     # In the queue's order by the jobs' own priorities: the cache keeps them so, a fresh read sorts them.
     pending = live.pending if cache is not None else tuple(queue_order(live.pending))
-    if pending and any(q.preempt for q in qos):
-        pending = mark_preemptors(session, pending)
+    preemptors = claimants(session) if pending and any(q.preempt for q in qos) else set()
+    pending = cycle.mark_preemptors(pending, preemptors)
+    kinds = (cache.pending_kinds if cache is not None else kinds_of(pending)) | ({"preemptor"} if preemptors else set())
     cleanups = list(session.scalars(select(CleanupRow)))
     extra = _other_jobs(session, ({c.job_id for c in cleanups} | live.wanted) - live.rows.keys())
     owners = {c.job_id: live.rows.get(c.job_id) or extra.get(c.job_id) for c in cleanups}
@@ -510,4 +529,5 @@ def build(session: Session, partitions, now: float, *, accounts: tuple[Account, 
     usage = usage_records(session, now, usage_half_life_s) if usage_half_life_s is not None else ()
     return Snapshot(now=now, nodes=nodes, partitions=tuple(partitions), pending=pending, active=active,
                     jobs=records, accounts=accounts, usage=usage, qos=qos,
-                    reservations=reservations(session, now), topology=topology, in_queue_order=True)
+                    reservations=reservations(session, now), topology=topology, in_queue_order=True,
+                    pending_kinds=kinds)
