@@ -336,7 +336,8 @@ def run(args, env: dict, db: str | None) -> dict:
             args.stall_log.mkdir(parents=True, exist_ok=True)
             stall_log = args.stall_log / f"stalls-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S')}.log"
         h = Hollow(Path(tmp), args.nodes, env, db,
-                   scheduler={"bf_interval_s": args.bf_interval} if args.bf_interval else None, stall_log=stall_log)
+                   scheduler={"bf_interval_s": args.bf_interval} if args.bf_interval else None, stall_log=stall_log,
+                   stall_ms=args.stall_ms)
         try:
             h.start()
             time.sleep(6)  # every node past its first heartbeat
@@ -419,7 +420,7 @@ ROWS = [  # (label, how to read it from a result, format)
      lambda r: r["reads"]["server_cpu_ms_per_round"], "{:.0f}"),
     ("reads: scheduling passes run during the reads / running jobs ended meanwhile",
      lambda r: (r["reads"].get("passes", float("nan")), r["reads"].get("churned", 0)), None),
-    ("reads: the server's stalls over 100 ms during them (`--stall-log`): how many / the longest (ms)",
+    ("reads: the server's stalls during them (`--stall-log`, over `--stall-ms`): how many / the longest (ms)",
      lambda r: (len(r["reads"]["stalls_s"]), round(1000 * max(r["reads"]["stalls_s"], default=0))), None),
     ("reads: the clients' own CPU per round of the three (ms)",
      lambda r: r["reads"]["client_cpu_ms_per_round"], "{:.0f}"),
@@ -515,6 +516,7 @@ def main() -> int:
     ap.add_argument("--postgres", action="store_true", help="store on a PostgreSQL started for the run")
     ap.add_argument("--stall-log", type=Path, metavar="DIR",
                     help="keep each run's `shoal server --stall-log` here, and count its stalls during the reads")
+    ap.add_argument("--stall-ms", type=float, default=100, help="with --stall-log: the server's --stall-ms")
     args = ap.parse_args()
     ensure_bytecode()
     env = {**os.environ, "SHOAL_LOG_LEVEL": "WARNING"}

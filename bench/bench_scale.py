@@ -91,9 +91,9 @@ class Hollow:
     """A server and one hollow-agents process, in a temporary directory."""
 
     def __init__(self, root: Path, nodes: int, env: dict, db: str | None = None,
-                 scheduler: dict | None = None, stall_log: Path | None = None) -> None:
+                 scheduler: dict | None = None, stall_log: Path | None = None, stall_ms: float = 100) -> None:
         self.root, self.nodes, self.env, self.db = root, nodes, env, db
-        self.stall_log = stall_log  # the server's --stall-log
+        self.stall_log, self.stall_ms = stall_log, stall_ms  # the server's --stall-log and --stall-ms
         self.scheduler = scheduler or {}  # the cluster file's scheduler settings, beyond the array size
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -115,7 +115,8 @@ class Hollow:
                                    str(self.root / "cluster.yaml"), "--state-dir", str(self.root / "server"),
                                    "--join-token-file", str(join), "--tls", "off",
                                    *(["--db", self.db] if self.db else []),
-                                   *(["--stall-log", str(self.stall_log)] if self.stall_log else [])],
+                                   *(["--stall-log", str(self.stall_log), "--stall-ms", str(self.stall_ms)]
+                                     if self.stall_log else [])],
                                   stdout=open(self.root / "server.log", "wb"), stderr=subprocess.STDOUT, env=self.env)
         self.procs.append(server)
         self.server = psutil.Process(server.pid)

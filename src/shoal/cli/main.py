@@ -28,7 +28,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="serve HTTPS with a certificate from the cluster CA made at first start (STATE_DIR/ca.crt "
                         "is what agents and clients need); auto: on unless --listen is a loopback address")
     s.add_argument("--stall-log", metavar="FILE", help="write every thread's stack to FILE whenever the server's "
-                   "interpreter is held for over 100 ms, and a line for each such stall (docs/SCALE.md)")
+                   "interpreter is held for over --stall-ms, and a line for each such stall (docs/SCALE.md)")
+    s.add_argument("--stall-ms", type=float, default=100.0, metavar="MS",
+                   help="with --stall-log: the shortest stall written (default %(default)g)")
 
     i = sub.add_parser("import-slurm-conf", help="write a cluster file from an existing slurm.conf (and the "
                        "gres.conf and topology.conf beside it), warning about every line it does not use")

@@ -100,7 +100,7 @@ def run(args) -> int:
                                                url, files.ca)
     app = create_app(server)
     interpreter.set_for_server()
-    stalls.started(args.stall_log)
+    stalls.started(args.stall_log, args.stall_ms / 1000)
     raise_open_files_limit()  # an agent holds two connections: 10,000 at 5,000 nodes
     # wsproto: the websockets package refuses kubectl port-forward's subprotocol (docs/KUBERNETES-API.md).
     # Idle connections are kept past the agents' heartbeat interval: each agent keeps one open

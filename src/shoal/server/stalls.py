@@ -2,7 +2,7 @@
 
 Every thread of the server shares one GIL, and the cyclic collector stops them all: a request
 that waits for either waits for whatever holds it, and nothing in the request's own trace says
-what that was. ``shoal server --stall-log FILE`` starts this watcher: a thread that sleeps a
+what that was. ``shoal server --stall-log FILE [--stall-ms MS]`` starts this watcher: a thread that sleeps a
 tick over and over, and before each sleep asks ``faulthandler``'s watchdog (a C thread, which
 needs no GIL) to dump every thread's Python stack into FILE unless the watcher is back within
 the threshold. So when the watcher is kept out for longer, FILE gets the stacks as they were
@@ -109,10 +109,10 @@ def logged(text: str) -> list[tuple[float, float]]:
     return out
 
 
-def started(path: str | None) -> StallWatch | None:
+def started(path: str | None, threshold_s: float = THRESHOLD_S) -> StallWatch | None:
     """The watcher writing to ``path``, started; None without one."""
     if not path:
         return None
-    watch = StallWatch(os.path.abspath(path))
+    watch = StallWatch(os.path.abspath(path), threshold_s)
     watch.start()
     return watch
