@@ -2,30 +2,40 @@
 
 Every thread of the server shares one GIL, and the cyclic collector stops them all: a request
 that waits for either waits for whatever holds it, and nothing in the request's own trace says
-what that was. ``shoal server --stall-log FILE [--stall-ms MS]`` starts this watcher: a thread that sleeps a
-tick over and over, and before each sleep asks ``faulthandler``'s watchdog (a C thread, which
-needs no GIL) to dump every thread's Python stack into FILE unless the watcher is back within
-the threshold. So when the watcher is kept out for longer, FILE gets the stacks as they were
-during the stall (again every threshold while it lasts), and then one line when it ends::
+what that was. ``shoal server --stall-log FILE [--stall-ms MS]`` starts this watcher: a thread
+that sleeps a tick over and over and notes when it woke late. A wake-up later than the
+threshold is a stall; FILE gets a line for it and every other thread's stack as it is the
+moment the watcher runs again::
 
     stall 0.412 s, 2026-12-08T01:02:03.456Z to 2026-12-08T01:02:03.868Z
+      thread 140243 (ThreadPoolExecutor-0_3):
+        File ".../shoal/server/snapshot.py", line 454, in _fetch
+        ...
 
-A thread whose top frame is Python code, not a wait (``wait``, ``acquire``, ``select``), is
-the one that held the interpreter. A stall the collector made is named on a line of its own
-(``gc generation 2: 0.213 s, 1204 collected``) for every collection over half the threshold.
-A stall with no Python thread busy is the machine's: the process was not given a CPU.
+A thread holds the GIL through a long C call (a sort, a JSON encoding, a statement) and
+gives it up once the call returns: the watcher then runs within the switch interval, while
+that thread is still in the function that made the call, so its stack names it. A stall the
+collector made is named on a line of its own (``gc generation 2: 0.213 s, 1204 collected``)
+for every collection over half the threshold. A stall with every thread waiting was the
+machine's: the process was not given a CPU.
+
+Why not the stacks during the stall: faulthandler's watchdog (a C thread, which needs no
+GIL) can write them, but it walks the threads without the interpreter's lock, and a thread
+that ends meanwhile (the server's worker threads come and go) crashed the process: a
+segmentation fault in a 30-second stress test, and once in a benchmark's server.
 
 The watcher costs a wake-up a tick (100 a second): it is off unless asked for.
 """
 
 from __future__ import annotations
 
-import faulthandler
 import gc
 import logging
 import os
+import sys
 import threading
 import time
+import traceback
 from datetime import datetime, timezone
 from typing import IO
 
@@ -54,7 +64,7 @@ class StallWatch:
         self._thread = threading.Thread(target=self._run, name="stall-watch", daemon=True)
 
     def start(self) -> None:
-        self.out = open(self.path, "a", buffering=1, encoding="utf-8")
+        self.out = open(self.path, "a", encoding="utf-8")
         gc.callbacks.append(self._on_gc)
         self._thread.start()
         log.info("writing the stacks of every stall over %.0f ms to %s", self.threshold_s * 1000, self.path)
@@ -67,25 +77,30 @@ class StallWatch:
         if self.out:
             self.out.close()
 
-    def _write(self, line: str) -> None:
-        assert self.out is not None
-        self.out.write(line + "\n")
-
     def _run(self) -> None:
         assert self.out is not None
-        self._write(f"watching from {_stamp(time.time())}: stalls over {self.threshold_s:.3f} s")
+        self.out.write(f"watching from {_stamp(time.time())}: stalls over {self.threshold_s:.3f} s\n")
+        self.out.flush()
         while not self._stop.is_set():
-            self.out.flush()
-            # The watchdog writes to the file's descriptor itself: it can run while this
-            # thread waits for the GIL, and it is cancelled below once this thread is back.
-            faulthandler.dump_traceback_later(self.threshold_s + self.tick_s, repeat=True, file=self.out)
             began, wall = time.monotonic(), time.time()
             self._stop.wait(self.tick_s)
-            faulthandler.cancel_dump_traceback_later()
             late = time.monotonic() - began - self.tick_s
             if late >= self.threshold_s:
+                stacks = sys._current_frames()  # first: the thread that held the GIL is still where it did
                 self.stalls += 1
-                self._write(f"stall {late:.3f} s, {_stamp(wall + self.tick_s)} to {_stamp(time.time())}")
+                self.out.write(f"stall {late:.3f} s, {_stamp(wall + self.tick_s)} to {_stamp(time.time())}\n")
+                self._write_stacks(stacks)
+                self.out.flush()
+
+    def _write_stacks(self, stacks: dict) -> None:
+        assert self.out is not None
+        names = {t.ident: t.name for t in threading.enumerate()}
+        me = threading.get_ident()
+        for ident, frame in stacks.items():
+            if ident != me:
+                self.out.write(f"  thread {ident} ({names.get(ident, '?')}):\n")
+                self.out.writelines("    " + line.replace("\n  ", "\n    ")
+                                    for line in traceback.format_stack(frame))
 
     def _on_gc(self, phase: str, info: dict) -> None:
         if phase == "start":
@@ -93,8 +108,8 @@ class StallWatch:
             return
         took = time.monotonic() - self._gc_started
         if took >= self.threshold_s / 2 and self.out is not None:
-            self._write(f"gc generation {info['generation']}: {took:.3f} s, {info['collected']} collected, "
-                        f"ended {_stamp(time.time())}")
+            self.out.write(f"gc generation {info['generation']}: {took:.3f} s, {info['collected']} collected, "
+                           f"ended {_stamp(time.time())}\n")
 
 
 def logged(text: str) -> list[tuple[float, float]]:
