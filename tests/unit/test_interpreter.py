@@ -115,3 +115,25 @@ def test_a_frozen_cycle_is_freed_by_the_full_collection_after_the_sweep_is_due(s
     assert gc.get_freeze_count() == 0
     gc.collect()  # the next walks them all, frees the cycle, and freezes the rest again
     assert gone() is None and gc.get_freeze_count() > 0
+
+
+def test_a_middle_collection_freezes_what_it_kept_once_the_process_has_grown(settings):
+    """A storm or a filled queue: what a middle collection keeps is frozen once the peak
+    resident size has grown by ``growth_mb`` since the last freeze, not left for a full
+    collection to walk; below that, nothing is frozen."""
+    peak = [1000.0]
+    freezer = interpreter.Freezer(growth_mb=64, peak_mb=lambda: peak[0])
+    gc.callbacks.append(freezer)
+    kept = [[i] for i in range(50_000)]
+    peak[0] = 1050.0
+    gc.collect(1)
+    assert gc.get_freeze_count() == 0, "grown by less than growth_mb: nothing frozen"
+    peak[0] = 1070.0
+    gc.collect(1)
+    assert gc.get_freeze_count() >= 50_000
+    assert len(gc.get_objects(generation=2)) < 10_000, "what it kept is out of the full collections' sight"
+    gc.unfreeze()
+    more = [[i] for i in range(50_000)]
+    gc.collect(1)
+    assert gc.get_freeze_count() == 0, "not grown since the last freeze"
+    del kept, more
