@@ -137,3 +137,25 @@ def test_a_middle_collection_freezes_what_it_kept_once_the_process_has_grown(set
     gc.collect(1)
     assert gc.get_freeze_count() == 0, "not grown since the last freeze"
     del kept, more
+
+
+def test_the_sweep_is_not_undone_by_a_middle_collection_of_a_grown_process(settings):
+    """Once the sweep gave the frozen back, the full collection after it must walk them: a
+    middle collection before it freezes nothing, however much the process has grown."""
+    now, peak = [0.0], [1000.0]
+    freezer = interpreter.Freezer(sweep_s=3600, clock=lambda: now[0], growth_mb=64, peak_mb=lambda: peak[0])
+    gc.callbacks.append(freezer)
+    node = Node()
+    gone = weakref.ref(node)
+    gc.collect()
+    del node
+    now[0] = 3600.0
+    gc.collect()  # the sweep is due: the frozen are given back
+    peak[0] = 2000.0
+    gc.collect(1)
+    assert gc.get_freeze_count() == 0, "a middle collection during the sweep froze them again"
+    gc.collect()
+    assert gone() is None and gc.get_freeze_count() > 0
+    peak[0] = 2100.0
+    gc.collect(1)  # after the sweep, growth freezes again
+    assert freezer.frozen_at_mb == 2100.0

@@ -29,8 +29,9 @@ garbage collector stops them all.
   them first: 0.4 to 0.5 s with every thread stopped, two to four times in each run of
   ``bench/bench_htc.py`` (the stall log's count), one of them in the reads (squeue's p99
   567 ms). Frozen as they come, no full collection walks them. A cycle among what is frozen
-  then that becomes garbage waits for the sweep, as above; the rule freezes only as often as
-  the process grows by that much, so what it freezes of the requests in flight stays small.
+  then that becomes garbage waits for the sweep, as above (between the sweep and the full
+  collection after it, no middle collection freezes); the rule freezes only as often as the
+  process grows by that much, so what it freezes of the requests in flight stays small.
 """
 
 from __future__ import annotations
@@ -71,23 +72,24 @@ class Freezer:
         self.growth_mb, self.peak_mb = growth_mb, peak_mb
         self.swept = clock()
         self.frozen_at_mb = peak_mb()
+        self.sweeping = False  # given back: no middle collection freezes before the full one walks them
 
     def __call__(self, phase: str, info: dict) -> None:
         if phase != "stop" or info["generation"] == 0:
             return
         if info["generation"] == 1:
             peak = self.peak_mb()
-            if peak - self.frozen_at_mb >= self.growth_mb:
+            if not self.sweeping and peak - self.frozen_at_mb >= self.growth_mb:
                 gc.freeze()
                 self.frozen_at_mb = peak
             return
         now = self.clock()
         if now - self.swept >= self.sweep_s:
             gc.unfreeze()  # the next full collection walks every object again
-            self.swept = now
+            self.swept, self.sweeping = now, True
         else:
             gc.freeze()
-            self.frozen_at_mb = self.peak_mb()
+            self.frozen_at_mb, self.sweeping = self.peak_mb(), False
 
 
 freezer = Freezer()
