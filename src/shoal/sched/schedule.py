@@ -48,7 +48,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from operator import attrgetter
 
@@ -99,22 +99,38 @@ def schedule(snapshot: Snapshot, config: SchedConfig = SchedConfig(),
     plan = _Pass(snapshot, config, cache).run()
     if not pending_has(snapshot, "gang"):
         return plan
-    waiting: dict[int, str] = {}
+    waiting: dict[int, str | None] = {}  # members of gangs held back, and why (``_gang_reason``)
     for _ in range(MAX_GANG_PASSES):
         partial = partial_gangs(snapshot.pending, plan)
         if not partial:
             break
-        # Members that could not start say why; those that could wait for the others.
-        waiting.update({job.id: plan.reasons.get(job.id, q.GANG) for job in snapshot.pending
-                        if job.gang in partial})
+        waiting.update(_gang_reasons(snapshot.pending, plan, config, lambda gang: gang in partial))
         rest = tuple(job for job in snapshot.pending if job.id not in waiting)
         plan = _Pass(dataclasses.replace(snapshot, pending=rest), config, cache).run()
     else:  # still partial after the bound: start none of the gangs this pass
-        waiting.update({job.id: plan.reasons.get(job.id, q.GANG) for job in snapshot.pending if job.gang})
+        waiting.update(_gang_reasons(snapshot.pending, plan, config, lambda gang: True))
         started = [st for st in plan.starts if st.job_id not in waiting]
         plan = dataclasses.replace(plan, starts=started, stopped=None)  # what the gangs' starts held is free
-    plan.reasons.update({job_id: reason for job_id, reason in waiting.items() if job_id not in plan.never})
+    plan.reasons.update({job_id: reason for job_id, reason in waiting.items()
+                         if reason is not None and job_id not in plan.never})
     return plan
+
+
+def _gang_reasons(pending: tuple[PendingJob, ...], plan: Plan, config: SchedConfig,
+                  held: Callable[[str | None], bool]) -> dict[int, str | None]:
+    """Why each member of the gangs ``held`` back waits: a member that could not start says why;
+    one that could waits for the others (WaitingForGang); one a partial pass stopped before
+    (``SchedConfig.partial``) is None: it keeps the reason an earlier pass gave it, as the rest
+    of the queue after that pass's stop does."""
+    started = {st.job_id for st in plan.starts}
+    out: dict[int, str | None] = {}
+    for job in pending:
+        if job.gang and held(job.gang):
+            reason = plan.reasons.get(job.id)
+            if reason is None and (job.id in started or not config.partial):
+                reason = q.GANG
+            out[job.id] = reason
+    return out
 
 
 MAX_GANG_PASSES = 4  # passes again without the gangs that would start in part

@@ -36,6 +36,7 @@ import sys
 import threading
 import time
 import traceback
+from collections import deque
 from datetime import datetime, timezone
 from typing import IO
 
@@ -61,6 +62,7 @@ class StallWatch:
         self.stalls = 0
         self._stop = threading.Event()
         self._gc_started = 0.0
+        self._collections: deque[str] = deque()  # the collector's lines, written by the watcher
         self._thread = threading.Thread(target=self._run, name="stall-watch", daemon=True)
 
     def start(self) -> None:
@@ -70,10 +72,10 @@ class StallWatch:
         log.info("writing the stacks of every stall over %.0f ms to %s", self.threshold_s * 1000, self.path)
 
     def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
         if self._on_gc in gc.callbacks:
             gc.callbacks.remove(self._on_gc)
+        self._stop.set()
+        self._thread.join()  # it writes the collections' last lines
         if self.out:
             self.out.close()
 
@@ -88,9 +90,19 @@ class StallWatch:
             if late >= self.threshold_s:
                 stacks = sys._current_frames()  # first: the thread that held the GIL is still where it did
                 self.stalls += 1
+                self._write_collections()
                 self.out.write(f"stall {late:.3f} s, {_stamp(wall + self.tick_s)} to {_stamp(time.time())}\n")
                 self._write_stacks(stacks)
                 self.out.flush()
+            elif self._collections:
+                self._write_collections()
+                self.out.flush()
+        self._write_collections()
+
+    def _write_collections(self) -> None:
+        assert self.out is not None
+        while self._collections:
+            self.out.write(self._collections.popleft())
 
     def _write_stacks(self, stacks: dict) -> None:
         assert self.out is not None
@@ -107,9 +119,11 @@ class StallWatch:
             self._gc_started = time.monotonic()
             return
         took = time.monotonic() - self._gc_started
-        if took >= self.threshold_s / 2 and self.out is not None:
-            self.out.write(f"gc generation {info['generation']}: {took:.3f} s, {info['collected']} collected, "
-                           f"ended {_stamp(time.time())}\n")
+        if took >= self.threshold_s / 2:
+            # Written by the watcher: only its thread writes the file (a text file is not safe
+            # to write from two threads, and a collection may come inside the watcher's write).
+            self._collections.append(f"gc generation {info['generation']}: {took:.3f} s, "
+                                     f"{info['collected']} collected, ended {_stamp(time.time())}\n")
 
 
 def logged(text: str) -> list[tuple[float, float]]:
