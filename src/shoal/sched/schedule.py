@@ -99,7 +99,7 @@ def schedule(snapshot: Snapshot, config: SchedConfig = SchedConfig(),
     plan = _Pass(snapshot, config, cache).run()
     if not pending_has(snapshot, "gang"):
         return plan
-    waiting: dict[int, str | None] = {}  # members of gangs held back, and why (``_gang_reason``)
+    waiting: dict[int, str | None] = {}  # members of gangs held back, and why (``_gang_reasons``)
     for _ in range(MAX_GANG_PASSES):
         partial = partial_gangs(snapshot.pending, plan)
         if not partial:
