@@ -378,3 +378,34 @@ def test_a_commit_made_while_a_pass_plans_still_brings_the_next_pass(tmp_path, m
         assert not _tick(server, clock)
     finally:
         _stop(server)
+
+
+def test_a_commit_made_while_a_pass_that_writes_nothing_plans_still_brings_the_next_pass(tmp_path, monkeypatch):
+    """A pass that writes nothing makes no commit of its own: a change committed while it
+    applies its plan moves the count by one all the same, and is not its own. (Taken for its
+    own, the next periodic passes were skipped until ``idle_pass_s``: an srun waited a minute
+    in CI.)"""
+    from shoal.server import controller
+
+    clock = Clock()
+    server, ids = _server(tmp_path, clock, 6)
+    applied = controller.start_kept
+
+    def start_kept(*args, **kw):  # inside the pass's transaction, after it noted the count
+        with server.sessions() as s, s.begin():
+            s.get(JobRow, ids[5]).held = True
+        return applied(*args, **kw)
+
+    try:
+        assert _tick(server, clock)
+        _settle(server, clock)
+        monkeypatch.setattr(controller, "start_kept", start_kept)
+        before = server.controller.passes
+        server.controller.run_pass()  # asked for (an end, a submission): it finds nothing to write
+        assert server.controller.passes == before + 1 and _reasons(server)[ids[5]] != "JobHeldUser"
+        monkeypatch.setattr(controller, "start_kept", applied)
+        assert _tick(server, clock), "the hold came after the pass read the store: a pass for it"
+        assert _reasons(server)[ids[5]] == "JobHeldUser"
+        assert not _tick(server, clock)
+    finally:
+        _stop(server)

@@ -315,17 +315,18 @@ class Controller(KickedLoop):
         self._headroom, self._seen_id = headroom(snap, [st.allocation for st in plan.starts], self._placement), seen
         self._settled, self._stopped = plan.settled, plan.stopped
         # Only once the plan is applied: a failed apply is planned again.
-        self._quiet = self._past_own_commit(quiet, before, plan)
+        self._quiet = self._past_own_commit(quiet, before, plan, bool(started or reasons_written))
         return touched
 
-    def _past_own_commit(self, quiet: Quiet | None, before: int | None, plan: Plan) -> Quiet | None:
+    def _past_own_commit(self, quiet: Quiet | None, before: int | None, plan: Plan, wrote: bool) -> Quiet | None:
         """``quiet`` with this pass's own commit counted as read, when nothing else was
         committed since the pass read the store: the next pass would plan what this one did
         (its starts running, its reasons written), so a periodic pass need not run for it. Not
         after a preemption: the victims' ends, in that commit or to come, free what the
-        preemptor waits for. Any other commit, before or after this one, leaves the count
-        beyond and the next periodic pass runs."""
-        if quiet is None or before is None or plan.preemptions or quiet.changes != before:
+        preemptor waits for. Not when the pass wrote nothing (``wrote``): it made no commit,
+        and a count moved by one is someone else's. Any other commit, before or after this
+        one, leaves the count beyond and the next periodic pass runs."""
+        if quiet is None or before is None or plan.preemptions or not wrote or quiet.changes != before:
             return quiet
         after = self._inputs.value  # type: ignore[union-attr]
         return dataclasses.replace(quiet, changes=after) if after == before + 1 else quiet
