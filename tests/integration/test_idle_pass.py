@@ -359,11 +359,7 @@ def test_a_commit_made_while_a_pass_plans_still_brings_the_next_pass(tmp_path, m
     clock = Clock()
     server, ids = _server(tmp_path, clock, 6)
     planned = controller.schedule
-
-    def schedule(*args, **kw):
-        with server.sessions() as s, s.begin():
-            s.get(JobRow, ids[5]).held = True
-        return planned(*args, **kw)
+    schedule = _holding_first(server, ids[5], planned)
 
     try:
         assert _tick(server, clock)
@@ -390,11 +386,7 @@ def test_a_commit_made_while_a_pass_that_writes_nothing_plans_still_brings_the_n
     clock = Clock()
     server, ids = _server(tmp_path, clock, 6)
     applied = controller.start_kept
-
-    def start_kept(*args, **kw):  # inside the pass's transaction, after it noted the count
-        with server.sessions() as s, s.begin():
-            s.get(JobRow, ids[5]).held = True
-        return applied(*args, **kw)
+    start_kept = _holding_first(server, ids[5], applied)  # inside the pass's transaction, after it noted the count
 
     try:
         assert _tick(server, clock)
@@ -409,3 +401,13 @@ def test_a_commit_made_while_a_pass_that_writes_nothing_plans_still_brings_the_n
         assert not _tick(server, clock)
     finally:
         _stop(server)
+
+
+def _holding_first(server: Server, job_id: int, call):
+    """``call``, after a hold of ``job_id`` committed from a session of its own: a change made
+    while the caller's pass runs."""
+    def wrapped(*args, **kw):
+        with server.sessions() as s, s.begin():
+            s.get(JobRow, job_id).held = True
+        return call(*args, **kw)
+    return wrapped
