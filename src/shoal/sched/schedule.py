@@ -141,7 +141,12 @@ def pending_has(snapshot: Snapshot, kind: str) -> bool:
     so when its maker kept count (``Snapshot.pending_kinds``, the server's row cache), else
     every pending job is asked (in C, map: about 3 ms with 92,000 pending)."""
     kinds = snapshot.pending_kinds
-    return kind in kinds if kinds is not None else any(map(attrgetter(kind), snapshot.pending))
+    return kind in kinds if kinds is not None else any_is(snapshot.pending, kind)
+
+
+def any_is(pending: tuple[PendingJob, ...], kind: str) -> bool:
+    """Whether some of ``pending`` is a ``kind``, asked of each job (in C: map, not a generator)."""
+    return any(map(attrgetter(kind), pending))
 
 
 def waits_settled(settled: Mapping[tuple[ResourceRequest, str, int | None], tuple], job: PendingJob) -> bool:

@@ -7,7 +7,6 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from contextlib import nullcontext
 from dataclasses import dataclass
-from operator import attrgetter
 from typing import Any
 
 from sqlalchemy import or_, select
@@ -25,6 +24,7 @@ from shoal.server.kube.pods import POD, gang_of, terms_of
 from shoal.model.topology import Topology
 from shoal.sched import cycle
 from shoal.sched.queue import order_key, queue_order
+from shoal.sched.schedule import any_is
 from shoal.store.changes import ALL, ChangeCount
 from shoal.store.models import CleanupRow, JobRow, NodeRow, ReservationRow
 
@@ -496,7 +496,7 @@ def _other_jobs(session: Session, ids: set[int]) -> dict[int, JobRow]:
 
 def kinds_of(pending: tuple[PendingJob, ...]) -> frozenset[str]:
     """Which of "pod" and "gang" some of ``pending`` is (what a JobRowCache keeps as they come)."""
-    return frozenset(kind for kind in ("pod", "gang") if any(map(attrgetter(kind), pending)))
+    return frozenset(kind for kind in ("pod", "gang") if any_is(pending, kind))
 
 
 def build(session: Session, partitions, now: float, *, accounts: tuple[Account, ...] = (),
